@@ -1,0 +1,95 @@
+// Command outbox operates a book's outbox database and journal: migrations, inspection, relaying and
+// verification. Run `outbox help` for the commands.
+//
+// Exit status: 0 on success, 1 when a check finds a problem (a journal gap, conflict or malformed line),
+// 2 on a usage or I/O error.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"syscall"
+)
+
+const (
+	exitOK       = 0
+	exitFindings = 1
+	exitUsage    = 2
+)
+
+// command is one subcommand. run returns the exit status; it prints its own errors to stderr.
+type command struct {
+	summary string
+	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) int
+}
+
+var commands = map[string]command{}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
+		usage(stdout)
+		if len(args) == 0 {
+			return exitUsage
+		}
+		return exitOK
+	}
+	c, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "outbox: unknown command %q (run 'outbox help')\n", args[0])
+		return exitUsage
+	}
+	return c.run(ctx, args[1:], stdout, stderr)
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: outbox <command> [flags]\n\ncommands:")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-8s %s\n", n, commands[n].summary)
+	}
+	fmt.Fprintln(w, "\nRun 'outbox <command> --help' for a command's flags.")
+}
+
+// parseFlags parses args with fs, letting flags and positional arguments come in any order
+// (`migrate up --db f` as well as `migrate --db f up`). It reports the positional arguments, or the
+// exit status to return when parsing ended the command (help asked, or a usage error printed).
+func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) (positional []string, exit int, done bool) {
+	fs.SetOutput(stderr)
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, exitOK, true
+			}
+			return nil, exitUsage, true
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return positional, 0, false
+		}
+		positional = append(positional, args[0])
+		args = args[1:]
+	}
+}
+
+// fail prints one line to stderr and returns status.
+func fail(stderr io.Writer, status int, format string, a ...any) int {
+	fmt.Fprintf(stderr, "outbox: "+format+"\n", a...)
+	return status
+}

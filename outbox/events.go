@@ -1,0 +1,255 @@
+package outbox
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/textmachine/outbox/db"
+)
+
+// EventLine is one stored journal line: its sequence number and its exact bytes, without a newline.
+type EventLine struct {
+	Seq  int64
+	Line []byte
+}
+
+// EventBuilder renders the line for the sequence number the store has just assigned. It runs inside
+// the write transaction, so its failure rolls the number back with everything else. Returning a nil
+// line declines: nothing is stored and no number is used.
+type EventBuilder func(seq int64) ([]byte, error)
+
+// EnqueueEvent assigns runID's next sequence number, has build render the line, and stores it, in one
+// transaction. It returns the number, or 0 when build declined. An error from build is returned
+// (wrapped) and nothing is stored.
+func (s *Store) EnqueueEvent(ctx context.Context, runID string, build EventBuilder) (seq int64, err error) {
+	if err := checkEnqueue(runID, build); err != nil {
+		return 0, err
+	}
+	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		seq, err = s.enqueue(ctx, tx, runID, build)
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	return seq, nil
+}
+
+// EnqueueOnce is EnqueueEvent for an event that must reach the journal once for the life of the book,
+// whatever crashes and restarts happen: the announcement that a unit is done, which a reader counts.
+//
+// When onceKey is already in the ledger, it returns (false, 0, nil) without calling build. Otherwise it
+// enqueues and returns (true, seq, nil); a declining build gives (false, 0, nil). The key enters the
+// ledger only when MarkAnnounced records that the line reached the journal.
+func (s *Store) EnqueueOnce(ctx context.Context, runID, onceKey string, build EventBuilder) (announcing bool, seq int64, err error) {
+	if onceKey == "" {
+		return false, 0, ErrEmptyOnceKey
+	}
+	if err := checkEnqueue(runID, build); err != nil {
+		return false, 0, err
+	}
+	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		found, err := s.q.EventsOnceKeyExists(ctx, tx, onceKey)
+		if err != nil {
+			return fmt.Errorf("outbox: look up once key: %w", mapErr(ctx, err))
+		}
+		if found != 0 {
+			return nil
+		}
+		seq, err = s.enqueue(ctx, tx, runID, build)
+		return err
+	})
+	if err != nil {
+		return false, 0, err
+	}
+	return seq > 0, seq, nil
+}
+
+// EnqueueTx is EnqueueEvent inside a transaction the caller holds, usually the one WriteTx passes to
+// its function: the event then commits or rolls back with the caller's own writes. The caller commits.
+// If the caller rolls back, the number is not used.
+func (s *Store) EnqueueTx(ctx context.Context, tx *sql.Tx, runID string, build EventBuilder) (seq int64, err error) {
+	if tx == nil {
+		return 0, errors.New("outbox: EnqueueTx with a nil transaction")
+	}
+	if err := checkEnqueue(runID, build); err != nil {
+		return 0, err
+	}
+	if err := s.enter(true); err != nil {
+		return 0, err
+	}
+	defer s.exit()
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	return s.enqueue(ctx, tx, runID, build)
+}
+
+func checkEnqueue(runID string, build EventBuilder) error {
+	if runID == "" {
+		return ErrEmptyRunID
+	}
+	if build == nil {
+		return errors.New("outbox: nil EventBuilder")
+	}
+	return nil
+}
+
+// enqueue is the one body of every enqueue: next number, render, validate, insert.
+func (s *Store) enqueue(ctx context.Context, tx *sql.Tx, runID string, build EventBuilder) (int64, error) {
+	next, err := s.q.EventNextSeq(ctx, tx, runID)
+	if err != nil {
+		return 0, fmt.Errorf("outbox: next seq of run %q: %w", runID, mapErr(ctx, err))
+	}
+	line, err := build(next)
+	if err != nil {
+		return 0, fmt.Errorf("outbox: build line %d of run %q: %w", next, runID, err)
+	}
+	if line == nil {
+		return 0, nil
+	}
+	if err := checkLine(line); err != nil {
+		return 0, fmt.Errorf("outbox: line %d of run %q: %w", next, runID, err)
+	}
+	if err := s.q.EventInsert(ctx, tx, db.EventInsertParams{EngineRunID: runID, Seq: next, Line: line}); err != nil {
+		return 0, fmt.Errorf("outbox: insert line %d of run %q: %w", next, runID, mapErr(ctx, err))
+	}
+	return next, nil
+}
+
+func checkLine(line []byte) error {
+	if len(line) == 0 || bytes.IndexByte(line, '\n') >= 0 {
+		return ErrInvalidLine
+	}
+	return nil
+}
+
+// MarkAnnounced records in the ledger that the lines of runID named in keyBySeq have reached the
+// journal, each under its once key. Call it only after the journal has the lines. The batch is one
+// transaction: marking an event with the key it already holds is a no-op, and a key that another
+// event holds (ErrAnnounceConflict), an event that already holds another key (ErrAnnounceConflict) or
+// a seq without a row (ErrUnknownEvent) fails the call and marks nothing.
+func (s *Store) MarkAnnounced(ctx context.Context, runID string, keyBySeq map[int64]string) error {
+	if runID == "" {
+		return ErrEmptyRunID
+	}
+	for seq, key := range keyBySeq {
+		if key == "" {
+			return fmt.Errorf("outbox: mark line %d of run %q: %w", seq, runID, ErrEmptyOnceKey)
+		}
+	}
+	if len(keyBySeq) == 0 {
+		return nil
+	}
+	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		return s.markAnnounced(ctx, tx, runID, keyBySeq)
+	})
+}
+
+func (s *Store) markAnnounced(ctx context.Context, tx *sql.Tx, runID string, keyBySeq map[int64]string) error {
+	for _, seq := range slices.Sorted(maps.Keys(keyBySeq)) {
+		key := keyBySeq[seq]
+		n, err := s.q.EventMarkAnnounced(ctx, tx, db.EventMarkAnnouncedParams{OnceKey: key, EngineRunID: runID, Seq: seq})
+		if err != nil {
+			return fmt.Errorf("outbox: mark line %d of run %q announced as %q: %w", seq, runID, key, mapErr(ctx, err))
+		}
+		if n == 1 {
+			continue
+		}
+		held, err := s.q.EventOnceKey(ctx, tx, db.EventOnceKeyParams{EngineRunID: runID, Seq: seq})
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			return fmt.Errorf("outbox: mark line %d of run %q announced: %w", seq, runID, ErrUnknownEvent)
+		case err != nil:
+			return fmt.Errorf("outbox: mark line %d of run %q announced: %w", seq, runID, mapErr(ctx, err))
+		default:
+			return fmt.Errorf("outbox: mark line %d of run %q announced as %q: it holds %q: %w",
+				seq, runID, key, held, ErrAnnounceConflict)
+		}
+	}
+	return nil
+}
+
+// AnnouncedOnceKeys returns the ledger: every key that MarkAnnounced recorded, that is every event a
+// reader has been told of. Keys of events merely enqueued are not in it.
+func (s *Store) AnnouncedOnceKeys(ctx context.Context) (map[string]bool, error) {
+	var keys []string
+	err := s.read(ctx, func(ctx context.Context) (err error) {
+		keys, err = s.q.EventsAnnouncedKeys(ctx, s.r)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("outbox: read the ledger: %w", err)
+	}
+	out := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		out[k] = true
+	}
+	return out, nil
+}
+
+// PendingEvents returns at most limit of runID's stored lines with seq > after, in seq order. A limit
+// below 1 is ErrInvalidLimit: a relay whose journal refuses writes re-reads the same prefix on every
+// attempt, and only a bound keeps that attempt's cost fixed as the backlog grows.
+func (s *Store) PendingEvents(ctx context.Context, runID string, after int64, limit int) ([]EventLine, error) {
+	if runID == "" {
+		return nil, ErrEmptyRunID
+	}
+	if limit < 1 {
+		return nil, ErrInvalidLimit
+	}
+	var rows []db.EventsPendingRow
+	err := s.read(ctx, func(ctx context.Context) (err error) {
+		rows, err = s.q.EventsPending(ctx, s.r, db.EventsPendingParams{EngineRunID: runID, AfterSeq: after, MaxRows: int64(limit)})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("outbox: read pending lines of run %q: %w", runID, err)
+	}
+	out := make([]EventLine, len(rows))
+	for i, r := range rows {
+		out[i] = EventLine{Seq: r.Seq, Line: r.Line}
+	}
+	return out, nil
+}
+
+// EventsUsed reports whether runID has any row, buffered or in the ledger. A run id is a stream
+// identity and must be fresh: a process that reused one would continue the earlier stream's numbers.
+func (s *Store) EventsUsed(ctx context.Context, runID string) (bool, error) {
+	if runID == "" {
+		return false, ErrEmptyRunID
+	}
+	var used int64
+	err := s.read(ctx, func(ctx context.Context) (err error) {
+		used, err = s.q.EventsRunUsed(ctx, s.r, runID)
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("outbox: check run %q: %w", runID, err)
+	}
+	return used != 0, nil
+}
+
+// ForgetEvents deletes the buffered rows of every run except runID and returns how many it deleted.
+// Ledger rows (announced once keys) are kept, whatever their run, and so is every row of runID.
+func (s *Store) ForgetEvents(ctx context.Context, runID string) (forgotten int64, err error) {
+	if runID == "" {
+		return 0, ErrEmptyRunID
+	}
+	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		forgotten, err = s.q.EventsForget(ctx, tx, runID)
+		if err != nil {
+			return fmt.Errorf("outbox: forget other runs: %w", mapErr(ctx, err))
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return forgotten, nil
+}

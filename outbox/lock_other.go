@@ -1,0 +1,13 @@
+//go:build !unix
+
+package outbox
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+)
+
+func lockFile(path string) (*os.File, error) {
+	return nil, fmt.Errorf("outbox: the writer lock is not implemented on %s", runtime.GOOS)
+}

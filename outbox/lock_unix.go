@@ -1,0 +1,37 @@
+//go:build unix
+
+package outbox
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+)
+
+// lockFile takes an exclusive flock on path through a descriptor of its own.
+//
+// flock, not fcntl: a POSIX record lock belongs to the process, so a second Open in the same process
+// would be granted it, and SQLite closing any of its own descriptors on the file would silently drop
+// it. A flock belongs to this open file description alone and lives until the descriptor is closed.
+// On Linux flock and the OFD locks SQLite itself uses do not interact.
+func lockFile(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: open %s for locking: %w", path, err)
+	}
+	for {
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if !errors.Is(err, syscall.EINTR) {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w: %s", ErrLocked, path)
+		}
+		return nil, fmt.Errorf("outbox: lock %s: %w", path, err)
+	}
+	return f, nil
+}

@@ -1,0 +1,126 @@
+package outbox
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Durability is the SQLite synchronous level of the store's connections.
+type Durability int
+
+const (
+	// DurabilityFull (synchronous=FULL, the default) makes every commit durable before it returns: one
+	// WAL fdatasync per transaction.
+	DurabilityFull Durability = iota
+	// DurabilityNormal (synchronous=NORMAL) syncs the WAL only at checkpoints. A commit survives a
+	// process crash but can be lost to power failure, after the relay may already have written its
+	// line to the journal: the journal would then claim an event the database no longer has. Opt in
+	// only when the database is not the ledger of record.
+	DurabilityNormal
+)
+
+func (d Durability) String() string {
+	switch d {
+	case DurabilityFull:
+		return "FULL"
+	case DurabilityNormal:
+		return "NORMAL"
+	}
+	return fmt.Sprintf("Durability(%d)", int(d))
+}
+
+// Defaults, chosen so that a store needs no options.
+const (
+	DefaultBusyTimeout  = 5 * time.Second
+	DefaultOpTimeout    = 30 * time.Second
+	DefaultReadPoolSize = 4
+)
+
+type config struct {
+	durability  Durability
+	busyTimeout time.Duration
+	opTimeout   time.Duration
+	readPool    int
+	logger      *slog.Logger
+}
+
+func newConfig(opts []Option) (config, error) {
+	c := config{
+		durability:  DurabilityFull,
+		busyTimeout: DefaultBusyTimeout,
+		opTimeout:   DefaultOpTimeout,
+		readPool:    DefaultReadPoolSize,
+		logger:      slog.New(slog.DiscardHandler),
+	}
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(&c); err != nil {
+			return config{}, err
+		}
+	}
+	return c, nil
+}
+
+// Option configures Open and OpenReadOnly. An option given an invalid value makes Open fail.
+type Option func(*config) error
+
+// WithDurability sets the synchronous level; see Durability. The default is DurabilityFull.
+func WithDurability(d Durability) Option {
+	return func(c *config) error {
+		if d != DurabilityFull && d != DurabilityNormal {
+			return fmt.Errorf("outbox: unknown durability %v", d)
+		}
+		c.durability = d
+		return nil
+	}
+}
+
+// WithBusyTimeout sets how long a statement waits for a lock another connection holds (a checkpoint,
+// an external tool) before failing with SQLITE_BUSY. Zero fails at once. The default is 5s.
+func WithBusyTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 0 {
+			return fmt.Errorf("outbox: negative busy timeout %v", d)
+		}
+		c.busyTimeout = d
+		return nil
+	}
+}
+
+// WithOpTimeout bounds each operation whose context has no deadline, so a stuck database cannot hang a
+// caller that passed context.Background. Zero disables it. The default is 30s.
+func WithOpTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 0 {
+			return fmt.Errorf("outbox: negative operation timeout %v", d)
+		}
+		c.opTimeout = d
+		return nil
+	}
+}
+
+// WithReadPoolSize sets the number of read connections (PendingEvents, EventsUsed, AnnouncedOnceKeys).
+// Writes always use the one writer connection. The default is 4.
+func WithReadPoolSize(n int) Option {
+	return func(c *config) error {
+		if n < 1 {
+			return fmt.Errorf("outbox: read pool size %d, need at least 1", n)
+		}
+		c.readPool = n
+		return nil
+	}
+}
+
+// WithLogger sets the logger. The store logs nothing unless given one.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			return fmt.Errorf("outbox: nil logger")
+		}
+		c.logger = l
+		return nil
+	}
+}

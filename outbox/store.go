@@ -1,0 +1,356 @@
+package outbox
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/ncruces/go-sqlite3"
+	"github.com/ncruces/go-sqlite3/driver"
+
+	"github.com/textmachine/outbox/db"
+	"github.com/textmachine/outbox/migrations"
+)
+
+// Store is one book's outbox: an SQLite database holding the events_outbox table.
+//
+// A Store opened with Open is the database's only writer: it holds an exclusive lock on the file for
+// its lifetime, writes through a single connection with BEGIN IMMEDIATE, and reads through a separate
+// pool. A Store opened with OpenReadOnly only reads. All methods are safe for concurrent use.
+type Store struct {
+	path     string
+	cfg      config
+	log      *slog.Logger
+	q        *db.Queries
+	w        *sql.DB // nil when read-only
+	r        *sql.DB
+	lock     *os.File // the writer lock; nil when read-only
+	readOnly bool
+
+	mu       sync.Mutex
+	cond     *sync.Cond // signalled when inflight drops to zero
+	inflight int
+	closed   bool
+	changed  chan struct{} // closed and replaced after every commit through the store
+}
+
+// Migrate applies the outbox migrations to a database the caller owns, with the same embedded files
+// and version table that Open uses.
+func Migrate(ctx context.Context, sqlDB *sql.DB) error {
+	return migrations.Up(ctx, sqlDB)
+}
+
+// Open opens the outbox database at path for writing, creating the file if it is missing and applying
+// any pending migrations. It fails with ErrLocked, at once, when another Store in this or another
+// process holds the database.
+func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
+	s, err := newStore(path, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("outbox: open %s: %w", path, err)
+	}
+	_, statErr := os.Stat(path)
+	created := errors.Is(statErr, os.ErrNotExist)
+	if s.lock, err = lockFile(path); err != nil {
+		return nil, err
+	}
+	if created {
+		// The directory entry of a new file is durable only once its directory is synced.
+		if err := syncDir(filepath.Dir(path)); err != nil {
+			s.release()
+			return nil, err
+		}
+	}
+	sync := "FULL"
+	if s.cfg.durability == DurabilityNormal {
+		sync = "NORMAL"
+	}
+	s.w, err = openDB(path, "_txlock=immediate", func(c *sqlite3.Conn) error {
+		if err := c.BusyTimeout(s.cfg.busyTimeout); err != nil {
+			return err
+		}
+		// Every connection sets synchronous itself: a connection to an existing WAL database starts
+		// at NORMAL whatever the one that created the WAL reported.
+		return c.Exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=" + sync)
+	})
+	if err != nil {
+		s.release()
+		return nil, err
+	}
+	// One writer connection: every sequence number is assigned under it, so a transaction sees
+	// MAX(seq)=N only after the one that took N has committed.
+	s.w.SetMaxOpenConns(1)
+	s.w.SetMaxIdleConns(1)
+	s.w.SetConnMaxLifetime(0)
+	s.w.SetConnMaxIdleTime(0)
+
+	octx, cancel := s.opContext(ctx)
+	defer cancel()
+	if err := s.w.PingContext(octx); err != nil {
+		s.release()
+		return nil, fmt.Errorf("outbox: open %s: %w", path, mapErr(octx, err))
+	}
+	if err := migrations.Up(octx, s.w); err != nil {
+		s.release()
+		return nil, fmt.Errorf("outbox: open %s: %w", path, mapErr(octx, err))
+	}
+	if s.r, err = s.openReader(); err != nil {
+		s.release()
+		return nil, err
+	}
+	s.log.Debug("outbox: opened", "path", path, "durability", s.cfg.durability)
+	return s, nil
+}
+
+// OpenReadOnly opens an existing outbox database for reading only. It takes no writer lock, so it works
+// beside a Store that has the database open for writing, and sees what that store has committed. It
+// writes nothing to the database, not even a checkpoint. Its write methods return ErrReadOnly.
+func OpenReadOnly(ctx context.Context, path string, opts ...Option) (*Store, error) {
+	s, err := newStore(path, opts)
+	if err != nil {
+		return nil, err
+	}
+	s.readOnly = true
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("outbox: open %s: %w", path, err)
+	}
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("outbox: open %s: %w", path, err)
+	}
+	if s.r, err = s.openReader(); err != nil {
+		return nil, err
+	}
+	octx, cancel := s.opContext(ctx)
+	defer cancel()
+	var n int
+	err = s.r.QueryRowContext(octx,
+		`SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'events_outbox'`).Scan(&n)
+	if err == nil && n == 0 {
+		err = ErrNoSchema
+	}
+	if err != nil {
+		s.release()
+		return nil, fmt.Errorf("outbox: open %s: %w", path, mapErr(octx, err))
+	}
+	return s, nil
+}
+
+func newStore(path string, opts []Option) (*Store, error) {
+	if path == "" {
+		return nil, errors.New("outbox: empty database path")
+	}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{path: path, cfg: cfg, log: cfg.logger, q: db.New(), changed: make(chan struct{})}
+	s.cond = sync.NewCond(&s.mu)
+	return s, nil
+}
+
+// openReader opens the read pool. mode=ro: a read connection never creates the file, never writes to
+// it, and as the last connection to close does not checkpoint the WAL into it.
+func (s *Store) openReader() (*sql.DB, error) {
+	r, err := openDB(s.path, "mode=ro&_txlock=deferred", func(c *sqlite3.Conn) error {
+		if err := c.BusyTimeout(s.cfg.busyTimeout); err != nil {
+			return err
+		}
+		return c.Exec("PRAGMA query_only=1")
+	})
+	if err != nil {
+		return nil, err
+	}
+	r.SetMaxOpenConns(s.cfg.readPool)
+	r.SetMaxIdleConns(s.cfg.readPool)
+	return r, nil
+}
+
+// openDB opens path through the driver with an init callback for the pragmas. Pragmas go through the
+// callback, not the DSN, so no DSN spelling can make them silently ignored.
+func openDB(path, query string, init func(*sqlite3.Conn) error) (*sql.DB, error) {
+	u := url.URL{Scheme: "file", OmitHost: true, Path: path, RawQuery: query}
+	sqlDB, err := driver.Open(u.String(), init)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: open %s: %w", path, err)
+	}
+	return sqlDB, nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("outbox: sync directory %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("outbox: sync directory %s: %w", dir, err)
+	}
+	return nil
+}
+
+// Path returns the database file's path.
+func (s *Store) Path() string { return s.path }
+
+// Close waits for operations in flight, closes the connections and releases the writer lock. Calls
+// after Close return ErrClosed; Close itself may be called again and returns nil.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	for s.inflight > 0 {
+		s.cond.Wait()
+	}
+	close(s.changed) // wakes anyone waiting for a commit; they will find the store closed
+	s.mu.Unlock()
+	return s.release()
+}
+
+// release closes what the store holds, the writer lock last, so that a following Open cannot meet a
+// connection of this store still open on the file.
+func (s *Store) release() error {
+	var errs []error
+	if s.r != nil {
+		errs = append(errs, s.r.Close())
+	}
+	if s.w != nil {
+		errs = append(errs, s.w.Close())
+	}
+	if s.lock != nil {
+		errs = append(errs, s.lock.Close())
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("outbox: close %s: %w", s.path, err)
+	}
+	return nil
+}
+
+// enter registers an operation so that Close waits for it. It fails once the store is closed.
+func (s *Store) enter(write bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	if write && s.readOnly {
+		return ErrReadOnly
+	}
+	s.inflight++
+	return nil
+}
+
+func (s *Store) exit() {
+	s.mu.Lock()
+	s.inflight--
+	if s.inflight == 0 {
+		s.cond.Broadcast()
+	}
+	s.mu.Unlock()
+}
+
+// opContext applies the operation timeout to a context without a deadline.
+func (s *Store) opContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok || s.cfg.opTimeout <= 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, s.cfg.opTimeout)
+}
+
+// Changed returns a channel that is closed at the next commit made through this store (or when the
+// store is closed). A relay waits on it instead of polling; take a fresh channel after each wake-up.
+// Commits made on transactions the store did not begin (EnqueueTx on a foreign *sql.Tx) do not
+// signal it.
+func (s *Store) Changed() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.changed
+}
+
+func (s *Store) signalCommit() {
+	s.mu.Lock()
+	if !s.closed {
+		close(s.changed)
+		s.changed = make(chan struct{})
+	}
+	s.mu.Unlock()
+}
+
+// WriteTx runs fn in one write transaction (BEGIN IMMEDIATE on the writer connection) and commits it
+// when fn returns nil. fn's error is returned as it is; if fn panics, the transaction is rolled back and
+// the panic continues. Use EnqueueTx inside fn to make events commit with the caller's own writes.
+//
+// fn must not call the store's other write methods: the store has one writer connection, which fn
+// already holds.
+func (s *Store) WriteTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	if fn == nil {
+		return errors.New("outbox: WriteTx with a nil function")
+	}
+	return s.write(ctx, func(_ context.Context, tx *sql.Tx) error { return fn(tx) })
+}
+
+// write is writeTx behind the closed and read-only checks.
+func (s *Store) write(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	if err := s.enter(true); err != nil {
+		return err
+	}
+	defer s.exit()
+	return s.writeTx(ctx, fn)
+}
+
+// writeTx is WriteTx for the store's own methods: fn gets the transaction's context, which carries the
+// operation timeout.
+func (s *Store) writeTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) (err error) {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	ctx, cancel := s.opContext(ctx)
+	defer cancel()
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("outbox: begin: %w", mapErr(ctx, err))
+	}
+	done := false
+	defer func() {
+		if done {
+			return
+		}
+		// Runs on error and on panic alike, so the writer connection is never left inside a
+		// transaction.
+		if rbErr := tx.Rollback(); rbErr != nil && !errors.Is(rbErr, sql.ErrTxDone) {
+			s.log.Warn("outbox: rollback failed", "err", rbErr)
+		}
+	}()
+	if err := fn(ctx, tx); err != nil {
+		return err
+	}
+	done = true
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("outbox: commit: %w", mapErr(ctx, err))
+	}
+	s.signalCommit()
+	return nil
+}
+
+// read runs fn on the read pool with the operation timeout.
+func (s *Store) read(ctx context.Context, fn func(ctx context.Context) error) error {
+	if err := s.enter(false); err != nil {
+		return err
+	}
+	defer s.exit()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	ctx, cancel := s.opContext(ctx)
+	defer cancel()
+	return mapErr(ctx, fn(ctx))
+}
