@@ -10,18 +10,27 @@ import (
 )
 
 const EventInsert = `-- name: EventInsert :exec
-INSERT INTO events_outbox (engine_run_id, seq, line)
-VALUES (?1, ?2, ?3)
+INSERT INTO events_outbox (engine_run_id, seq, line, announce_key, enqueued_at)
+VALUES (?1, ?2, ?3, CAST(?4 AS TEXT),
+        ?5)
 `
 
 type EventInsertParams struct {
 	EngineRunID string
 	Seq         int64
 	Line        []byte
+	AnnounceKey string
+	EnqueuedAt  int64
 }
 
 func (q *Queries) EventInsert(ctx context.Context, db DBTX, arg EventInsertParams) error {
-	_, err := db.ExecContext(ctx, EventInsert, arg.EngineRunID, arg.Seq, arg.Line)
+	_, err := db.ExecContext(ctx, EventInsert,
+		arg.EngineRunID,
+		arg.Seq,
+		arg.Line,
+		arg.AnnounceKey,
+		arg.EnqueuedAt,
+	)
 	return err
 }
 
@@ -31,6 +40,7 @@ SET once_key = CAST(?1 AS TEXT)
 WHERE engine_run_id = ?2
   AND seq = ?3
   AND once_key IN ('', CAST(?1 AS TEXT))
+  AND announce_key IN ('', CAST(?1 AS TEXT))
 `
 
 type EventMarkAnnouncedParams struct {
@@ -39,8 +49,9 @@ type EventMarkAnnouncedParams struct {
 	Seq         int64
 }
 
-// Matches a row that holds no key yet or already holds this one, so re-marking is a no-op that still
-// counts the row; a row holding another key is left alone and counts zero.
+// Matches a row that holds no key yet or already holds this one (in the ledger or as its pending
+// announce key), so re-marking is a no-op that still counts the row; a row holding another key is
+// left alone and counts zero.
 func (q *Queries) EventMarkAnnounced(ctx context.Context, db DBTX, arg EventMarkAnnouncedParams) (int64, error) {
 	result, err := db.ExecContext(ctx, EventMarkAnnounced, arg.OnceKey, arg.EngineRunID, arg.Seq)
 	if err != nil {
@@ -63,7 +74,7 @@ func (q *Queries) EventNextSeq(ctx context.Context, db DBTX, engineRunID string)
 }
 
 const EventOnceKey = `-- name: EventOnceKey :one
-SELECT once_key
+SELECT once_key, announce_key
 FROM events_outbox
 WHERE engine_run_id = ?1 AND seq = ?2
 `
@@ -73,12 +84,18 @@ type EventOnceKeyParams struct {
 	Seq         int64
 }
 
-// The key a row holds in the ledger (empty when none); no row when the event does not exist.
-func (q *Queries) EventOnceKey(ctx context.Context, db DBTX, arg EventOnceKeyParams) (string, error) {
+type EventOnceKeyRow struct {
+	OnceKey     string
+	AnnounceKey string
+}
+
+// The keys a row holds, in the ledger and pending (empty when none); no row when the event does not
+// exist.
+func (q *Queries) EventOnceKey(ctx context.Context, db DBTX, arg EventOnceKeyParams) (EventOnceKeyRow, error) {
 	row := db.QueryRowContext(ctx, EventOnceKey, arg.EngineRunID, arg.Seq)
-	var once_key string
-	err := row.Scan(&once_key)
-	return once_key, err
+	var i EventOnceKeyRow
+	err := row.Scan(&i.OnceKey, &i.AnnounceKey)
+	return i, err
 }
 
 const EventsAnnouncedKeys = `-- name: EventsAnnouncedKeys :many
@@ -126,15 +143,76 @@ func (q *Queries) EventsForget(ctx context.Context, db DBTX, engineRunID string)
 	return result.RowsAffected()
 }
 
+const EventsLastSeq = `-- name: EventsLastSeq :one
+SELECT CAST(COALESCE(MAX(seq), 0) AS INTEGER) AS last_seq
+FROM events_outbox
+WHERE engine_run_id = ?1
+`
+
+func (q *Queries) EventsLastSeq(ctx context.Context, db DBTX, engineRunID string) (int64, error) {
+	row := db.QueryRowContext(ctx, EventsLastSeq, engineRunID)
+	var last_seq int64
+	err := row.Scan(&last_seq)
+	return last_seq, err
+}
+
+const EventsMarkProjected = `-- name: EventsMarkProjected :execrows
+UPDATE events_outbox
+SET once_key = announce_key
+WHERE engine_run_id = ?1
+  AND seq BETWEEN ?2 AND ?3
+  AND announce_key <> '' AND once_key = ''
+`
+
+type EventsMarkProjectedParams struct {
+	EngineRunID interface{}
+	FirstSeq    interface{}
+	LastSeq     interface{}
+}
+
+// Moves the pending announce keys of a projected range into the ledger.
+func (q *Queries) EventsMarkProjected(ctx context.Context, db DBTX, arg EventsMarkProjectedParams) (int64, error) {
+	result, err := db.ExecContext(ctx, EventsMarkProjected, arg.EngineRunID, arg.FirstSeq, arg.LastSeq)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
+}
+
+const EventsOldestAfter = `-- name: EventsOldestAfter :one
+SELECT CAST(enqueued_at AS INTEGER) AS enqueued_at
+FROM events_outbox
+WHERE engine_run_id = ?1 AND seq > ?2
+ORDER BY seq
+LIMIT 1
+`
+
+type EventsOldestAfterParams struct {
+	EngineRunID string
+	AfterSeq    int64
+}
+
+// The enqueue time of the first line after a position: the age of a run's unprojected backlog.
+func (q *Queries) EventsOldestAfter(ctx context.Context, db DBTX, arg EventsOldestAfterParams) (int64, error) {
+	row := db.QueryRowContext(ctx, EventsOldestAfter, arg.EngineRunID, arg.AfterSeq)
+	var enqueued_at int64
+	err := row.Scan(&enqueued_at)
+	return enqueued_at, err
+}
+
 const EventsOnceKeyExists = `-- name: EventsOnceKeyExists :one
 SELECT CAST(EXISTS (
     SELECT 1 FROM events_outbox
     WHERE once_key = CAST(?1 AS TEXT) AND once_key <> ''
+) OR EXISTS (
+    SELECT 1 FROM events_outbox
+    WHERE announce_key = CAST(?1 AS TEXT) AND announce_key <> ''
 ) AS INTEGER) AS found
 `
 
-// The trailing non-empty test is what lets the planner use the partial index (migrations/00001):
-// with a bound parameter it cannot prove the key non-empty, and the bare equality plans as a SCAN.
+// Whether the key is in the ledger or pending on a row not yet projected. Each non-empty test is what
+// lets the planner use its partial index (migrations/00001): with a bound parameter it cannot prove
+// the key non-empty, and the bare equality plans as a SCAN.
 func (q *Queries) EventsOnceKeyExists(ctx context.Context, db DBTX, onceKey string) (int64, error) {
 	row := db.QueryRowContext(ctx, EventsOnceKeyExists, onceKey)
 	var found int64
@@ -195,4 +273,52 @@ func (q *Queries) EventsRunUsed(ctx context.Context, db DBTX, engineRunID string
 	var used int64
 	err := row.Scan(&used)
 	return used, err
+}
+
+const EventsRuns = `-- name: EventsRuns :many
+SELECT engine_run_id,
+       CAST(count(*) AS INTEGER) AS lines,
+       CAST(MAX(seq) AS INTEGER) AS last_seq,
+       CAST(COALESCE(SUM(once_key <> ''), 0) AS INTEGER) AS ledger_lines
+FROM events_outbox
+GROUP BY engine_run_id
+ORDER BY engine_run_id
+LIMIT ?1
+`
+
+type EventsRunsRow struct {
+	EngineRunID string
+	Lines       int64
+	LastSeq     int64
+	LedgerLines int64
+}
+
+// Every run with rows, with what the CLI's stats and recovery need. One pass over the table, run by
+// run along the primary key; bounded by the number of runs, which ForgetEvents keeps small.
+func (q *Queries) EventsRuns(ctx context.Context, db DBTX, maxRuns int64) ([]EventsRunsRow, error) {
+	rows, err := db.QueryContext(ctx, EventsRuns, maxRuns)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []EventsRunsRow
+	for rows.Next() {
+		var i EventsRunsRow
+		if err := rows.Scan(
+			&i.EngineRunID,
+			&i.Lines,
+			&i.LastSeq,
+			&i.LedgerLines,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }

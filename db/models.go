@@ -9,4 +9,11 @@ type EventsOutbox struct {
 	Seq         int64
 	Line        []byte
 	OnceKey     string
+	AnnounceKey string
+	EnqueuedAt  int64
+}
+
+type OutboxProgress struct {
+	EngineRunID string
+	Projected   int64
 }

@@ -4,11 +4,11 @@
 -- range over it.
 --
 -- WITHOUT ROWID: a rowid table keeps the rows in one b-tree and the primary key in a second one, so
--- every enqueue writes both and every pending read goes through the index and back to the table. As a
--- clustered table the key is the storage. Measured on 200-byte lines with synchronous=NORMAL (the
--- fsync hides everything at FULL): enqueue ~10% faster, pending reads ~25% faster, file ~30% smaller,
--- at 10k and at 1M rows (docs/BENCHMARKS.md). Lines far larger than a page spill to overflow pages in
--- either layout, so the usual caveat about wide rows in WITHOUT ROWID tables costs nothing here.
+-- every enqueue writes both. As a clustered table the key is the storage. Measured with 1M rows of
+-- 200-byte lines at synchronous=NORMAL (at FULL the fsync hides it; BenchmarkSchemaLayout in
+-- outbox/bench_test.go): enqueue about 10% faster and 4% fewer file bytes per row. Lines much larger
+-- than about a quarter of a page spill to overflow pages sooner in a clustered table; event lines are
+-- a few hundred bytes, and a large one costs the same overflow chain in either layout.
 CREATE TABLE events_outbox (
     engine_run_id TEXT    NOT NULL CHECK (engine_run_id <> ''),
     seq           INTEGER NOT NULL CHECK (seq >= 1),

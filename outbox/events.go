@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/textmachine/outbox/db"
 )
@@ -31,7 +32,7 @@ func (s *Store) EnqueueEvent(ctx context.Context, runID string, build EventBuild
 		return 0, err
 	}
 	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		seq, err = s.enqueue(ctx, tx, runID, build)
+		seq, err = s.enqueue(ctx, tx, runID, "", build)
 		return err
 	})
 	if err != nil {
@@ -43,9 +44,11 @@ func (s *Store) EnqueueEvent(ctx context.Context, runID string, build EventBuild
 // EnqueueOnce is EnqueueEvent for an event that must reach the journal once for the life of the book,
 // whatever crashes and restarts happen: the announcement that a unit is done, which a reader counts.
 //
-// When onceKey is already in the ledger, it returns (false, 0, nil) without calling build. Otherwise it
-// enqueues and returns (true, seq, nil); a declining build gives (false, 0, nil). The key enters the
-// ledger only when MarkAnnounced records that the line reached the journal.
+// When onceKey is already in the ledger, or pending on a line not yet projected, it returns
+// (false, 0, nil) without calling build: one row per key for the life of the book. Otherwise it
+// enqueues and returns (true, seq, nil); a declining build gives (false, 0, nil). The key is stored
+// with the line and enters the ledger when the relay (or MarkAnnounced) records that the line reached
+// the journal; Relay.Recover does that for lines an earlier process left pending.
 func (s *Store) EnqueueOnce(ctx context.Context, runID, onceKey string, build EventBuilder) (announcing bool, seq int64, err error) {
 	if onceKey == "" {
 		return false, 0, ErrEmptyOnceKey
@@ -61,7 +64,7 @@ func (s *Store) EnqueueOnce(ctx context.Context, runID, onceKey string, build Ev
 		if found != 0 {
 			return nil
 		}
-		seq, err = s.enqueue(ctx, tx, runID, build)
+		seq, err = s.enqueue(ctx, tx, runID, onceKey, build)
 		return err
 	})
 	if err != nil {
@@ -87,7 +90,7 @@ func (s *Store) EnqueueTx(ctx context.Context, tx *sql.Tx, runID string, build E
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	return s.enqueue(ctx, tx, runID, build)
+	return s.enqueue(ctx, tx, runID, "", build)
 }
 
 func checkEnqueue(runID string, build EventBuilder) error {
@@ -101,7 +104,7 @@ func checkEnqueue(runID string, build EventBuilder) error {
 }
 
 // enqueue is the one body of every enqueue: next number, render, validate, insert.
-func (s *Store) enqueue(ctx context.Context, tx *sql.Tx, runID string, build EventBuilder) (int64, error) {
+func (s *Store) enqueue(ctx context.Context, tx *sql.Tx, runID, onceKey string, build EventBuilder) (int64, error) {
 	next, err := s.q.EventNextSeq(ctx, tx, runID)
 	if err != nil {
 		return 0, fmt.Errorf("outbox: next seq of run %q: %w", runID, mapErr(ctx, err))
@@ -116,7 +119,9 @@ func (s *Store) enqueue(ctx context.Context, tx *sql.Tx, runID string, build Eve
 	if err := checkLine(line); err != nil {
 		return 0, fmt.Errorf("outbox: line %d of run %q: %w", next, runID, err)
 	}
-	if err := s.q.EventInsert(ctx, tx, db.EventInsertParams{EngineRunID: runID, Seq: next, Line: line}); err != nil {
+	if err := s.q.EventInsert(ctx, tx, db.EventInsertParams{
+		EngineRunID: runID, Seq: next, Line: line, AnnounceKey: onceKey, EnqueuedAt: time.Now().UnixMilli(),
+	}); err != nil {
 		return 0, fmt.Errorf("outbox: insert line %d of run %q: %w", next, runID, mapErr(ctx, err))
 	}
 	return next, nil
@@ -161,13 +166,17 @@ func (s *Store) markAnnounced(ctx context.Context, tx *sql.Tx, runID string, key
 		if n == 1 {
 			continue
 		}
-		held, err := s.q.EventOnceKey(ctx, tx, db.EventOnceKeyParams{EngineRunID: runID, Seq: seq})
+		row, err := s.q.EventOnceKey(ctx, tx, db.EventOnceKeyParams{EngineRunID: runID, Seq: seq})
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 			return fmt.Errorf("outbox: mark line %d of run %q announced: %w", seq, runID, ErrUnknownEvent)
 		case err != nil:
 			return fmt.Errorf("outbox: mark line %d of run %q announced: %w", seq, runID, mapErr(ctx, err))
 		default:
+			held := row.OnceKey
+			if held == "" || held == key {
+				held = row.AnnounceKey
+			}
 			return fmt.Errorf("outbox: mark line %d of run %q announced as %q: it holds %q: %w",
 				seq, runID, key, held, ErrAnnounceConflict)
 		}
@@ -236,7 +245,10 @@ func (s *Store) EventsUsed(ctx context.Context, runID string) (bool, error) {
 }
 
 // ForgetEvents deletes the buffered rows of every run except runID and returns how many it deleted.
-// Ledger rows (announced once keys) are kept, whatever their run, and so is every row of runID.
+// Ledger rows (announced once keys) are kept, whatever their run, and so is every row of runID. Rows
+// are deleted whether or not they were projected: call Relay.Recover first, which projects what an
+// earlier run left and then calls ForgetEvents. The projection progress of a run is kept as long as
+// the run has rows, so its ledger rows are never re-sent.
 func (s *Store) ForgetEvents(ctx context.Context, runID string) (forgotten int64, err error) {
 	if runID == "" {
 		return 0, ErrEmptyRunID
@@ -245,6 +257,9 @@ func (s *Store) ForgetEvents(ctx context.Context, runID string) (forgotten int64
 		forgotten, err = s.q.EventsForget(ctx, tx, runID)
 		if err != nil {
 			return fmt.Errorf("outbox: forget other runs: %w", mapErr(ctx, err))
+		}
+		if _, err := s.q.ProgressForgetOrphans(ctx, tx); err != nil {
+			return fmt.Errorf("outbox: forget other runs' progress: %w", mapErr(ctx, err))
 		}
 		return nil
 	})

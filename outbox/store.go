@@ -15,6 +15,7 @@ import (
 	"github.com/ncruces/go-sqlite3/driver"
 
 	"github.com/textmachine/outbox/db"
+	"github.com/textmachine/outbox/internal/faultpoint"
 	"github.com/textmachine/outbox/migrations"
 )
 
@@ -333,10 +334,12 @@ func (s *Store) writeTx(ctx context.Context, fn func(ctx context.Context, tx *sq
 	if err := fn(ctx, tx); err != nil {
 		return err
 	}
+	faultpoint.Hit(faultpoint.BeforeCommit)
 	done = true
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("outbox: commit: %w", mapErr(ctx, err))
 	}
+	faultpoint.Hit(faultpoint.AfterCommit)
 	s.signalCommit()
 	return nil
 }

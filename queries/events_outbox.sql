@@ -1,6 +1,7 @@
 -- name: EventInsert :exec
-INSERT INTO events_outbox (engine_run_id, seq, line)
-VALUES (sqlc.arg(engine_run_id), sqlc.arg(seq), sqlc.arg(line));
+INSERT INTO events_outbox (engine_run_id, seq, line, announce_key, enqueued_at)
+VALUES (sqlc.arg(engine_run_id), sqlc.arg(seq), sqlc.arg(line), CAST(sqlc.arg(announce_key) AS TEXT),
+        sqlc.arg(enqueued_at));
 
 -- name: EventNextSeq :one
 SELECT CAST(COALESCE(MAX(seq), 0) + 1 AS INTEGER) AS next_seq
@@ -8,19 +9,22 @@ FROM events_outbox
 WHERE engine_run_id = sqlc.arg(engine_run_id);
 
 -- name: EventOnceKey :one
--- The key a row holds in the ledger (empty when none); no row when the event does not exist.
-SELECT once_key
+-- The keys a row holds, in the ledger and pending (empty when none); no row when the event does not
+-- exist.
+SELECT once_key, announce_key
 FROM events_outbox
 WHERE engine_run_id = sqlc.arg(engine_run_id) AND seq = sqlc.arg(seq);
 
 -- name: EventMarkAnnounced :execrows
--- Matches a row that holds no key yet or already holds this one, so re-marking is a no-op that still
--- counts the row; a row holding another key is left alone and counts zero.
+-- Matches a row that holds no key yet or already holds this one (in the ledger or as its pending
+-- announce key), so re-marking is a no-op that still counts the row; a row holding another key is
+-- left alone and counts zero.
 UPDATE events_outbox
 SET once_key = CAST(sqlc.arg(once_key) AS TEXT)
 WHERE engine_run_id = sqlc.arg(engine_run_id)
   AND seq = sqlc.arg(seq)
-  AND once_key IN ('', CAST(sqlc.arg(once_key) AS TEXT));
+  AND once_key IN ('', CAST(sqlc.arg(once_key) AS TEXT))
+  AND announce_key IN ('', CAST(sqlc.arg(once_key) AS TEXT));
 
 -- name: EventsAnnouncedKeys :many
 -- The whole ledger. Bounded by the book (one key per announced unit), not by the number of runs.
@@ -35,11 +39,15 @@ DELETE FROM events_outbox
 WHERE engine_run_id <> sqlc.arg(engine_run_id) AND once_key = '';
 
 -- name: EventsOnceKeyExists :one
--- The trailing non-empty test is what lets the planner use the partial index (migrations/00001):
--- with a bound parameter it cannot prove the key non-empty, and the bare equality plans as a SCAN.
+-- Whether the key is in the ledger or pending on a row not yet projected. Each non-empty test is what
+-- lets the planner use its partial index (migrations/00001): with a bound parameter it cannot prove
+-- the key non-empty, and the bare equality plans as a SCAN.
 SELECT CAST(EXISTS (
     SELECT 1 FROM events_outbox
     WHERE once_key = CAST(sqlc.arg(once_key) AS TEXT) AND once_key <> ''
+) OR EXISTS (
+    SELECT 1 FROM events_outbox
+    WHERE announce_key = CAST(sqlc.arg(once_key) AS TEXT) AND announce_key <> ''
 ) AS INTEGER) AS found;
 
 -- name: EventsPending :many
@@ -53,3 +61,36 @@ LIMIT sqlc.arg(max_rows);
 SELECT CAST(EXISTS (
     SELECT 1 FROM events_outbox WHERE engine_run_id = sqlc.arg(engine_run_id)
 ) AS INTEGER) AS used;
+
+-- name: EventsLastSeq :one
+SELECT CAST(COALESCE(MAX(seq), 0) AS INTEGER) AS last_seq
+FROM events_outbox
+WHERE engine_run_id = sqlc.arg(engine_run_id);
+
+-- name: EventsMarkProjected :execrows
+-- Moves the pending announce keys of a projected range into the ledger.
+UPDATE events_outbox
+SET once_key = announce_key
+WHERE engine_run_id = sqlc.arg(engine_run_id)
+  AND seq BETWEEN sqlc.arg(first_seq) AND sqlc.arg(last_seq)
+  AND announce_key <> '' AND once_key = '';
+
+-- name: EventsRuns :many
+-- Every run with rows, with what the CLI's stats and recovery need. One pass over the table, run by
+-- run along the primary key; bounded by the number of runs, which ForgetEvents keeps small.
+SELECT engine_run_id,
+       CAST(count(*) AS INTEGER) AS lines,
+       CAST(MAX(seq) AS INTEGER) AS last_seq,
+       CAST(COALESCE(SUM(once_key <> ''), 0) AS INTEGER) AS ledger_lines
+FROM events_outbox
+GROUP BY engine_run_id
+ORDER BY engine_run_id
+LIMIT sqlc.arg(max_runs);
+
+-- name: EventsOldestAfter :one
+-- The enqueue time of the first line after a position: the age of a run's unprojected backlog.
+SELECT CAST(enqueued_at AS INTEGER) AS enqueued_at
+FROM events_outbox
+WHERE engine_run_id = sqlc.arg(engine_run_id) AND seq > sqlc.arg(after_seq)
+ORDER BY seq
+LIMIT 1;

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"testing"
 
 	_ "github.com/ncruces/go-sqlite3/driver"
@@ -131,3 +132,5 @@ func countRows(t testing.TB, path, where string, args ...any) int {
 	}
 	return n
 }
+
+func regexpMatch(re, s string) bool { return regexp.MustCompile(re).MatchString(s) }

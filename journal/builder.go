@@ -1,0 +1,47 @@
+package journal
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/textmachine/outbox/outbox"
+)
+
+// TimeFormat is the layout of a line's "at": RFC 3339 in UTC with all nine fractional digits, so
+// lines sort by time as text and every line has the same width of timestamp.
+const TimeFormat = "2006-01-02T15:04:05.000000000Z"
+
+// Builder returns an EventBuilder that renders
+//
+//	{"engine_run_id":…,"seq":…,"type":…,"at":…,"data":…}
+//
+// for the seq the outbox assigns. The time is taken when the line is rendered, inside the enqueue's
+// transaction, and stored with it: a re-delivery re-sends the same bytes. data is encoded with
+// encoding/json; an encoding error fails the enqueue and stores nothing.
+func Builder(runID, eventType string, data any) outbox.EventBuilder {
+	return func(seq int64) ([]byte, error) {
+		return render(runID, seq, eventType, time.Now(), data)
+	}
+}
+
+// Handshake is the Builder of a run's first line (seq 1): type "run_started".
+func Handshake(runID string, data any) outbox.EventBuilder {
+	return Builder(runID, "run_started", data)
+}
+
+type line struct {
+	RunID string `json:"engine_run_id"`
+	Seq   int64  `json:"seq"`
+	Type  string `json:"type"`
+	At    string `json:"at"`
+	Data  any    `json:"data"`
+}
+
+func render(runID string, seq int64, eventType string, at time.Time, data any) ([]byte, error) {
+	b, err := json.Marshal(line{RunID: runID, Seq: seq, Type: eventType, At: at.UTC().Format(TimeFormat), Data: data})
+	if err != nil {
+		return nil, fmt.Errorf("journal: render %s line %d: %w", eventType, seq, err)
+	}
+	return b, nil
+}

@@ -1,0 +1,233 @@
+package journal
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/textmachine/outbox/outbox"
+)
+
+func lines(ss ...string) []outbox.EventLine {
+	out := make([]outbox.EventLine, len(ss))
+	for i, s := range ss {
+		out[i] = outbox.EventLine{Seq: int64(i + 1), Line: []byte(s)}
+	}
+	return out
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// faultyOps fails the chosen call: the n-th WriteAt (short after half its bytes, or with an error),
+// or every Datasync.
+type faultyOps struct {
+	osOps
+	writeErr   error
+	shortAfter int // fail on this WriteAt call (1-based), after writing half of it
+	writes     int
+	syncErr    error
+}
+
+func (o *faultyOps) WriteAt(f *os.File, b []byte, off int64) (int, error) {
+	o.writes++
+	if o.shortAfter > 0 && o.writes == o.shortAfter {
+		n, _ := f.WriteAt(b[:len(b)/2], off)
+		return n, o.writeErr
+	}
+	return f.WriteAt(b, off)
+}
+
+func (o *faultyOps) Datasync(f *os.File) error {
+	if o.syncErr != nil {
+		return o.syncErr
+	}
+	return datasync(f)
+}
+
+func TestAppendWritesWholeBatchesAndReadsBackExactly(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "j.jsonl")
+	j, err := OpenFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	if err := j.Append(context.Background(), lines("a", "b")); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Append(context.Background(), lines("c")); err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(t, path); got != "a\nb\nc\n" {
+		t.Errorf("file = %q", got)
+	}
+	if err := j.Append(context.Background(), nil); err != nil {
+		t.Errorf("empty batch: %v", err)
+	}
+}
+
+func TestAppendRefusesInvalidLinesBeforeWritingAnything(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "j.jsonl")
+	j, _ := OpenFile(path)
+	defer j.Close()
+	for _, bad := range [][]outbox.EventLine{lines("ok", "bad\nline"), lines("ok", "")} {
+		if err := j.Append(context.Background(), bad); !errors.Is(err, outbox.ErrInvalidLine) {
+			t.Errorf("err = %v, want ErrInvalidLine", err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := j.Append(ctx, lines("x")); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled: %v", err)
+	}
+	if got := readFile(t, path); got != "" {
+		t.Errorf("file = %q, want empty", got)
+	}
+}
+
+func TestAFailedOrShortWriteIsTruncatedBack(t *testing.T) {
+	t.Parallel()
+	for _, werr := range []error{syscall.EIO, syscall.ENOSPC, nil} {
+		path := filepath.Join(t.TempDir(), "j.jsonl")
+		ops := &faultyOps{}
+		j, err := openFile(path, ops)
+		if err != nil {
+			t.Fatal(err)
+		}
+		j.Append(context.Background(), lines("first"))
+		ops.writeErr, ops.shortAfter = werr, ops.writes+1
+		if werr == nil {
+			// A short write without an error: the loop retries the rest, so the batch lands whole.
+			ops.writeErr = nil
+		}
+		err = j.Append(context.Background(), lines(strings.Repeat("x", 100), "second"))
+		if werr != nil {
+			if !errors.Is(err, werr) {
+				t.Errorf("err = %v, want %v", err, werr)
+			}
+			if got := readFile(t, path); got != "first\n" {
+				t.Errorf("after a failed write (%v) the file is %q, want only the first batch", werr, got)
+			}
+			// The file is still usable: the next batch goes right after the first.
+			ops.shortAfter = 0
+			if err := j.Append(context.Background(), lines("third")); err != nil {
+				t.Fatal(err)
+			}
+			if got := readFile(t, path); got != "first\nthird\n" {
+				t.Errorf("file = %q", got)
+			}
+		} else if err != nil || readFile(t, path) != "first\n"+strings.Repeat("x", 100)+"\nsecond\n" {
+			t.Errorf("short write: (%v) %q", err, readFile(t, path))
+		}
+		j.Close()
+	}
+}
+
+func TestAfterAFailedFdatasyncTheFileIsNotTrustedUntilReopened(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "j.jsonl")
+	ops := &faultyOps{}
+	j, err := openFile(path, ops)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.Append(context.Background(), lines("first"))
+	ops.syncErr = syscall.EIO
+	if err := j.Append(context.Background(), lines("second")); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("err = %v, want EIO", err)
+	}
+	ops.syncErr = nil
+	if err := j.Append(context.Background(), lines("third")); !errors.Is(err, ErrFailed) {
+		t.Errorf("append after a failed fdatasync: %v, want ErrFailed", err)
+	}
+	j.Close()
+	j, err = OpenFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	if err := j.Append(context.Background(), lines("second")); err != nil {
+		t.Fatalf("append after reopening: %v", err)
+	}
+	if got := readFile(t, path); got != "first\nsecond\n" {
+		t.Errorf("file = %q", got)
+	}
+}
+
+func TestOpenFileCutsATornTail(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "j.jsonl")
+	for _, tc := range []struct{ before, after string }{
+		{"a\nb\nhalf a li", "a\nb\n"},
+		{"no newline at all", ""},
+		{"a\n", "a\n"},
+		{"", ""},
+	} {
+		os.WriteFile(path, []byte(tc.before), 0o644)
+		j, err := OpenFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := readFile(t, path); got != tc.after {
+			t.Errorf("%q opened as %q, want %q", tc.before, got, tc.after)
+		}
+		j.Append(context.Background(), lines("next"))
+		if got := readFile(t, path); got != tc.after+"next\n" {
+			t.Errorf("%q then an append: %q", tc.before, got)
+		}
+		j.Close()
+	}
+}
+
+func TestATornTailLongerThanTheScanChunkIsCut(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "j.jsonl")
+	os.WriteFile(path, []byte("a\n"+strings.Repeat("y", 200_000)), 0o644)
+	j, err := OpenFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	if got := readFile(t, path); got != "a\n" {
+		t.Errorf("file has %d bytes, want 2", len(got))
+	}
+}
+
+func TestASecondOpenFileGetsErrLocked(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "j.jsonl")
+	j, err := OpenFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenFile(path); !errors.Is(err, ErrLocked) {
+		t.Errorf("second OpenFile: %v, want ErrLocked", err)
+	}
+	j.Close()
+	j2, err := OpenFile(path)
+	if err != nil {
+		t.Fatalf("OpenFile after Close: %v", err)
+	}
+	j2.Close()
+	if err := j2.Append(context.Background(), lines("x")); err == nil {
+		t.Error("Append after Close succeeded")
+	}
+	// The created file is in its directory.
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 || entries[0].Name() != "j.jsonl" {
+		t.Errorf("directory holds %v", entries)
+	}
+}

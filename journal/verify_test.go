@@ -1,0 +1,210 @@
+package journal_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/textmachine/outbox/journal"
+)
+
+func ln(run string, seq int64, rest string) string {
+	return fmt.Sprintf(`{"engine_run_id":%q,"seq":%d%s}`+"\n", run, seq, rest)
+}
+
+func verifyString(s string) (journal.Report, error) { return journal.Verify(strings.NewReader(s)) }
+
+func TestVerifyRequiresEachRunToStartAtOneAndGoUpByOne(t *testing.T) {
+	t.Parallel()
+	for name, tc := range map[string]struct {
+		input          string
+		line           int
+		run            string
+		expected, seen int64
+	}{
+		"first line not 1": {ln("a", 2, ""), 1, "a", 1, 2},
+		"skipped seq":      {ln("a", 1, "") + ln("a", 2, "") + ln("a", 4, ""), 3, "a", 3, 4},
+		"second run gap":   {ln("a", 1, "") + ln("b", 1, "") + ln("b", 3, ""), 3, "b", 2, 3},
+	} {
+		rep, err := verifyString(tc.input)
+		var ve *journal.Error
+		if !errors.Is(err, journal.ErrStreamGap) || !errors.As(err, &ve) {
+			t.Errorf("%s: err = %v, want ErrStreamGap", name, err)
+			continue
+		}
+		if ve.Line != tc.line || ve.Run != tc.run || ve.Expected != tc.expected || ve.Seq != tc.seen {
+			t.Errorf("%s: error at line %d run %q expected %d found %d; want %d %q %d %d",
+				name, ve.Line, ve.Run, ve.Expected, ve.Seq, tc.line, tc.run, tc.expected, tc.seen)
+		}
+		for _, want := range []string{fmt.Sprint(tc.line), tc.run, fmt.Sprint(tc.expected), fmt.Sprint(tc.seen)} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: message %q does not name %q", name, err, want)
+			}
+		}
+		if rep.Lines != tc.line-1 {
+			t.Errorf("%s: report covers %d lines, want the %d before the error", name, rep.Lines, tc.line-1)
+		}
+	}
+}
+
+func TestVerifySkipsIdenticalRedeliveriesAndRefusesConflicts(t *testing.T) {
+	t.Parallel()
+	in := ln("a", 1, `,"x":1`) + ln("a", 2, "") + ln("a", 1, `,"x":1`) + ln("a", 2, "") + ln("a", 3, "")
+	rep, err := verifyString(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := journal.Report{Lines: 3, Duplicates: 2, Runs: map[string]journal.RunReport{"a": {Last: 3, Lines: 3, Duplicates: 2}}}
+	if diff := cmp.Diff(want, rep); diff != "" {
+		t.Errorf("report (-want +got):\n%s", diff)
+	}
+	_, err = verifyString(ln("a", 1, `,"x":1`) + ln("a", 2, "") + ln("a", 1, `,"x":2`))
+	var ve *journal.Error
+	if !errors.Is(err, journal.ErrPayloadConflict) || !errors.As(err, &ve) || ve.Line != 3 || ve.Seq != 1 || ve.Run != "a" {
+		t.Errorf("conflict: %v", err)
+	}
+	// Bytes, not meaning: reordered members or other spacing are a conflict too.
+	_, err = verifyString(ln("a", 1, `,"x":1`) + `{"seq":1,"engine_run_id":"a","x":1}` + "\n")
+	if !errors.Is(err, journal.ErrPayloadConflict) {
+		t.Errorf("reordered members: %v, want ErrPayloadConflict", err)
+	}
+}
+
+func TestVerifyChecksInterleavedRunsEachOnItsOwn(t *testing.T) {
+	t.Parallel()
+	in := ln("a", 1, "") + ln("b", 1, "") + ln("a", 2, "") + ln("c", 1, "") + ln("b", 2, "") + ln("a", 3, "")
+	rep, err := verifyString(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]journal.RunReport{"a": {Last: 3, Lines: 3}, "b": {Last: 2, Lines: 2}, "c": {Last: 1, Lines: 1}}
+	if diff := cmp.Diff(want, rep.Runs); diff != "" {
+		t.Errorf("runs (-want +got):\n%s", diff)
+	}
+}
+
+func TestVerifyReportsATornTailAndRefusesMalformedLines(t *testing.T) {
+	t.Parallel()
+	rep, err := verifyString(ln("a", 1, "") + `{"engine_run_id":"a","se`)
+	if err != nil || !rep.TornTail || rep.Lines != 1 {
+		t.Errorf("torn tail: (%+v, %v)", rep, err)
+	}
+	rep, err = verifyString(ln("a", 1, ""))
+	if err != nil || rep.TornTail {
+		t.Errorf("clean end: (%+v, %v)", rep, err)
+	}
+	malformed := []string{
+		"",
+		"   ",
+		"[1,2]",
+		`"a string"`,
+		`{"engine_run_id":"a"}`,
+		`{"seq":1}`,
+		`{"engine_run_id":1,"seq":1}`,
+		`{"engine_run_id":"","seq":1}`,
+		`{"engine_run_id":"a","seq":"1"}`,
+		`{"engine_run_id":"a","seq":1.0}`,
+		`{"engine_run_id":"a","seq":1e0}`,
+		`{"engine_run_id":"a","seq":0}`,
+		`{"engine_run_id":"a","seq":-1}`,
+		`{"engine_run_id":"a","seq":99999999999999999999}`,
+		`{"Engine_Run_ID":"a","seq":1}`,
+		`{"engine_run_id":"a","SEQ":1}`,
+		`{"engine_run_id":"a","seq":1,"seq":2}`,
+		`{"engine_run_id":"a","engine_run_id":"b","seq":1}`,
+		`{"engine_run_id":"a","seq":1`,
+		"{\"engine_run_id\":\"a\xff\",\"seq\":1}",
+	}
+	for _, m := range malformed {
+		rep, err := verifyString(ln("ok", 1, "") + m + "\n" + ln("ok", 2, ""))
+		var ve *journal.Error
+		if !errors.Is(err, journal.ErrMalformed) || !errors.As(err, &ve) || ve.Line != 2 {
+			t.Errorf("%q: err = %v, want ErrMalformed at line 2", m, err)
+			continue
+		}
+		if !strings.Contains(err.Error(), "line 2") {
+			t.Errorf("%q: message %q does not name the line", m, err)
+		}
+		if rep.Lines != 1 {
+			t.Errorf("%q: report covers %d lines, want 1", m, rep.Lines)
+		}
+	}
+	// Nested members named like the keys do not count; escaped names that decode to them do.
+	for _, ok := range []string{
+		`{"data":{"seq":5,"engine_run_id":"x"},"engine_run_id":"a","seq":1}`,
+		`{"engine_run_id":"a","seq":1,"list":[{"seq":9}],"s":"\"seq\":3"}`,
+		`{"engine\u005frun_id":"a","s\u0065q":1}`,
+		` { "engine_run_id" : "a" , "seq" : 1 } `,
+	} {
+		if _, err := verifyString(ok + "\n"); err != nil {
+			t.Errorf("%s: %v", ok, err)
+		}
+	}
+}
+
+func TestVerifyHandlesLinesLongerThanItsBuffer(t *testing.T) {
+	t.Parallel()
+	big := strings.Repeat("x", 3<<20)
+	in := ln("a", 1, `,"big":"`+big+`"`) + ln("a", 2, "") + ln("a", 1, `,"big":"`+big+`"`)
+	rep, err := verifyString(in)
+	if err != nil || rep.Lines != 2 || rep.Duplicates != 1 {
+		t.Errorf("(%+v, %v)", rep, err)
+	}
+}
+
+// FuzzVerify: Verify never panics, and whenever it accepts its input, an independent reading of the
+// same lines with encoding/json finds no gap and no conflict.
+func FuzzVerify(f *testing.F) {
+	f.Add([]byte(ln("a", 1, "") + ln("a", 2, "") + ln("a", 1, "")))
+	f.Add([]byte(ln("a", 1, "") + ln("b", 1, "") + ln("a", 3, "")))
+	f.Add([]byte(ln("a", 1, `,"x":1`) + ln("a", 1, `,"x":2`)))
+	f.Add([]byte(`{"engine_run_id":"a","seq":1,"d":{"seq":2}}` + "\n" + `{"engine_run_id":"a","se`))
+	f.Add([]byte(`{"engine\u005frun_id":"a","seq":1}` + "\n"))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		rep, err := journal.Verify(bytes.NewReader(in))
+		if rep.Lines < 0 || rep.Duplicates < 0 {
+			t.Fatalf("negative counts %+v", rep)
+		}
+		if err != nil {
+			return
+		}
+		lines := bytes.Split(in, []byte("\n"))
+		if !bytes.HasSuffix(in, []byte("\n")) != rep.TornTail && len(in) > 0 {
+			t.Fatalf("TornTail = %v for input ending %q", rep.TornTail, in[max(0, len(in)-5):])
+		}
+		lines = lines[:len(lines)-1] // the torn tail, or the empty string after the last newline
+		seen := map[string][][]byte{}
+		total := 0
+		for i, l := range lines {
+			var m map[string]json.RawMessage
+			if err := json.Unmarshal(l, &m); err != nil {
+				t.Fatalf("line %d accepted but not a JSON object: %v", i+1, err)
+			}
+			var run string
+			var seq int64
+			if json.Unmarshal(m["engine_run_id"], &run) != nil || json.Unmarshal(m["seq"], &seq) != nil {
+				t.Fatalf("line %d accepted without a string run and an integer seq: %q", i+1, l)
+			}
+			prev := seen[run]
+			switch {
+			case seq == int64(len(prev))+1:
+				seen[run] = append(prev, l)
+				total++
+			case seq >= 1 && seq <= int64(len(prev)):
+				if !bytes.Equal(prev[seq-1], l) {
+					t.Fatalf("line %d: conflict accepted", i+1)
+				}
+			default:
+				t.Fatalf("line %d: gap accepted (run %q, seq %d after %d)", i+1, run, seq, len(prev))
+			}
+		}
+		if total != rep.Lines {
+			t.Fatalf("report says %d lines, the model %d", rep.Lines, total)
+		}
+	})
+}

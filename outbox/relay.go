@@ -1,0 +1,338 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/textmachine/outbox/internal/faultpoint"
+)
+
+// Sink receives projected lines, in seq order per run. Append must return nil only once every line of
+// the batch is durable, and must never leave part of a batch behind; on error the relay sends the same
+// lines again later, byte for byte, so a sink that cannot tell whether a failed batch landed may keep
+// it and accept the re-delivery as a duplicate. journal.File is the file sink.
+type Sink interface {
+	Append(ctx context.Context, lines []EventLine) error
+}
+
+// ErrRowsMissing: a run's stored lines are not contiguous after its projected position, so projecting
+// them would put a gap in the journal. It happens only when rows were deleted outside the protocol
+// (ForgetEvents without Recover, or by hand).
+var ErrRowsMissing = errors.New("outbox: stored lines are not contiguous")
+
+// Relay defaults.
+const (
+	DefaultBatchSize     = 256
+	DefaultMinBackoff    = 10 * time.Millisecond
+	DefaultMaxBackoff    = 5 * time.Second
+	DefaultFlushAttempts = 5
+	DefaultPollInterval  = time.Second
+)
+
+type relayConfig struct {
+	batch         int
+	minBackoff    time.Duration
+	maxBackoff    time.Duration
+	flushAttempts int
+	poll          time.Duration
+	log           *slog.Logger
+}
+
+// RelayOption configures NewRelay. An invalid value makes the relay's methods return an error.
+type RelayOption func(*relayConfig) error
+
+// WithBatchSize sets how many lines a relay reads and appends at a time. The default is 256.
+func WithBatchSize(n int) RelayOption {
+	return func(c *relayConfig) error {
+		if n < 1 {
+			return fmt.Errorf("outbox: relay batch size %d, need at least 1", n)
+		}
+		c.batch = n
+		return nil
+	}
+}
+
+// WithBackoff sets the wait after a failed batch: it starts at min and doubles up to max. The
+// defaults are 10ms and 5s.
+func WithBackoff(min, max time.Duration) RelayOption {
+	return func(c *relayConfig) error {
+		if min <= 0 || max < min {
+			return fmt.Errorf("outbox: relay backoff %v..%v, need 0 < min <= max", min, max)
+		}
+		c.minBackoff, c.maxBackoff = min, max
+		return nil
+	}
+}
+
+// WithFlushAttempts sets how many times Flush and Recover try a failing batch before returning the
+// sink's error. The default is 5. Run never gives up.
+func WithFlushAttempts(n int) RelayOption {
+	return func(c *relayConfig) error {
+		if n < 1 {
+			return fmt.Errorf("outbox: relay flush attempts %d, need at least 1", n)
+		}
+		c.flushAttempts = n
+		return nil
+	}
+}
+
+// WithPollInterval sets how often Run looks for lines without a signal from the store: commits on a
+// transaction the store did not begin do not signal it. The default is 1s.
+func WithPollInterval(d time.Duration) RelayOption {
+	return func(c *relayConfig) error {
+		if d <= 0 {
+			return fmt.Errorf("outbox: relay poll interval %v, need > 0", d)
+		}
+		c.poll = d
+		return nil
+	}
+}
+
+// WithRelayLogger sets the relay's logger; by default it uses the store's. It logs once per change of
+// state (the sink failing, the sink recovered), not once per attempt.
+func WithRelayLogger(l *slog.Logger) RelayOption {
+	return func(c *relayConfig) error {
+		if l == nil {
+			return errors.New("outbox: nil relay logger")
+		}
+		c.log = l
+		return nil
+	}
+}
+
+// Relay projects a store's lines to a sink: in seq order per run, in bounded batches, recording after
+// each batch how far it got and moving the batch's once keys into the ledger. A line is recorded only
+// after the sink has it, so a crash re-sends at most the batch in flight, byte for byte; it never
+// skips one.
+//
+// A relay serves one run, its own (runID), and Recover serves the runs of earlier processes. Its
+// methods are safe for concurrent use; batches are projected one at a time.
+type Relay struct {
+	s     *Store
+	sink  Sink
+	runID string
+	cfg   relayConfig
+	err   error // from the options or the arguments; returned by every method
+
+	mu sync.Mutex // one batch at a time
+}
+
+// NewRelay returns a relay from s to sink for runID. Invalid arguments or options are reported by the
+// relay's methods.
+func NewRelay(s *Store, sink Sink, runID string, opts ...RelayOption) *Relay {
+	r := &Relay{s: s, sink: sink, runID: runID, cfg: relayConfig{
+		batch:         DefaultBatchSize,
+		minBackoff:    DefaultMinBackoff,
+		maxBackoff:    DefaultMaxBackoff,
+		flushAttempts: DefaultFlushAttempts,
+		poll:          DefaultPollInterval,
+	}}
+	switch {
+	case s == nil:
+		r.err = errors.New("outbox: relay with a nil store")
+	case sink == nil:
+		r.err = errors.New("outbox: relay with a nil sink")
+	case runID == "":
+		r.err = ErrEmptyRunID
+	default:
+		r.cfg.log = s.log
+	}
+	for _, o := range opts {
+		if o == nil || r.err != nil {
+			continue
+		}
+		r.err = o(&r.cfg)
+	}
+	return r
+}
+
+// sinkError marks an error as the sink's, which is worth retrying, unlike the store's own failures.
+type sinkError struct{ err error }
+
+func (e *sinkError) Error() string { return "outbox: sink: " + e.err.Error() }
+func (e *sinkError) Unwrap() error { return e.err }
+
+// projectBatch projects the next batch of runID, returning how many lines it placed.
+func (r *Relay) projectBatch(ctx context.Context, runID string) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	after, err := r.s.Projected(ctx, runID)
+	if err != nil {
+		return 0, err
+	}
+	lines, err := r.s.PendingEvents(ctx, runID, after, r.cfg.batch)
+	if err != nil || len(lines) == 0 {
+		return 0, err
+	}
+	// Project the contiguous prefix; a hole is reported when it reaches the front of a batch.
+	for i, l := range lines {
+		if want := after + 1 + int64(i); l.Seq != want {
+			if i == 0 {
+				return 0, fmt.Errorf("%w: run %q has seq %d where %d belongs", ErrRowsMissing, runID, l.Seq, want)
+			}
+			lines = lines[:i]
+			break
+		}
+	}
+	if err := r.sink.Append(ctx, lines); err != nil {
+		return 0, &sinkError{err}
+	}
+	faultpoint.Hit(faultpoint.RelayAfterAppend)
+	first, last := lines[0].Seq, lines[len(lines)-1].Seq
+	if err := r.s.recordProjected(ctx, runID, first, last); err != nil {
+		return 0, err
+	}
+	return len(lines), nil
+}
+
+// retriable reports whether a failed batch is worth another attempt: a sink failure, or a transient
+// store failure; not a closed store, an ended context or missing rows.
+func retriable(ctx context.Context, err error) bool {
+	if ctx.Err() != nil || errors.Is(err, ErrClosed) || errors.Is(err, ErrRowsMissing) {
+		return false
+	}
+	return true
+}
+
+func (r *Relay) backoff(ctx context.Context, d time.Duration) (next time.Duration, err error) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return d, ctx.Err()
+	case <-t.C:
+	}
+	return min(2*d, r.cfg.maxBackoff), nil
+}
+
+// drain projects runID up to target, trying a failing batch up to the configured attempts.
+func (r *Relay) drain(ctx context.Context, runID string, target int64) error {
+	wait := r.cfg.minBackoff
+	failures := 0
+	for {
+		projected, err := r.s.Projected(ctx, runID)
+		if err != nil {
+			return err
+		}
+		if projected >= target {
+			return nil
+		}
+		n, err := r.projectBatch(ctx, runID)
+		switch {
+		case err == nil && n == 0:
+			// Nothing stored past the position: the lines up to target are gone, not pending.
+			return fmt.Errorf("%w: run %q ends at %d, below %d", ErrRowsMissing, runID, projected, target)
+		case err == nil:
+			failures, wait = 0, r.cfg.minBackoff
+			continue
+		}
+		failures++
+		if !retriable(ctx, err) || failures >= r.cfg.flushAttempts {
+			return fmt.Errorf("outbox: project run %q after %d attempts: %w", runID, failures, err)
+		}
+		r.cfg.log.Debug("outbox: batch failed, retrying", "run", runID, "attempt", failures, "err", err)
+		if wait, err = r.backoff(ctx, wait); err != nil {
+			return err
+		}
+	}
+}
+
+// Flush projects every line of the relay's run committed before the call, and returns nil once the
+// sink has them all and their progress is recorded. When the sink keeps failing it returns the sink's
+// error, wrapped, after WithFlushAttempts tries of the failing batch, having sent nothing twice
+// except that batch and skipped nothing.
+func (r *Relay) Flush(ctx context.Context) error {
+	if r.err != nil {
+		return r.err
+	}
+	target, err := r.s.lastSeq(ctx, r.runID)
+	if err != nil {
+		return err
+	}
+	return r.drain(ctx, r.runID, target)
+}
+
+// Recover projects what earlier runs committed and the sink may lack, byte-identical and in order,
+// moves their once keys into the ledger, and only then calls ForgetEvents for the relay's run. Call it
+// once at start, before the run writes its first event. After it, the lines of earlier runs are in the
+// sink and every once key they carried is in the ledger, so EnqueueOnce will not announce them again.
+func (r *Relay) Recover(ctx context.Context) error {
+	if r.err != nil {
+		return r.err
+	}
+	runs, err := r.s.Runs(ctx)
+	if err != nil {
+		return err
+	}
+	for _, run := range runs {
+		if run.RunID == r.runID || run.Projected >= run.LastSeq {
+			continue
+		}
+		if err := r.drain(ctx, run.RunID, run.LastSeq); err != nil {
+			return fmt.Errorf("outbox: recover: %w", err)
+		}
+		r.cfg.log.Info("outbox: recovered an earlier run", "run", run.RunID,
+			"from", run.Projected+1, "to", run.LastSeq)
+	}
+	faultpoint.Hit(faultpoint.RecoverBeforeForget)
+	n, err := r.s.ForgetEvents(ctx, r.runID)
+	if err != nil {
+		return fmt.Errorf("outbox: recover: %w", err)
+	}
+	faultpoint.Hit(faultpoint.RecoverAfterForget)
+	if n > 0 {
+		r.cfg.log.Debug("outbox: forgot earlier runs' projected lines", "lines", n)
+	}
+	return nil
+}
+
+// Run projects the relay's run continuously until ctx ends, then returns ctx.Err(). It wakes on every
+// commit made through the store and at the poll interval. While the sink fails it keeps the lines,
+// backs off, and logs once when it starts failing and once when it recovers. It returns early only
+// when projecting cannot succeed: a closed store, or missing rows.
+func (r *Relay) Run(ctx context.Context) error {
+	if r.err != nil {
+		return r.err
+	}
+	poll := time.NewTicker(r.cfg.poll)
+	defer poll.Stop()
+	wait := r.cfg.minBackoff
+	var failing error
+	for {
+		changed := r.s.Changed()
+		n, err := r.projectBatch(ctx, r.runID)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if !retriable(ctx, err) {
+				return err
+			}
+			if failing == nil {
+				r.cfg.log.Warn("outbox: relay failing; lines are kept and retried", "run", r.runID, "err", err)
+			}
+			failing = err
+			if wait, err = r.backoff(ctx, wait); err != nil {
+				return err
+			}
+			continue
+		}
+		if failing != nil {
+			r.cfg.log.Info("outbox: relay recovered", "run", r.runID)
+			failing, wait = nil, r.cfg.minBackoff
+		}
+		if n > 0 {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-changed:
+		case <-poll.C:
+		}
+	}
+}

@@ -1,0 +1,415 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/textmachine/outbox/journal"
+	"github.com/textmachine/outbox/outbox"
+)
+
+var errSink = errors.New("sink down")
+
+// memSink records every batch it accepts and fails while told to.
+type memSink struct {
+	mu      sync.Mutex
+	batches [][]outbox.EventLine
+	tried   []int // size of every batch offered, accepted or not
+	failing bool
+	got     chan struct{}
+}
+
+func newMemSink() *memSink { return &memSink{got: make(chan struct{}, 1000)} }
+
+func (m *memSink) Append(ctx context.Context, lines []outbox.EventLine) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.tried = append(m.tried, len(lines))
+	if m.failing {
+		return errSink
+	}
+	cp := make([]outbox.EventLine, len(lines))
+	for i, l := range lines {
+		cp[i] = outbox.EventLine{Seq: l.Seq, Line: bytes.Clone(l.Line)}
+	}
+	m.batches = append(m.batches, cp)
+	select {
+	case m.got <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+func (m *memSink) setFailing(v bool) { m.mu.Lock(); m.failing = v; m.mu.Unlock() }
+
+func (m *memSink) all() []outbox.EventLine {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []outbox.EventLine
+	for _, b := range m.batches {
+		out = append(out, b...)
+	}
+	return out
+}
+
+func fastRelay(s *outbox.Store, sink outbox.Sink, run string, opts ...outbox.RelayOption) *outbox.Relay {
+	return outbox.NewRelay(s, sink, run, append([]outbox.RelayOption{outbox.WithBackoff(time.Millisecond, 5*time.Millisecond)}, opts...)...)
+}
+
+func TestRelayAppendsBoundedBatchesThenRecordsProgressAndOnceKeys(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := setup(t)
+	for i := 0; i < 10; i++ {
+		mustEnqueue(t, s, "r")
+	}
+	ok, onceSeq, _ := s.EnqueueOnce(ctx, "r", "unit:1", lineOf("done"))
+	if !ok {
+		t.Fatal("EnqueueOnce did not enqueue")
+	}
+	sink := newMemSink()
+	if err := fastRelay(s, sink, "r", outbox.WithBatchSize(4)).Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]int{4, 4, 3}, sink.tried); diff != "" {
+		t.Errorf("batch sizes (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(allLines(t, s, "r"), sink.all()); diff != "" {
+		t.Errorf("sink content differs from the store (-store +sink):\n%s", diff)
+	}
+	if p, _ := s.Projected(ctx, "r"); p != 11 {
+		t.Errorf("Projected = %d, want 11", p)
+	}
+	ledger, _ := s.AnnouncedOnceKeys(ctx)
+	if diff := cmp.Diff(map[string]bool{"unit:1": true}, ledger); diff != "" {
+		t.Errorf("ledger after projecting seq %d (-want +got):\n%s", onceSeq, diff)
+	}
+}
+
+func TestAFailingSinkIsRetriedWithTheSameBytesAndBoundedReads(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := setup(t)
+	for i := 0; i < 40; i++ {
+		mustEnqueue(t, s, "r")
+	}
+	sink := newMemSink()
+	sink.setFailing(true)
+	relay := fastRelay(s, sink, "r", outbox.WithBatchSize(8), outbox.WithFlushAttempts(3))
+	err := relay.Flush(ctx)
+	if !errors.Is(err, errSink) {
+		t.Fatalf("Flush with a failing sink: %v, want the sink's error", err)
+	}
+	// Three attempts, each offered the same first batch and no more than the batch size.
+	if diff := cmp.Diff([]int{8, 8, 8}, sink.tried); diff != "" {
+		t.Errorf("attempts (-want +got):\n%s", diff)
+	}
+	if p, _ := s.Projected(ctx, "r"); p != 0 {
+		t.Errorf("Projected = %d after failures, want 0", p)
+	}
+	sink.setFailing(false)
+	if err := relay.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(seqRange(1, 40), seqsOf(sink.all())); diff != "" {
+		t.Errorf("sink seqs: nothing twice, nothing skipped (-want +got):\n%s", diff)
+	}
+}
+
+func TestRunProjectsPromptlyOnCommitAndStopsWithItsContext(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t)
+	sink := newMemSink()
+	// An hour's poll: only the store's commit signal can wake the relay in time.
+	relay := fastRelay(s, sink, "r", outbox.WithPollInterval(time.Hour))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- relay.Run(ctx) }()
+	for i := int64(1); i <= 3; i++ {
+		mustEnqueue(t, s, "r")
+		deadline := time.After(10 * time.Second)
+		for int64(len(sink.all())) < i {
+			select {
+			case <-sink.got:
+			case <-deadline:
+				t.Fatalf("event %d not projected", i)
+			}
+		}
+	}
+	// A sink outage: Run keeps the lines and delivers them once the sink is back.
+	sink.setFailing(true)
+	mustEnqueue(t, s, "r")
+	time.Sleep(20 * time.Millisecond)
+	sink.setFailing(false)
+	deadline := time.After(10 * time.Second)
+	for len(sink.all()) < 4 {
+		select {
+		case <-sink.got:
+		case <-deadline:
+			t.Fatal("event 4 not projected after the sink recovered")
+		}
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("Run returned %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after its context ended")
+	}
+	if diff := cmp.Diff(seqRange(1, 4), seqsOf(sink.all())); diff != "" {
+		t.Errorf("sink seqs (-want +got):\n%s", diff)
+	}
+}
+
+func TestFlushReturnsOnlyWhenEverythingCommittedIsInTheSinkAndRecorded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := setup(t)
+	sink := newMemSink()
+	relay := fastRelay(s, sink, "r", outbox.WithBatchSize(3))
+	if err := relay.Flush(ctx); err != nil {
+		t.Errorf("Flush of an empty run: %v", err)
+	}
+	for i := 0; i < 10; i++ {
+		mustEnqueue(t, s, "r")
+	}
+	if err := relay.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(sink.all()); got != 10 {
+		t.Errorf("sink has %d lines, want 10", got)
+	}
+	if p, _ := s.Projected(ctx, "r"); p != 10 {
+		t.Errorf("Projected = %d, want 10", p)
+	}
+}
+
+func TestEnqueueOnceRefusesAKeyStillPending(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := setup(t)
+	ok, seq, err := s.EnqueueOnce(ctx, "old", "unit:1", lineOf("done"))
+	if !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	// Enqueued, not yet marked: a second announcement, from this run or the next, is refused.
+	for _, run := range []string{"old", "new"} {
+		ok, seq2, err := s.EnqueueOnce(ctx, run, "unit:1", lineOf("done"))
+		if ok || seq2 != 0 || err != nil {
+			t.Errorf("EnqueueOnce(%q) of a pending key = (%v, %d, %v), want (false, 0, nil)", run, ok, seq2, err)
+		}
+	}
+	if ledger, _ := s.AnnouncedOnceKeys(ctx); len(ledger) != 0 {
+		t.Errorf("a pending key is in the ledger: %v", ledger)
+	}
+	// The original API still marks it.
+	if err := s.MarkAnnounced(ctx, "old", map[int64]string{seq: "unit:1"}); err != nil {
+		t.Errorf("MarkAnnounced of the pending key: %v", err)
+	}
+	if err := s.MarkAnnounced(ctx, "old", map[int64]string{seq: "unit:other"}); !errors.Is(err, outbox.ErrAnnounceConflict) {
+		t.Errorf("MarkAnnounced with another key: %v, want ErrAnnounceConflict", err)
+	}
+}
+
+func TestRecoverProjectsEarlierRunsThenForgetsThem(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, path := setup(t)
+	jpath := filepath.Join(t.TempDir(), "journal.jsonl")
+	j, err := journal.OpenFile(jpath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+
+	// Run "old" projected its first 3 lines and died with 4 more committed, one of them an
+	// announcement, one of them in a caller's transaction.
+	ev := func(kind string) outbox.EventBuilder { return journal.Builder("old", kind, nil) }
+	enq := func(kind string) {
+		if _, err := s.EnqueueEvent(ctx, "old", ev(kind)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 3; i++ {
+		enq("x")
+	}
+	if err := fastRelay(s, j, "old").Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	enq("x")
+	_, onceSeq, _ := s.EnqueueOnce(ctx, "old", "unit:7", ev("unit_done"))
+	s.WriteTx(ctx, func(tx *sql.Tx) error { _, err := s.EnqueueTx(ctx, tx, "old", ev("spend")); return err })
+	enq("x")
+	want := allLines(t, s, "old")
+
+	if err := fastRelay(s, j, "new", outbox.WithBatchSize(2)).Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := os.ReadFile(jpath)
+	var gotLines []string
+	for _, l := range strings.Split(strings.TrimSuffix(string(raw), "\n"), "\n") {
+		gotLines = append(gotLines, l)
+	}
+	var wantLines []string
+	for _, l := range want {
+		wantLines = append(wantLines, string(l.Line))
+	}
+	if diff := cmp.Diff(wantLines, gotLines); diff != "" {
+		t.Errorf("journal (-want +got):\n%s", diff)
+	}
+	ledger, _ := s.AnnouncedOnceKeys(ctx)
+	if !ledger["unit:7"] {
+		t.Errorf("unit:7 (seq %d) not in the ledger after Recover: %v", onceSeq, ledger)
+	}
+	// Forgotten after: only the ledger row of "old" is left, and its progress with it.
+	if diff := cmp.Diff([]int64{onceSeq}, seqsOf(allLines(t, s, "old"))); diff != "" {
+		t.Errorf("rows of old after Recover (-want +got):\n%s", diff)
+	}
+	if n := countRows(t, path, "1"); n != 1 {
+		t.Errorf("rows = %d, want 1", n)
+	}
+	if ok, _, _ := s.EnqueueOnce(ctx, "new", "unit:7", lineOf("done")); ok {
+		t.Error("unit:7 announced again after Recover")
+	}
+	// A second Recover, by the run after, sends nothing again.
+	before, _ := os.ReadFile(jpath)
+	if err := fastRelay(s, j, "newer").Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := os.ReadFile(jpath)
+	if !bytes.Equal(before, after) {
+		t.Errorf("a second Recover re-sent lines:\n%s", after[len(before):])
+	}
+	if _, err := journal.Verify(bytes.NewReader(after)); err != nil {
+		t.Errorf("Verify: %v", err)
+	}
+}
+
+func TestProgressSurvivesForgetEventsWhileTheRunHasRows(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := setup(t)
+	mustEnqueue(t, s, "old")
+	s.EnqueueOnce(ctx, "old", "unit:1", lineOf("done"))
+	mustEnqueue(t, s, "old")
+	mustEnqueue(t, s, "gone")
+	sink := newMemSink()
+	if err := fastRelay(s, sink, "old").Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := fastRelay(s, sink, "gone").Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ForgetEvents(ctx, "current"); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := s.Projected(ctx, "old"); p != 3 {
+		t.Errorf("progress of a run with a ledger row = %d, want 3", p)
+	}
+	if p, _ := s.Projected(ctx, "gone"); p != 0 {
+		t.Errorf("progress of a run without rows = %d, want 0 (dropped)", p)
+	}
+	// Its ledger row is never offered again.
+	n := len(sink.all())
+	if err := fastRelay(s, sink, "current").Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(sink.all()) != n {
+		t.Errorf("Recover re-sent %d ledger lines", len(sink.all())-n)
+	}
+}
+
+func TestRelayRefusesToProjectAcrossMissingRows(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, path := setup(t)
+	for i := 0; i < 3; i++ {
+		mustEnqueue(t, s, "old")
+	}
+	d := rawDBRW(t, path)
+	if _, err := d.Exec(`DELETE FROM events_outbox WHERE seq = 2`); err != nil {
+		t.Fatal(err)
+	}
+	sink := newMemSink()
+	err := fastRelay(s, sink, "new").Recover(ctx)
+	if !errors.Is(err, outbox.ErrRowsMissing) {
+		t.Errorf("Recover over a hole: %v, want ErrRowsMissing", err)
+	}
+	if diff := cmp.Diff([]int64{1}, seqsOf(sink.all())); diff != "" {
+		t.Errorf("sink (-want +got):\n%s", diff)
+	}
+}
+
+func TestRelayReportsInvalidArgumentsAndOptions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := setup(t)
+	for name, r := range map[string]*outbox.Relay{
+		"nil store":  outbox.NewRelay(nil, newMemSink(), "r"),
+		"nil sink":   outbox.NewRelay(s, nil, "r"),
+		"empty run":  outbox.NewRelay(s, newMemSink(), ""),
+		"batch 0":    outbox.NewRelay(s, newMemSink(), "r", outbox.WithBatchSize(0)),
+		"backoff":    outbox.NewRelay(s, newMemSink(), "r", outbox.WithBackoff(time.Second, time.Millisecond)),
+		"attempts 0": outbox.NewRelay(s, newMemSink(), "r", outbox.WithFlushAttempts(0)),
+		"poll 0":     outbox.NewRelay(s, newMemSink(), "r", outbox.WithPollInterval(0)),
+	} {
+		if err := r.Flush(ctx); err == nil {
+			t.Errorf("%s: Flush succeeded", name)
+		}
+		if err := r.Run(ctx); err == nil {
+			t.Errorf("%s: Run succeeded", name)
+		}
+		if err := r.Recover(ctx); err == nil {
+			t.Errorf("%s: Recover succeeded", name)
+		}
+	}
+}
+
+func TestJournalBuilderRendersTheFormatAndStoresTheTime(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := setup(t)
+	if _, err := s.EnqueueEvent(ctx, "run-1", journal.Handshake("run-1", map[string]string{"book": "b"})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.EnqueueEvent(ctx, "run-1", journal.Builder("run-1", "spend", map[string]int{"amount": 5})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.EnqueueEvent(ctx, "run-1", journal.Builder("run-1", "bad", make(chan int))); err == nil {
+		t.Error("an unencodable data value was enqueued")
+	}
+	got := allLines(t, s, "run-1")
+	if len(got) != 2 {
+		t.Fatalf("%d lines", len(got))
+	}
+	re := `^\{"engine_run_id":"run-1","seq":1,"type":"run_started","at":"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z","data":\{"book":"b"\}\}$`
+	if !regexpMatch(re, string(got[0].Line)) {
+		t.Errorf("handshake = %s", got[0].Line)
+	}
+	var buf bytes.Buffer
+	for _, l := range got {
+		buf.Write(l.Line)
+		buf.WriteByte('\n')
+	}
+	rep, err := journal.Verify(&buf)
+	if err != nil || rep.Runs["run-1"].Last != 2 {
+		t.Errorf("Verify: (%+v, %v)", rep, err)
+	}
+	// Stored bytes are what a re-delivery sends: a second read is identical.
+	again := allLines(t, s, "run-1")
+	if diff := cmp.Diff(got, again); diff != "" {
+		t.Errorf("second read differs:\n%s", diff)
+	}
+}
