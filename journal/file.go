@@ -42,8 +42,8 @@ type fileOps interface {
 type osOps struct{}
 
 func (osOps) WriteAt(f *os.File, b []byte, off int64) (int, error) { return f.WriteAt(b, off) }
-func (osOps) Truncate(f *os.File, size int64) error               { return f.Truncate(size) }
-func (osOps) Datasync(f *os.File) error                           { return datasync(f) }
+func (osOps) Truncate(f *os.File, size int64) error                { return f.Truncate(size) }
+func (osOps) Datasync(f *os.File) error                            { return datasync(f) }
 
 // OpenFile opens the journal at path for appending, creating it (and syncing its directory) if it is
 // missing. It takes an exclusive lock on the file, failing with ErrLocked when another File, in this
