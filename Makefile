@@ -6,6 +6,7 @@ SQLC := cd tools && go tool sqlc -f ../sqlc.yaml
 ## test: everything CI runs: formatting, vet, generated code, and the tests under the race detector.
 test: fmt-check vet check-generated
 	go test -race -count=1 ./...
+	go test -short -run '^$$' -bench . -benchtime 1x ./...
 
 fmt-check:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

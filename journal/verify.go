@@ -1,15 +1,13 @@
 package journal
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/sha256"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
-	"unicode/utf8"
+	"runtime"
+	"sync"
 )
 
 // Errors of the journal package. Verify's errors are *Error values that wrap one of the last three.
@@ -65,23 +63,45 @@ func (e *Error) Error() string {
 func (e *Error) Unwrap() error { return e.Err }
 
 // Verifier checks a journal line by line. Verify reads a whole stream with one; a reader of another
-// transport (a broker's stream) feeds its lines to Check. The zero value is not usable: use
-// NewVerifier.
+// transport (a broker's stream) feeds its lines to Check. Use NewVerifier.
 type Verifier struct {
 	line  int
 	lines int
 	dups  int
 	torn  bool
 	runs  map[string]*runState
+	scan  scanner
+
+	// src, when set, holds the input: a re-delivery is compared with the first copy by reading it
+	// back, byte for byte, and nothing is hashed. Without it, each accepted line is kept as a SHA-256
+	// digest, so no collision short of breaking SHA-256 lets a conflict pass as a duplicate, at 32
+	// bytes per line instead of the line.
+	src    io.ReaderAt
+	cmpBuf []byte
 }
 
-// runState keeps a digest of every accepted line of a run, indexed by seq-1: a re-delivery is
-// compared by SHA-256, so no collision short of breaking SHA-256 lets a conflict pass as a duplicate,
-// at 32 bytes per line instead of the line itself.
 type runState struct {
-	digests [][sha256.Size]byte
+	digests [][sha256.Size]byte // by seq-1, without src
+	spans   []span              // by seq-1, with src
+	last    int64
 	lines   int
 	dups    int
+}
+
+type span struct {
+	off int64
+	n   int
+}
+
+// parsed is one line of a block after parsing, as offsets into the block: it holds no pointer, so a
+// block's worth of them costs the garbage collector nothing to scan.
+type parsed struct {
+	start, end int32 // the line, in block.data
+	runAt      int32 // the run id's body in block.data, or an index in block.escaped when runEsc
+	runLen     int32
+	seq        int64
+	why        why
+	runEsc     bool
 }
 
 // NewVerifier returns a Verifier with nothing seen.
@@ -91,42 +111,79 @@ func NewVerifier() *Verifier { return &Verifier{runs: map[string]*runState{}} }
 // conflict or a malformed line; the line is then not counted, and the Verifier's state is what it
 // was before it.
 func (v *Verifier) Check(line []byte) error {
-	v.line++
-	runID, seq, reason := parseLine(line)
-	if reason != "" {
-		return &Error{Line: v.line, Run: runID, Seq: seq, Reason: reason, Err: ErrMalformed}
+	run, seq, w := v.scan.parse(line)
+	var digest [sha256.Size]byte
+	if w == whyNone {
+		digest = sha256.Sum256(line)
 	}
-	st := v.runs[runID]
+	return v.accept(line, -1, run, seq, w, &digest)
+}
+
+// accept applies the reader's rules to the next line, in input order. off is the line's offset in
+// v.src (-1 without one); digest is its SHA-256 when there is no src.
+func (v *Verifier) accept(line []byte, off int64, run []byte, seq int64, w why, digest *[sha256.Size]byte) error {
+	v.line++
+	if w != whyNone {
+		return &Error{Line: v.line, Run: string(run), Seq: seq, Reason: w.String(), Err: ErrMalformed}
+	}
+	st := v.runs[string(run)] // no allocation: the compiler looks up by the bytes
 	var last int64
 	if st != nil {
-		last = int64(len(st.digests))
+		last = st.last
 	}
 	switch {
 	case seq == last+1:
 		if st == nil {
 			st = &runState{}
-			v.runs[runID] = st
+			v.runs[string(run)] = st
 		}
-		st.digests = append(st.digests, sha256.Sum256(line))
+		if off >= 0 {
+			st.spans = append(st.spans, span{off, len(line)})
+		} else {
+			st.digests = append(st.digests, *digest)
+		}
+		st.last = seq
 		st.lines++
 		v.lines++
 	case seq <= last:
-		if sha256.Sum256(line) != st.digests[seq-1] {
-			return &Error{Line: v.line, Run: runID, Seq: seq, Err: ErrPayloadConflict}
+		same, err := v.sameAsFirst(st, seq, line, digest)
+		if err != nil {
+			return err
+		}
+		if !same {
+			return &Error{Line: v.line, Run: string(run), Seq: seq, Err: ErrPayloadConflict}
 		}
 		st.dups++
 		v.dups++
 	default:
-		return &Error{Line: v.line, Run: runID, Seq: seq, Expected: last + 1, Err: ErrStreamGap}
+		return &Error{Line: v.line, Run: string(run), Seq: seq, Expected: last + 1, Err: ErrStreamGap}
 	}
 	return nil
+}
+
+func (v *Verifier) sameAsFirst(st *runState, seq int64, line []byte, digest *[sha256.Size]byte) (bool, error) {
+	if st.spans == nil {
+		return *digest == st.digests[seq-1], nil
+	}
+	sp := st.spans[seq-1]
+	if sp.n != len(line) {
+		return false, nil
+	}
+	if cap(v.cmpBuf) < sp.n {
+		v.cmpBuf = make([]byte, sp.n)
+	}
+	first := v.cmpBuf[:sp.n]
+	if _, err := v.src.ReadAt(first, sp.off); err != nil {
+		return false, fmt.Errorf("journal: read back the line of seq %d: %w", seq, err)
+	}
+	return bytes.Equal(first, line), nil
 }
 
 // Report returns what the Verifier has accepted so far.
 func (v *Verifier) Report() Report {
 	r := Report{Lines: v.lines, Duplicates: v.dups, TornTail: v.torn, Runs: make(map[string]RunReport, len(v.runs))}
 	for id, st := range v.runs {
-		r.Runs[id] = RunReport{Last: int64(len(st.digests)), Lines: st.lines, Duplicates: st.dups}
+		r.Runs[id] = RunReport{Last: st.last, Lines: st.lines, Duplicates: st.dups}
 	}
 	return r
 }
@@ -135,158 +192,172 @@ func (v *Verifier) Report() Report {
 // seen before is a duplicate when its bytes are identical and a conflict when not; runs interleave
 // freely. A last line without its newline is a torn tail, reported but not an error. On an error, the
 // Report covers the lines before it.
+//
+// Parsing is spread over the available cores, block by block; the rules are applied to the lines in
+// input order by one goroutine, so the result is the same as checking line by line.
 func Verify(r io.Reader) (Report, error) {
 	v := NewVerifier()
-	br := bufio.NewReaderSize(r, 1<<20)
-	var long []byte // a line longer than the buffer, gathered across reads
-	for {
-		chunk, err := br.ReadSlice('\n')
-		switch {
-		case err == nil:
-			line := chunk[:len(chunk)-1]
-			if long != nil {
-				line = append(long, line...)
-				long = nil
+	off := int64(-1)
+	// A file can be read back: re-deliveries are then compared byte for byte and nothing is hashed.
+	if ra, ok := r.(io.ReaderAt); ok {
+		if sk, ok := r.(io.Seeker); ok {
+			if pos, err := sk.Seek(0, io.SeekCurrent); err == nil {
+				v.src, off = ra, pos
 			}
-			if cerr := v.Check(line); cerr != nil {
-				return v.Report(), cerr
+		}
+	}
+	err := v.run(r, off)
+	return v.Report(), err
+}
+
+// blockSize is how much input a parse job covers; a longer line makes its block longer.
+const blockSize = 4 << 20
+
+type block struct {
+	buf     []byte // reused from block to block
+	data    []byte // complete lines, each ending in a newline: a prefix of buf
+	off     int64  // offset of data in src, or -1
+	lines   []parsed
+	escaped [][]byte            // decoded run ids of lines whose run id holds an escape
+	digests [][sha256.Size]byte // by line, when there is no src
+	done    chan struct{}
+}
+
+// run is the pipeline: read blocks of whole lines, parse them in parallel, accept them in order.
+func (v *Verifier) run(r io.Reader, off int64) error {
+	workers := max(1, runtime.GOMAXPROCS(0))
+	jobs := make(chan *block, workers)
+	ordered := make(chan *block, workers+1)
+	free := make(chan *block, 2*workers+3)
+	quit := make(chan struct{})
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var s scanner
+			for b := range jobs {
+				parseBlock(&s, b, v.src == nil)
+				close(b.done)
 			}
-		case errors.Is(err, bufio.ErrBufferFull):
-			long = append(long, chunk...)
-		case errors.Is(err, io.EOF):
-			v.torn = len(chunk) > 0 || len(long) > 0
-			return v.Report(), nil
+		}()
+	}
+	readErr := make(chan error, 1)
+	go func() {
+		defer close(ordered)
+		defer close(jobs)
+		readErr <- readBlocks(r, off, free, func(b *block) bool {
+			select {
+			case ordered <- b:
+			case <-quit:
+				return false
+			}
+			jobs <- b
+			return true
+		}, &v.torn)
+	}()
+
+	var err error
+	for b := range ordered {
+		<-b.done
+		for i := 0; err == nil && i < len(b.lines); i++ {
+			p := &b.lines[i]
+			line := b.data[p.start:p.end]
+			run := b.data[p.runAt : p.runAt+p.runLen]
+			if p.runEsc {
+				run = b.escaped[p.runAt]
+			}
+			var digest *[sha256.Size]byte
+			if b.digests != nil {
+				digest = &b.digests[i]
+			}
+			lineOff := int64(-1)
+			if b.off >= 0 {
+				lineOff = b.off + int64(p.start)
+			}
+			if err = v.accept(line, lineOff, run, p.seq, p.why, digest); err != nil {
+				close(quit)
+			}
+		}
+		select {
+		case free <- b:
 		default:
-			return v.Report(), fmt.Errorf("journal: read: %w", err)
+		}
+	}
+	wg.Wait()
+	if rerr := <-readErr; err == nil && rerr != nil {
+		err = fmt.Errorf("journal: read: %w", rerr)
+	}
+	return err
+}
+
+// readBlocks cuts r into blocks of whole lines and hands each to emit; the bytes after the last
+// newline are the torn tail. Blocks come from free when one is there.
+func readBlocks(r io.Reader, off int64, free chan *block, emit func(*block) bool, torn *bool) error {
+	var carry []byte
+	for {
+		var b *block
+		select {
+		case b = <-free:
+		default:
+			b = &block{}
+		}
+		if need := max(blockSize, 2*len(carry)); cap(b.buf) < need {
+			b.buf = make([]byte, need)
+		}
+		buf := b.buf[:cap(b.buf)]
+		copy(buf, carry)
+		n, err := io.ReadFull(r, buf[len(carry):])
+		buf = buf[:len(carry)+n]
+		end := bytes.LastIndexByte(buf, '\n') + 1
+		// The tail is kept apart before the block is handed on: the block may come back through free
+		// and be overwritten while the tail is still needed.
+		carry = append(carry[:0], buf[end:]...)
+		if end > 0 {
+			b.data, b.off, b.done = buf[:end], off, make(chan struct{})
+			if !emit(b) {
+				return nil
+			}
+			if off >= 0 {
+				off += int64(end)
+			}
+		}
+		switch {
+		case err == io.EOF || err == io.ErrUnexpectedEOF:
+			*torn = len(carry) > 0
+			return nil
+		case err != nil:
+			return err
 		}
 	}
 }
 
-// parseLine finds the top-level "engine_run_id" and "seq" members of a line. Member names match
-// exactly, byte for byte after unescaping (encoding/json's struct decoding would also accept
-// "Seq" or "SEQ"); a member given twice is ambiguous and refused; seq must be a JSON integer, with no
-// fraction or exponent. It returns a reason when the line is malformed.
-func parseLine(b []byte) (runID string, seq int64, reason string) {
-	if !utf8.Valid(b) {
-		return "", 0, "not UTF-8"
-	}
-	if !json.Valid(b) {
-		return "", 0, "not JSON"
-	}
-	i := skipWS(b, 0)
-	if b[i] != '{' {
-		return "", 0, "not a JSON object"
-	}
-	i = skipWS(b, i+1)
-	var haveRun, haveSeq bool
-	for b[i] != '}' {
-		kend := stringEnd(b, i)
-		key := b[i+1 : kend-1]
-		if bytes.IndexByte(key, '\\') >= 0 {
-			var s string
-			json.Unmarshal(b[i:kend], &s) // valid JSON, cannot fail
-			key = []byte(s)
+func parseBlock(s *scanner, b *block, digests bool) {
+	b.lines, b.escaped, b.digests = b.lines[:0], b.escaped[:0], b.digests[:0]
+	data := b.data
+	for start := 0; start < len(data); {
+		i := start + bytes.IndexByte(data[start:], '\n')
+		line := data[start:i]
+		run, seq, w := s.parse(line)
+		p := parsed{start: int32(start), end: int32(i), seq: seq, why: w, runLen: int32(len(run))}
+		switch {
+		case s.runEsc:
+			p.runEsc, p.runAt = true, int32(len(b.escaped))
+			b.escaped = append(b.escaped, run)
+		case s.runAt >= 0:
+			p.runAt = int32(start + s.runAt)
 		}
-		i = skipWS(b, kend) + 1 // past the colon
-		i = skipWS(b, i)
-		vend := valueEnd(b, i)
-		switch string(key) {
-		case "engine_run_id":
-			if haveRun {
-				return "", 0, `"engine_run_id" given twice`
+		b.lines = append(b.lines, p)
+		if digests {
+			var d [sha256.Size]byte
+			if w == whyNone {
+				d = sha256.Sum256(line)
 			}
-			haveRun = true
-			if b[i] != '"' {
-				return "", 0, `"engine_run_id" is not a string`
-			}
-			raw := b[i+1 : vend-1]
-			if bytes.IndexByte(raw, '\\') < 0 {
-				runID = string(raw)
-			} else {
-				json.Unmarshal(b[i:vend], &runID)
-			}
-			if runID == "" {
-				return "", 0, `"engine_run_id" is empty`
-			}
-		case "seq":
-			if haveSeq {
-				return runID, 0, `"seq" given twice`
-			}
-			haveSeq = true
-			num := b[i:vend]
-			if bytes.ContainsAny(num, ".eE") || (num[0] != '-' && (num[0] < '0' || num[0] > '9')) {
-				return runID, 0, `"seq" is not an integer`
-			}
-			n, err := strconv.ParseInt(string(num), 10, 64)
-			if err != nil {
-				return runID, 0, `"seq" is out of range`
-			}
-			if n < 1 {
-				return runID, n, `"seq" is below 1`
-			}
-			seq = n
+			b.digests = append(b.digests, d)
 		}
-		i = skipWS(b, vend)
-		if b[i] == ',' {
-			i = skipWS(b, i+1)
-		}
+		start = i + 1
 	}
-	switch {
-	case !haveRun:
-		return "", seq, `no "engine_run_id"`
-	case !haveSeq:
-		return runID, 0, `no "seq"`
+	if !digests {
+		b.digests = nil
 	}
-	return runID, seq, ""
-}
-
-// The scanners below run only on input json.Valid accepted, so they need not check the grammar.
-
-func skipWS(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// stringEnd returns the index just past the string that starts at b[i] == '"'.
-func stringEnd(b []byte, i int) int {
-	for j := i + 1; j < len(b); j++ {
-		switch b[j] {
-		case '\\':
-			j++
-		case '"':
-			return j + 1
-		}
-	}
-	return len(b)
-}
-
-// valueEnd returns the index just past the value that starts at b[i].
-func valueEnd(b []byte, i int) int {
-	switch b[i] {
-	case '"':
-		return stringEnd(b, i)
-	case '{', '[':
-		depth := 0
-		for j := i; j < len(b); j++ {
-			switch b[j] {
-			case '"':
-				j = stringEnd(b, j) - 1
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-				if depth == 0 {
-					return j + 1
-				}
-			}
-		}
-		return len(b)
-	}
-	j := i
-	for j < len(b) && b[j] != ',' && b[j] != '}' && b[j] != ']' && b[j] != ' ' && b[j] != '\t' && b[j] != '\n' && b[j] != '\r' {
-		j++
-	}
-	return j
 }

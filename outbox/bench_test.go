@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ncruces/go-sqlite3"
 	"github.com/ncruces/go-sqlite3/driver"
@@ -60,7 +61,7 @@ func baselineEnqueue(ctx context.Context, d *sql.DB, runID string) error {
 	if err := tx.QueryRowContext(ctx, db.EventNextSeq, runID).Scan(&next); err != nil {
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, db.EventInsert, runID, next, benchLine); err != nil {
+	if _, err := tx.ExecContext(ctx, db.EventInsert, runID, next, benchLine, "", time.Now().UnixMilli()); err != nil {
 		return err
 	}
 	return tx.Commit()
@@ -113,7 +114,7 @@ func BenchmarkEnqueueOnce(b *testing.B) {
 				if err := tx.QueryRowContext(ctx, db.EventNextSeq, "run").Scan(&next); err != nil {
 					return err
 				}
-				if _, err := tx.ExecContext(ctx, db.EventInsert, "run", next, benchLine); err != nil {
+				if _, err := tx.ExecContext(ctx, db.EventInsert, "run", next, benchLine, key, time.Now().UnixMilli()); err != nil {
 					return err
 				}
 				return tx.Commit()
@@ -135,6 +136,15 @@ func BenchmarkEnqueueOnce(b *testing.B) {
 	})
 }
 
+// benchRows shrinks a prefill under -short, where make test runs every benchmark once to keep it
+// compiling and working; the figures come from full runs.
+func benchRows(n int) int {
+	if testing.Short() {
+		return min(n, 100)
+	}
+	return n
+}
+
 // fill inserts n lines of runID in one transaction.
 func fill(b *testing.B, d *sql.DB, runID string, n int) {
 	b.Helper()
@@ -143,7 +153,7 @@ func fill(b *testing.B, d *sql.DB, runID string, n int) {
 		b.Fatal(err)
 	}
 	for i := 1; i <= n; i++ {
-		if _, err := tx.Exec(db.EventInsert, runID, i, benchLine); err != nil {
+		if _, err := tx.Exec(db.EventInsert, runID, i, benchLine, "", 0); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -220,7 +230,7 @@ func BenchmarkEnqueueGrowth(b *testing.B) {
 			path := filepath.Join(b.TempDir(), "g.db")
 			d := baselineDB(b, path, "OFF")
 			for r := 0; r < 100; r++ {
-				fill(b, d, fmt.Sprintf("old-run-%03d", r), size/100)
+				fill(b, d, fmt.Sprintf("old-run-%03d", r), benchRows(size/100))
 			}
 			d.Exec("PRAGMA wal_checkpoint(TRUNCATE)")
 			d.Close()
@@ -252,7 +262,8 @@ func BenchmarkSchemaLayout(b *testing.B) {
 			defer d.Close()
 			d.SetMaxOpenConns(1)
 			ddl := `CREATE TABLE events_outbox (engine_run_id TEXT NOT NULL, seq INTEGER NOT NULL, line BLOB NOT NULL,
-				once_key TEXT NOT NULL DEFAULT '', PRIMARY KEY (engine_run_id, seq))`
+				once_key TEXT NOT NULL DEFAULT '', announce_key TEXT NOT NULL DEFAULT '',
+				enqueued_at INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (engine_run_id, seq))`
 			if layout == "without_rowid" {
 				ddl += " WITHOUT ROWID"
 			}
@@ -260,7 +271,7 @@ func BenchmarkSchemaLayout(b *testing.B) {
 				b.Fatal(err)
 			}
 			for r := 0; r < 100; r++ {
-				fill(b, d, fmt.Sprintf("old-run-%03d", r), 10_000)
+				fill(b, d, fmt.Sprintf("old-run-%03d", r), benchRows(10_000))
 			}
 			b.ResetTimer()
 			for b.Loop() {

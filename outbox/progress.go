@@ -41,9 +41,10 @@ func (s *Store) lastSeq(ctx context.Context, runID string) (int64, error) {
 }
 
 // recordProjected records, in one transaction, that runID's lines first..last are in the sink: the
-// progress moves to last and the batch's pending once keys enter the ledger.
+// progress moves to last and the batch's pending once keys enter the ledger. It is a relaxed write (see
+// writeRelaxed): losing it to power failure re-sends the batch, and loses nothing.
 func (s *Store) recordProjected(ctx context.Context, runID string, first, last int64) error {
-	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	return s.writeRelaxed(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		if err := s.q.ProgressSet(ctx, tx, db.ProgressSetParams{EngineRunID: runID, Projected: last}); err != nil {
 			return fmt.Errorf("outbox: record progress of run %q: %w", runID, mapErr(ctx, err))
 		}

@@ -156,37 +156,90 @@ type sinkError struct{ err error }
 func (e *sinkError) Error() string { return "outbox: sink: " + e.err.Error() }
 func (e *sinkError) Unwrap() error { return e.err }
 
-// projectBatch projects the next batch of runID, returning how many lines it placed.
-func (r *Relay) projectBatch(ctx context.Context, runID string) (int, error) {
+type fetched struct {
+	lines []EventLine
+	err   error
+}
+
+// project projects runID from its recorded position, batch after batch, until nothing is pending or
+// the position reaches target (0: no target). It returns how many lines it placed.
+//
+// Each batch is appended to the sink and recorded before the next one is appended, so a crash leaves
+// at most one batch in the sink that is not recorded: K crashes re-send at most K batches. (Recording
+// batch k while appending batch k+1 would be faster, and would make that two.) While a batch is being
+// appended, the sink's fdatasync usually, the next one is read from the store. The first batch of a
+// call is never read ahead: a sink that keeps failing costs one bounded read per attempt.
+func (r *Relay) project(ctx context.Context, runID string, target int64) (int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	after, err := r.s.Projected(ctx, runID)
+	cursor, err := r.s.Projected(ctx, runID)
+	if err != nil || (target > 0 && cursor >= target) {
+		return 0, err
+	}
+	lines, err := r.s.PendingEvents(ctx, runID, cursor, r.cfg.batch)
 	if err != nil {
 		return 0, err
 	}
-	lines, err := r.s.PendingEvents(ctx, runID, after, r.cfg.batch)
-	if err != nil || len(lines) == 0 {
-		return 0, err
-	}
-	// Project the contiguous prefix; a hole is reported when it reaches the front of a batch.
-	for i, l := range lines {
-		if want := after + 1 + int64(i); l.Seq != want {
-			if i == 0 {
-				return 0, fmt.Errorf("%w: run %q has seq %d where %d belongs", ErrRowsMissing, runID, l.Seq, want)
+	placed := 0
+	var ahead chan fetched
+	// A read ahead still running when project returns is waited for, so none outlives the call.
+	defer func() {
+		if ahead != nil {
+			<-ahead
+		}
+	}()
+	for len(lines) > 0 {
+		if lines, err = contiguous(runID, cursor, lines); err != nil {
+			return placed, err
+		}
+		first, last := lines[0].Seq, lines[len(lines)-1].Seq
+		if placed > 0 && (target == 0 || last < target) {
+			ahead = make(chan fetched, 1)
+			go func() {
+				l, err := r.s.PendingEvents(ctx, runID, last, r.cfg.batch)
+				ahead <- fetched{l, err}
+			}()
+		}
+		if err := r.sink.Append(ctx, lines); err != nil {
+			return placed, &sinkError{err}
+		}
+		faultpoint.Hit(faultpoint.RelayAfterAppend)
+		if err := r.s.recordProjected(ctx, runID, first, last); err != nil {
+			return placed, err
+		}
+		placed += len(lines)
+		cursor = last
+		switch {
+		case target > 0 && cursor >= target:
+			return placed, nil
+		case ahead != nil:
+			f := <-ahead
+			ahead = nil
+			if f.err != nil {
+				return placed, f.err
 			}
-			lines = lines[:i]
-			break
+			lines = f.lines
+		default:
+			if lines, err = r.s.PendingEvents(ctx, runID, cursor, r.cfg.batch); err != nil {
+				return placed, err
+			}
 		}
 	}
-	if err := r.sink.Append(ctx, lines); err != nil {
-		return 0, &sinkError{err}
+	return placed, nil
+}
+
+// contiguous returns the prefix of lines that follows cursor without a hole. A hole at the front is
+// ErrRowsMissing; a hole further on is reported when it reaches the front of a batch.
+func contiguous(runID string, cursor int64, lines []EventLine) ([]EventLine, error) {
+	for i, l := range lines {
+		if want := cursor + 1 + int64(i); l.Seq != want {
+			if i == 0 {
+				return nil, fmt.Errorf("%w: run %q has seq %d where %d belongs", ErrRowsMissing, runID, l.Seq, want)
+			}
+			return lines[:i], nil
+		}
 	}
-	faultpoint.Hit(faultpoint.RelayAfterAppend)
-	first, last := lines[0].Seq, lines[len(lines)-1].Seq
-	if err := r.s.recordProjected(ctx, runID, first, last); err != nil {
-		return 0, err
-	}
-	return len(lines), nil
+	return lines, nil
 }
 
 // retriable reports whether a failed batch is worth another attempt: a sink failure, or a transient
@@ -209,26 +262,28 @@ func (r *Relay) backoff(ctx context.Context, d time.Duration) (next time.Duratio
 	return min(2*d, r.cfg.maxBackoff), nil
 }
 
-// drain projects runID up to target, trying a failing batch up to the configured attempts.
+// drain projects runID up to target, trying a failing batch up to the configured attempts. Attempts
+// are counted while no line gets through; any progress starts the count again.
 func (r *Relay) drain(ctx context.Context, runID string, target int64) error {
 	wait := r.cfg.minBackoff
 	failures := 0
 	for {
-		projected, err := r.s.Projected(ctx, runID)
-		if err != nil {
-			return err
-		}
-		if projected >= target {
-			return nil
-		}
-		n, err := r.projectBatch(ctx, runID)
-		switch {
-		case err == nil && n == 0:
-			// Nothing stored past the position: the lines up to target are gone, not pending.
-			return fmt.Errorf("%w: run %q ends at %d, below %d", ErrRowsMissing, runID, projected, target)
-		case err == nil:
-			failures, wait = 0, r.cfg.minBackoff
+		n, err := r.project(ctx, runID, target)
+		if err == nil {
+			projected, err := r.s.Projected(ctx, runID)
+			switch {
+			case err != nil:
+				return err
+			case projected >= target:
+				return nil
+			case n == 0:
+				// Nothing stored past the position: the lines up to target are gone, not pending.
+				return fmt.Errorf("%w: run %q ends at %d, below %d", ErrRowsMissing, runID, projected, target)
+			}
 			continue
+		}
+		if n > 0 {
+			failures, wait = 0, r.cfg.minBackoff
 		}
 		failures++
 		if !retriable(ctx, err) || failures >= r.cfg.flushAttempts {
@@ -304,7 +359,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	var failing error
 	for {
 		changed := r.s.Changed()
-		n, err := r.projectBatch(ctx, r.runID)
+		_, err := r.project(ctx, r.runID, 0)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -324,9 +379,6 @@ func (r *Relay) Run(ctx context.Context) error {
 		if failing != nil {
 			r.cfg.log.Info("outbox: relay recovered", "run", r.runID)
 			failing, wait = nil, r.cfg.minBackoff
-		}
-		if n > 0 {
-			continue
 		}
 		select {
 		case <-ctx.Done():

@@ -30,6 +30,8 @@ type EngineConfig struct {
 	Pace time.Duration
 	// Progress, when set, is called after each unit with the number done so far.
 	Progress func(done int)
+	// BatchSize is the relay's batch size; 0 means the default.
+	BatchSize int
 }
 
 // Cents is the spend of a unit: deterministic, so a check can recompute it.
@@ -66,7 +68,11 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (err error) {
 		}
 	}
 
-	relay := outbox.NewRelay(s, j, cfg.RunID, outbox.WithBackoff(time.Millisecond, 100*time.Millisecond))
+	opts := []outbox.RelayOption{outbox.WithBackoff(time.Millisecond, 100*time.Millisecond)}
+	if cfg.BatchSize > 0 {
+		opts = append(opts, outbox.WithBatchSize(cfg.BatchSize))
+	}
+	relay := outbox.NewRelay(s, j, cfg.RunID, opts...)
 	if err := relay.Recover(ctx); err != nil {
 		return err
 	}

@@ -1,0 +1,160 @@
+package journal_test
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ncruces/go-sqlite3/driver"
+
+	"github.com/textmachine/outbox/journal"
+	"github.com/textmachine/outbox/outbox"
+)
+
+// BenchmarkRelayDrain projects a backlog of 20,000 lines from the store into a journal file, beside a
+// baseline that appends the same lines, in the same batch size, with one fdatasync per batch and no
+// database at all.
+func BenchmarkRelayDrain(b *testing.B) {
+	backlog, batch := 20_000, 256
+	if testing.Short() {
+		backlog = 1000
+	}
+	ctx := context.Background()
+	dir := b.TempDir()
+	dbPath := filepath.Join(dir, "book.db")
+	s, err := outbox.Open(ctx, dbPath)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.WriteTx(ctx, func(tx *sql.Tx) error {
+		for i := 1; i <= backlog; i++ {
+			if _, err := s.EnqueueTx(ctx, tx, "run", journal.Builder("run", "spend", map[string]int{"unit": i, "amount": i % 1000})); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		b.Fatal(err)
+	}
+	lines, err := s.PendingEvents(ctx, "run", 0, backlog)
+	if err != nil {
+		b.Fatal(err)
+	}
+	raw, err := driver.Open("file:" + dbPath)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer raw.Close()
+
+	b.Run("baseline", func(b *testing.B) {
+		for i := 0; b.Loop(); i++ {
+			f, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("base-%d.jsonl", i)), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for start := 0; start < len(lines); start += batch {
+				var buf []byte
+				for _, l := range lines[start:min(start+batch, len(lines))] {
+					buf = append(append(buf, l.Line...), '\n')
+				}
+				if _, err := f.Write(buf); err != nil {
+					b.Fatal(err)
+				}
+				if err := f.Sync(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			f.Close()
+		}
+		b.ReportMetric(float64(backlog*b.N)/b.Elapsed().Seconds(), "lines/s")
+	})
+	b.Run("relay", func(b *testing.B) {
+		for i := 0; b.Loop(); i++ {
+			b.StopTimer()
+			if _, err := raw.Exec(`DELETE FROM outbox_progress`); err != nil {
+				b.Fatal(err)
+			}
+			j, err := journal.OpenFile(filepath.Join(dir, fmt.Sprintf("relay-%d.jsonl", i)))
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+			if err := outbox.NewRelay(s, j, "run", outbox.WithBatchSize(batch)).Flush(ctx); err != nil {
+				b.Fatal(err)
+			}
+			j.Close()
+		}
+		b.ReportMetric(float64(backlog*b.N)/b.Elapsed().Seconds(), "lines/s")
+	})
+}
+
+// verifyFile writes a journal of about size bytes: 50 interleaved runs of realistic lines.
+func verifyFile(b *testing.B, size int) string {
+	b.Helper()
+	path := filepath.Join(b.TempDir(), "big.jsonl")
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	w := bufio.NewWriterSize(f, 1<<20)
+	seqs := make([]int64, 50)
+	pad := strings.Repeat("x", 40)
+	for written := 0; written < size; {
+		r := written % 50
+		seqs[r]++
+		n, _ := fmt.Fprintf(w, `{"engine_run_id":"run-%02d-0123456789abcdef","seq":%d,"type":"spend","at":"2026-11-30T01:59:17.123456789Z","data":{"unit":%d,"amount":%d,"note":"%s"}}`+"\n",
+			r, seqs[r], written, written%1000, pad)
+		written += n
+	}
+	w.Flush()
+	f.Close()
+	return path
+}
+
+// BenchmarkVerify checks a 100 MB journal, beside reading the same file line by line with no parsing.
+func BenchmarkVerify(b *testing.B) {
+	size := 100 << 20
+	if testing.Short() {
+		size = 1 << 20
+	}
+	path := verifyFile(b, size)
+	st, _ := os.Stat(path)
+	b.Run("read-lines", func(b *testing.B) {
+		b.SetBytes(st.Size())
+		lines := 0
+		for b.Loop() {
+			f, _ := os.Open(path)
+			r := bufio.NewReaderSize(f, 1<<20)
+			lines = 0
+			for {
+				_, err := r.ReadSlice('\n')
+				if err != nil {
+					break
+				}
+				lines++
+			}
+			f.Close()
+		}
+		b.ReportMetric(float64(lines*b.N)/b.Elapsed().Seconds(), "lines/s")
+	})
+	b.Run("verify", func(b *testing.B) {
+		b.SetBytes(st.Size())
+		var rep journal.Report
+		for b.Loop() {
+			f, _ := os.Open(path)
+			var err error
+			rep, err = journal.Verify(f)
+			f.Close()
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(rep.Lines*b.N)/b.Elapsed().Seconds(), "lines/s")
+	})
+}

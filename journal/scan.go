@@ -1,0 +1,445 @@
+package journal
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"math/bits"
+	"unicode/utf8"
+)
+
+// parseLine checks that b is one JSON object (RFC 8259, UTF-8) and finds its top-level
+// "engine_run_id" and "seq" members in the same pass. Member names match exactly, byte for byte after
+// unescaping (encoding/json's struct decoding would also accept "Seq" or "SEQ"); a member given twice
+// is ambiguous and refused; seq must be a JSON integer, with no fraction or exponent. runID is the raw
+// string body, unescaped only when it holds an escape. It returns a reason when the line is malformed.
+//
+// It is a hand-written scanner rather than json.Valid plus a second walk because verifying a journal
+// is bound by this function: string bodies, most of a line, are skipped 8 bytes at a time.
+func parseLine(b []byte) (runID []byte, seq int64, reason string) {
+	var s scanner
+	runID, seq, w := s.parse(b)
+	return runID, seq, w.String()
+}
+
+// why is the reason a line is malformed, as a code: a parsed line then holds no pointer, and a block
+// of them costs the garbage collector nothing to scan.
+type why uint8
+
+const (
+	whyNone why = iota
+	whyNotJSON
+	whyNotJSONOrUTF8
+	whyTrailing
+	whyNotObject
+	whyNoRun
+	whyNoSeq
+	whyRunEmpty
+	whySeqBelow1
+	whySeqNotNumber
+	whySeqNotInteger
+	whySeqRange
+	whyRunTwice
+	whyRunNotString
+	whySeqTwice
+)
+
+var whyText = [...]string{
+	whyNone:          "",
+	whyNotJSON:       "not JSON",
+	whyNotJSONOrUTF8: "not JSON (or not UTF-8)",
+	whyTrailing:      "not JSON (text after the object)",
+	whyNotObject:     "not a JSON object",
+	whyNoRun:         `no "engine_run_id"`,
+	whyNoSeq:         `no "seq"`,
+	whyRunEmpty:      `"engine_run_id" is empty`,
+	whySeqBelow1:     `"seq" is below 1`,
+	whySeqNotNumber:  `"seq" is not a number`,
+	whySeqNotInteger: `"seq" is not an integer`,
+	whySeqRange:      `"seq" is out of range`,
+	whyRunTwice:      `"engine_run_id" given twice`,
+	whyRunNotString:  `"engine_run_id" is not a string`,
+	whySeqTwice:      `"seq" given twice`,
+}
+
+func (w why) String() string { return whyText[w] }
+
+// parse is parseLine on a scanner that is reused from line to line, so that its container stack is
+// allocated once.
+func (s *scanner) parse(b []byte) (runID []byte, seq int64, reason why) {
+	s.b, s.i = b, 0
+	s.runAt, s.runEsc = -1, false
+	s.ws()
+	if s.i >= len(b) || b[s.i] != '{' {
+		if s.i < len(b) && s.value() && s.end() {
+			return nil, 0, whyNotObject
+		}
+		return nil, 0, whyNotJSON
+	}
+	s.i++
+	s.ws()
+	var haveRun, haveSeq bool
+	// A member's problem is reported only once the whole line is known to be JSON: a truncated line
+	// is whyNotJSON whatever its first member holds.
+	problem := whyNone
+	note := func(w why) {
+		if problem == whyNone {
+			problem = w
+		}
+	}
+	if s.peek('}') {
+		s.i++
+	} else {
+		for {
+			if !s.peek('"') {
+				return nil, 0, whyNotJSON
+			}
+			k0 := s.i
+			if !s.str() {
+				return nil, 0, whyNotJSONOrUTF8
+			}
+			key := b[k0+1 : s.i-1]
+			escaped := s.esc
+			s.ws()
+			if !s.peek(':') {
+				return nil, 0, whyNotJSON
+			}
+			s.i++
+			s.ws()
+			v0 := s.i
+			if !s.value() {
+				return nil, 0, whyNotJSONOrUTF8
+			}
+			val := b[v0:s.i]
+			if escaped {
+				var k string
+				json.Unmarshal(b[k0:k0+len(key)+2], &k) // a valid string: cannot fail
+				key = []byte(k)
+			}
+			switch string(key) {
+			case "engine_run_id":
+				switch {
+				case haveRun:
+					note(whyRunTwice)
+				case val[0] != '"':
+					note(whyRunNotString)
+				default:
+					runID = val[1 : len(val)-1]
+					s.runAt = v0 + 1
+					if s.esc {
+						s.runEsc = true
+						var r string
+						json.Unmarshal(val, &r)
+						runID = []byte(r)
+					}
+				}
+				haveRun = true
+			case "seq":
+				if haveSeq {
+					note(whySeqTwice)
+				}
+				haveSeq = true
+				n, w := integer(val)
+				if w != whyNone {
+					note(w)
+				}
+				seq = n
+			}
+			s.ws()
+			if s.peek(',') {
+				s.i++
+				s.ws()
+				continue
+			}
+			if s.peek('}') {
+				s.i++
+				break
+			}
+			return nil, 0, whyNotJSON
+		}
+	}
+	if !s.end() {
+		return nil, 0, whyTrailing
+	}
+	switch {
+	case problem != whyNone:
+		return runID, seq, problem
+	case !haveRun:
+		return nil, seq, whyNoRun
+	case !haveSeq:
+		return runID, 0, whyNoSeq
+	case len(runID) == 0:
+		return nil, seq, whyRunEmpty
+	case seq < 1:
+		return runID, seq, whySeqBelow1
+	}
+	return runID, seq, whyNone
+}
+
+// integer parses a JSON number token that must be an integer.
+func integer(tok []byte) (int64, why) {
+	neg := tok[0] == '-'
+	digits := tok
+	if neg {
+		digits = tok[1:]
+	}
+	if len(digits) == 0 || digits[0] < '0' || digits[0] > '9' {
+		return 0, whySeqNotNumber
+	}
+	var n uint64
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return 0, whySeqNotInteger
+		}
+		if n > (1<<63-1)/10 {
+			return 0, whySeqRange
+		}
+		n = n*10 + uint64(c-'0')
+		if n > 1<<63-1 {
+			return 0, whySeqRange
+		}
+	}
+	if neg {
+		return -int64(n), whyNone
+	}
+	return int64(n), whyNone
+}
+
+type scanner struct {
+	b      []byte
+	i      int
+	runAt  int    // where the run id's string body starts in b, or -1
+	runEsc bool   // the run id held an escape: parse returned it decoded, not as a part of b
+	esc    bool   // the last string scanned held an escape
+	stack  []byte // open containers of the value being scanned
+}
+
+func (s *scanner) peek(c byte) bool { return s.i < len(s.b) && s.b[s.i] == c }
+
+func (s *scanner) ws() {
+	// Journal lines are compact: the common case is one comparison.
+	for s.i < len(s.b) && s.b[s.i] <= ' ' {
+		switch s.b[s.i] {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return
+		}
+	}
+}
+
+// end reports whether only whitespace is left.
+func (s *scanner) end() bool {
+	s.ws()
+	return s.i == len(s.b)
+}
+
+const (
+	lo8 = 0x0101010101010101
+	hi8 = 0x8080808080808080
+)
+
+// str scans the string at s.b[s.i] == '"', validating escapes and UTF-8, and leaves s.i past its
+// closing quote.
+func (s *scanner) str() bool {
+	b := s.b
+	i := s.i + 1
+	s.esc = false
+	for {
+		// Eight bytes at a time while none is a quote, a backslash, a control byte or non-ASCII. The
+		// mask's false positives (borrows) sit only above a true match, so its lowest set bit is the
+		// first byte that needs a look.
+		for i+8 <= len(b) {
+			x := binary.LittleEndian.Uint64(b[i:])
+			q := x ^ (lo8 * '"')
+			bs := x ^ (lo8 * '\\')
+			if m := ((x-lo8*0x20)&^x | (q-lo8)&^q | (bs-lo8)&^bs | x) & hi8; m != 0 {
+				i += bits.TrailingZeros64(m) >> 3
+				break
+			}
+			i += 8
+		}
+		if i >= len(b) {
+			return false
+		}
+		c := b[i]
+		switch {
+		case c == '"':
+			s.i = i + 1
+			return true
+		case c == '\\':
+			s.esc = true
+			if i+1 >= len(b) {
+				return false
+			}
+			switch b[i+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				i += 2
+			case 'u':
+				if i+6 > len(b) {
+					return false
+				}
+				for _, h := range b[i+2 : i+6] {
+					if !(h >= '0' && h <= '9' || h >= 'a' && h <= 'f' || h >= 'A' && h <= 'F') {
+						return false
+					}
+				}
+				i += 6
+			default:
+				return false
+			}
+		case c < 0x20:
+			return false
+		case c < utf8.RuneSelf:
+			i++
+		default:
+			r, n := utf8.DecodeRune(b[i:])
+			if r == utf8.RuneError && n == 1 {
+				return false
+			}
+			i += n
+		}
+	}
+}
+
+// number scans a JSON number.
+func (s *scanner) number() bool {
+	b, i := s.b, s.i
+	if i < len(b) && b[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(b) && b[i] == '0':
+		i++
+	case i < len(b) && b[i] >= '1' && b[i] <= '9':
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+	default:
+		return false
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		d := i
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		if i == d {
+			return false
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		d := i
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+		}
+		if i == d {
+			return false
+		}
+	}
+	s.i = i
+	return true
+}
+
+func (s *scanner) literal(word string) bool {
+	if len(s.b)-s.i < len(word) || string(s.b[s.i:s.i+len(word)]) != word {
+		return false
+	}
+	s.i += len(word)
+	return true
+}
+
+// value scans one JSON value of any depth. Containers are tracked on an explicit stack, so a line of
+// a million '[' costs memory, not the goroutine's stack.
+func (s *scanner) value() bool {
+	s.stack = s.stack[:0]
+	esc := false // a string value's escape flag, kept for the caller when the value is a string
+	for {
+		// One scalar, or the opening of a container.
+		s.ws()
+		if s.i >= len(s.b) {
+			return false
+		}
+		switch c := s.b[s.i]; c {
+		case '{', '[':
+			s.i++
+			s.ws()
+			if (c == '{' && s.peek('}')) || (c == '[' && s.peek(']')) {
+				s.i++
+				break
+			}
+			s.stack = append(s.stack, c)
+			if c == '{' && !s.member() {
+				return false
+			}
+			continue
+		case '"':
+			if !s.str() {
+				return false
+			}
+			esc = s.esc
+		case 't':
+			if !s.literal("true") {
+				return false
+			}
+		case 'f':
+			if !s.literal("false") {
+				return false
+			}
+		case 'n':
+			if !s.literal("null") {
+				return false
+			}
+		default:
+			if !s.number() {
+				return false
+			}
+		}
+		// After a value: close containers, or move to the next element.
+		for {
+			if len(s.stack) == 0 {
+				s.esc = esc
+				return true
+			}
+			s.ws()
+			if s.i >= len(s.b) {
+				return false
+			}
+			top := s.stack[len(s.stack)-1]
+			c := s.b[s.i]
+			if c == ',' {
+				s.i++
+				if top == '{' {
+					s.ws()
+					if !s.member() {
+						return false
+					}
+				}
+				break
+			}
+			if (top == '{' && c == '}') || (top == '[' && c == ']') {
+				s.i++
+				s.stack = s.stack[:len(s.stack)-1]
+				continue
+			}
+			return false
+		}
+		esc = false
+	}
+}
+
+// member scans `"name" :` inside an object.
+func (s *scanner) member() bool {
+	if !s.peek('"') || !s.str() {
+		return false
+	}
+	s.ws()
+	if !s.peek(':') {
+		return false
+	}
+	s.i++
+	return true
+}

@@ -1,0 +1,41 @@
+package journal
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+// FuzzParseLine: the hand-written scanner agrees with encoding/json on what is valid JSON, and on the
+// two members whenever it accepts a line.
+func FuzzParseLine(f *testing.F) {
+	for _, s := range []string{
+		`{"engine_run_id":"a","seq":1}`, `{"engine_run_id":"a\u00e9","seq":12,"d":[1,{"x":"y"},null,true,-1.5e3]}`,
+		`[1,2]`, `{"a":}`, `{"seq":01}`, `"\ud800"`, `{"engine\u005frun_id":"a","seq":1}`, ` {} `, `{"a":"\x01"}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		run, seq, reason := parseLine(b)
+		scannerValid := !strings.HasPrefix(reason, "not JSON")
+		if want := json.Valid(b) && utf8.Valid(b); scannerValid != want {
+			t.Fatalf("%q: scanner says valid=%v (%s), encoding/json says %v", b, scannerValid, reason, want)
+		}
+		if reason != "" {
+			return
+		}
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatalf("%q accepted, but not an object: %v", b, err)
+		}
+		var wantRun string
+		var wantSeq int64
+		if json.Unmarshal(m["engine_run_id"], &wantRun) != nil || json.Unmarshal(m["seq"], &wantSeq) != nil {
+			t.Fatalf("%q accepted without a string run and an integer seq", b)
+		}
+		if string(run) != wantRun || seq != wantSeq {
+			t.Fatalf("%q: got (%q, %d), encoding/json reads (%q, %d)", b, run, seq, wantRun, wantSeq)
+		}
+	})
+}
