@@ -40,6 +40,7 @@ type relayConfig struct {
 	flushAttempts int
 	poll          time.Duration
 	log           *slog.Logger
+	onProjected   func(runID string, lines int, last int64)
 }
 
 // RelayOption configures NewRelay. An invalid value makes the relay's methods return an error.
@@ -88,6 +89,16 @@ func WithPollInterval(d time.Duration) RelayOption {
 			return fmt.Errorf("outbox: relay poll interval %v, need > 0", d)
 		}
 		c.poll = d
+		return nil
+	}
+}
+
+// WithOnProjected sets a function called after each batch the relay places and records: the run,
+// the batch's number of lines and its last seq. It runs on the relay's goroutine and must not block;
+// a progress display or a metrics counter is its use.
+func WithOnProjected(fn func(runID string, lines int, last int64)) RelayOption {
+	return func(c *relayConfig) error {
+		c.onProjected = fn
 		return nil
 	}
 }
@@ -209,6 +220,9 @@ func (r *Relay) project(ctx context.Context, runID string, target int64) (int, e
 		}
 		placed += len(lines)
 		cursor = last
+		if r.cfg.onProjected != nil {
+			r.cfg.onProjected(runID, len(lines), last)
+		}
 		switch {
 		case target > 0 && cursor >= target:
 			return placed, nil

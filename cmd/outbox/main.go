@@ -31,6 +31,9 @@ type command struct {
 
 var commands = map[string]command{}
 
+// hidden commands are not listed by help: the demo's engine child.
+var hidden = map[string]command{}
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
@@ -47,6 +50,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	c, ok := commands[args[0]]
+	if !ok {
+		c, ok = hidden[args[0]]
+	}
 	if !ok {
 		fmt.Fprintf(stderr, "outbox: unknown command %q (run 'outbox help')\n", args[0])
 		return exitUsage

@@ -1,0 +1,215 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/textmachine/outbox/internal/demo"
+	"github.com/textmachine/outbox/journal"
+)
+
+// engineCommand is the hidden subcommand the demo re-executes this binary with: one start of the
+// simulated engine.
+const engineCommand = "__demo-engine"
+
+func init() {
+	commands["demo"] = command{
+		summary: "simulate an engine working a book, kill it K times, and check the journal",
+		run:     runDemo,
+	}
+	hidden[engineCommand] = command{run: runEngine}
+}
+
+func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("outbox demo", flag.ContinueOnError)
+	dir := fs.String("dir", "", "work in `DIR` (default: a new temporary directory)")
+	units := fs.Int("units", 2000, "the book's size in `units`")
+	crashes := fs.Int("crashes", 3, "kill the engine with SIGKILL `K` times")
+	seed := fs.Uint64("seed", 1, "draw the moments of the kills from `S`")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), `usage: outbox demo [--dir DIR] [--units N] [--crashes K] [--seed S]
+
+Simulates an engine working through a book of N units. The engine runs as a child process
+(this binary, re-executed) with a fresh run id per start: it recovers what earlier starts
+left, writes its run_started handshake, announces every unit the database says is done,
+then works the rest, each unit one transaction (units, spend, and a spend event), each
+finished unit announced once, while a relay projects to the journal. The demo kills it
+with SIGKILL K times, at units drawn from the seed, restarting it each time, then checks
+the journal against the database. DIR keeps book.db and journal.jsonl for inspection.
+
+Exit status: 0 when every guarantee held, 1 when one did not, 2 on a usage error.
+
+flags:`)
+		fs.PrintDefaults()
+	}
+	pos, code, done := parseFlags(fs, args, stderr)
+	if done {
+		return code
+	}
+	if len(pos) != 0 {
+		fs.Usage()
+		return exitUsage
+	}
+	if *units < 2 || *crashes < 0 || *crashes >= *units {
+		return fail(stderr, exitUsage, "demo: need --units of at least 2 and 0 <= --crashes < --units")
+	}
+	if *dir == "" {
+		d, err := os.MkdirTemp("", "outbox-demo-")
+		if err != nil {
+			return fail(stderr, exitUsage, "demo: %v", err)
+		}
+		*dir = d
+	} else if err := os.MkdirAll(*dir, 0o755); err != nil {
+		return fail(stderr, exitUsage, "demo: %v", err)
+	}
+	dbPath, jPath := filepath.Join(*dir, "book.db"), filepath.Join(*dir, "journal.jsonl")
+	for _, p := range []string{dbPath, jPath} {
+		if _, err := os.Stat(p); err == nil {
+			return fail(stderr, exitUsage, "demo: %s already exists; give an empty --dir", p)
+		}
+	}
+	fmt.Fprintf(stdout, "demo: a book of %d units in %s, %d crashes, seed %d\n\n", *units, *dir, *crashes, *seed)
+
+	// The units at which the engine is killed: distinct, increasing, inside the book.
+	rng := rand.New(rand.NewPCG(*seed, 0x64656d6f))
+	killAt := rng.Perm(*units - 1)[:*crashes]
+	for i := range killAt {
+		killAt[i]++
+	}
+	slices.Sort(killAt)
+
+	exe, err := os.Executable()
+	if err != nil {
+		return fail(stderr, exitUsage, "demo: %v", err)
+	}
+	began := time.Now()
+	starts, killed := 0, 0
+	for {
+		starts++
+		target := 0
+		if killed < len(killAt) {
+			target = killAt[killed]
+		}
+		runID := fmt.Sprintf("demo-%d-%d-%d", *seed, starts, time.Now().UnixNano())
+		reached, status, err := startEngine(ctx, exe, dbPath, jPath, *units, runID, target, stderr)
+		if err != nil {
+			return fail(stderr, exitFindings, "demo: start %d: %v", starts, err)
+		}
+		if status == "killed" {
+			killed++
+			fmt.Fprintf(stdout, "start %d (%s): killed with SIGKILL at unit %d\n", starts, runID, reached)
+			continue
+		}
+		fmt.Fprintf(stdout, "start %d (%s): finished the book\n", starts, runID)
+		break
+	}
+
+	res, err := demo.Check(ctx, dbPath, jPath, *units, "")
+	if err != nil {
+		return fail(stderr, exitFindings, "demo: check: %v", err)
+	}
+	gaps, conflicts, malformed := 0, 0, 0
+	switch {
+	case errors.Is(res.VerifyErr, journal.ErrStreamGap):
+		gaps = 1
+	case errors.Is(res.VerifyErr, journal.ErrPayloadConflict):
+		conflicts = 1
+	case errors.Is(res.VerifyErr, journal.ErrMalformed):
+		malformed = 1
+	}
+	fmt.Fprintln(stdout)
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "starts\t%d (%d killed with SIGKILL)\n", starts, killed)
+	fmt.Fprintf(tw, "runs in the journal\t%d\n", len(res.Report.Runs))
+	fmt.Fprintf(tw, "lines\t%d\n", res.Report.Lines)
+	fmt.Fprintf(tw, "duplicates skipped\t%d\n", res.Report.Duplicates)
+	fmt.Fprintf(tw, "gaps\t%d\n", gaps)
+	fmt.Fprintf(tw, "conflicts\t%d\n", conflicts)
+	if malformed > 0 {
+		fmt.Fprintf(tw, "malformed lines\t%d\n", malformed)
+	}
+	fmt.Fprintf(tw, "units announced exactly once\t%d of %d\n", res.Announced, res.Units)
+	fmt.Fprintf(tw, "spend in the journal\t%d cents, in the database %d cents\n", res.SpendJournal, res.SpendDB)
+	fmt.Fprintf(tw, "database integrity\t%s\n", res.Integrity)
+	fmt.Fprintf(tw, "time\t%v\n", time.Since(began).Round(10*time.Millisecond))
+	tw.Flush()
+	fmt.Fprintf(stdout, "\nbook: %s\njournal: %s\n", dbPath, jPath)
+	if !res.OK() {
+		fmt.Fprintf(stdout, "\nFAILED: %s\n", strings.Join(res.Problems(), "; "))
+		return exitFindings
+	}
+	fmt.Fprintln(stdout, "\nOK: nothing lost, nothing counted twice")
+	return exitOK
+}
+
+// startEngine runs one start of the engine and, when killAt > 0, kills it with SIGKILL once it
+// reports that many units done. It returns the last unit count the engine reported and "killed" or
+// "finished".
+func startEngine(ctx context.Context, exe, dbPath, jPath string, units int, runID string, killAt int, stderr io.Writer) (int, string, error) {
+	cmd := exec.CommandContext(ctx, exe, engineCommand, "--db", dbPath, "--journal", jPath,
+		"--units", strconv.Itoa(units), "--run", runID)
+	cmd.Stderr = stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return 0, "", err
+	}
+	if err := cmd.Start(); err != nil {
+		return 0, "", err
+	}
+	reached := 0
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if n, err := strconv.Atoi(strings.TrimPrefix(sc.Text(), "done ")); err == nil {
+			reached = n
+		}
+		if killAt > 0 && reached >= killAt {
+			cmd.Process.Signal(syscall.SIGKILL)
+			break
+		}
+	}
+	io.Copy(io.Discard, out)
+	err = cmd.Wait()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return reached, "finished", nil
+	case errors.As(err, &exit) && exit.Sys().(syscall.WaitStatus).Signal() == syscall.SIGKILL:
+		return reached, "killed", nil
+	}
+	return reached, "", fmt.Errorf("engine %s: %w", runID, err)
+}
+
+// runEngine is one start of the simulated engine, in the child process. It reports "done N" on
+// standard output after each unit.
+func runEngine(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet(engineCommand, flag.ContinueOnError)
+	dbPath := fs.String("db", "", "")
+	jPath := fs.String("journal", "", "")
+	units := fs.Int("units", 0, "")
+	runID := fs.String("run", "", "")
+	if _, code, done := parseFlags(fs, args, stderr); done {
+		return code
+	}
+	err := demo.RunEngine(ctx, demo.EngineConfig{
+		DB: *dbPath, Journal: *jPath, Units: *units, RunID: *runID,
+		Progress: func(done int) { fmt.Fprintf(stdout, "done %d\n", done) },
+	})
+	if err != nil {
+		return fail(stderr, exitFindings, "engine: %v", err)
+	}
+	return exitOK
+}
