@@ -61,8 +61,7 @@ flags:`)
 		return code
 	}
 	if len(pos) != 0 {
-		fs.Usage()
-		return exitUsage
+		return usageError(stderr, "outbox demo", "takes no arguments")
 	}
 	if *units < 2 || *crashes < 0 || *crashes >= *units {
 		return fail(stderr, exitUsage, "demo: need --units of at least 2 and 0 <= --crashes < --units")

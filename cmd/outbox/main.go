@@ -75,23 +75,33 @@ func usage(w io.Writer) {
 
 // parseFlags parses args with fs, letting flags and positional arguments come in any order
 // (`migrate up --db f` as well as `migrate --db f up`). It reports the positional arguments, or the
-// exit status to return when parsing ended the command (help asked, or a usage error printed).
+// exit status to return when parsing ended the command: --help prints the usage and succeeds; a bad
+// flag is one line on stderr.
 func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) (positional []string, exit int, done bool) {
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard)
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
+				fs.SetOutput(stderr)
+				fs.Usage()
 				return nil, exitOK, true
 			}
-			return nil, exitUsage, true
+			return nil, usageError(stderr, fs.Name(), "%v", err), true
 		}
 		args = fs.Args()
 		if len(args) == 0 {
+			fs.SetOutput(stderr)
 			return positional, 0, false
 		}
 		positional = append(positional, args[0])
 		args = args[1:]
 	}
+}
+
+// usageError prints one line naming the problem and where the usage is, and returns exitUsage.
+func usageError(stderr io.Writer, name, format string, a ...any) int {
+	fmt.Fprintf(stderr, "%s: %s (run '%s --help')\n", name, fmt.Sprintf(format, a...), name)
+	return exitUsage
 }
 
 // fail prints one line to stderr and returns status.

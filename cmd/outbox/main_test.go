@@ -97,13 +97,17 @@ func TestUnknownCommandsAndFlagsAreUsageErrors(t *testing.T) {
 		{"migrate", "sideways", "--db", "x"},
 		{"demo", "--units", "1"},
 		{"pending", "--db", "x", "--run", "r", "--limit", "0"},
+		{"stats"},
+		{"relay", "--db", "x"},
+		{"migrate", "--db", "x"},
+		{"pending", "--limit", "many"},
 	} {
 		code, _, errOut := cli(t, args...)
 		if code != exitUsage {
 			t.Errorf("%v: exit %d, want 2", args, code)
 		}
-		if strings.TrimSpace(errOut) == "" {
-			t.Errorf("%v: nothing on stderr", args)
+		if errOut == "" || strings.Count(errOut, "\n") != 1 {
+			t.Errorf("%v: stderr %q, want one line", args, errOut)
 		}
 	}
 }

@@ -37,8 +37,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return code
 	}
 	if len(pos) != 1 || *dbPath == "" {
-		fs.Usage()
-		return exitUsage
+		return usageError(stderr, "outbox migrate", "need an action (up, down, status or version) and --db FILE")
 	}
 	action := pos[0]
 	switch action {

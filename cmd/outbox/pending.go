@@ -32,8 +32,7 @@ func runPending(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return code
 	}
 	if len(pos) != 0 || *dbPath == "" || *runID == "" {
-		fs.Usage()
-		return exitUsage
+		return usageError(stderr, "outbox pending", "need --db FILE and --run ID")
 	}
 	if *limit < 1 {
 		return fail(stderr, exitUsage, "pending: --limit must be at least 1")

@@ -34,8 +34,7 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return code
 	}
 	if len(pos) != 0 || *dbPath == "" || *jPath == "" {
-		fs.Usage()
-		return exitUsage
+		return usageError(stderr, "outbox relay", "need --db FILE and --journal FILE")
 	}
 	if _, err := os.Stat(*dbPath); err != nil {
 		return fail(stderr, exitUsage, "relay: %v", err)

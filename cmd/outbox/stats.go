@@ -53,8 +53,7 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return code
 	}
 	if len(pos) != 0 || *dbPath == "" {
-		fs.Usage()
-		return exitUsage
+		return usageError(stderr, "outbox stats", "need --db FILE and no arguments")
 	}
 	s, err := outbox.OpenReadOnly(ctx, *dbPath)
 	if err != nil {

@@ -60,8 +60,7 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return code
 	}
 	if len(pos) != 1 {
-		fs.Usage()
-		return exitUsage
+		return usageError(stderr, "outbox verify", "need exactly one journal FILE")
 	}
 	f, err := os.Open(pos[0])
 	if err != nil {
