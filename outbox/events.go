@@ -31,6 +31,9 @@ func (s *Store) EnqueueEvent(ctx context.Context, runID string, build EventBuild
 	if err := checkEnqueue(runID, build); err != nil {
 		return 0, err
 	}
+	if s.cfg.groupCommit && !s.readOnly {
+		return s.submit(ctx, runID, "", build)
+	}
 	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		seq, err = s.enqueue(ctx, tx, runID, "", build)
 		return err
@@ -55,6 +58,10 @@ func (s *Store) EnqueueOnce(ctx context.Context, runID, onceKey string, build Ev
 	}
 	if err := checkEnqueue(runID, build); err != nil {
 		return false, 0, err
+	}
+	if s.cfg.groupCommit && !s.readOnly {
+		seq, err := s.submit(ctx, runID, onceKey, build)
+		return seq > 0, seq, err
 	}
 	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		found, err := s.q.EventsOnceKeyExists(ctx, tx, onceKey)

@@ -43,6 +43,7 @@ type config struct {
 	opTimeout   time.Duration
 	readPool    int
 	logger      *slog.Logger
+	groupCommit bool
 }
 
 func newConfig(opts []Option) (config, error) {
@@ -52,6 +53,7 @@ func newConfig(opts []Option) (config, error) {
 		opTimeout:   DefaultOpTimeout,
 		readPool:    DefaultReadPoolSize,
 		logger:      slog.New(slog.DiscardHandler),
+		groupCommit: true,
 	}
 	for _, o := range opts {
 		if o == nil {
@@ -121,6 +123,18 @@ func WithLogger(l *slog.Logger) Option {
 			return fmt.Errorf("outbox: nil logger")
 		}
 		c.logger = l
+		return nil
+	}
+}
+
+// WithGroupCommit turns group commit on or off (on by default). With it, concurrent EnqueueEvent and
+// EnqueueOnce calls share one transaction and one fdatasync, each returning once that commit is
+// durable; builders then run on the store's committer goroutine, one after another, so a slow builder
+// delays the calls grouped after it. Off, each call has a transaction of its own, on its own goroutine.
+// A lone caller pays the same either way (docs/BENCHMARKS.md).
+func WithGroupCommit(on bool) Option {
+	return func(c *config) error {
+		c.groupCommit = on
 		return nil
 	}
 }

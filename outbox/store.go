@@ -34,6 +34,7 @@ type Store struct {
 	r        *sql.DB
 	lock     *os.File // the writer lock; nil when read-only
 	readOnly bool
+	group    *committer // the group committer and the prepared statements; nil when read-only
 
 	mu       sync.Mutex
 	cond     *sync.Cond // signalled when inflight drops to zero
@@ -105,6 +106,10 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("outbox: open %s: %w", path, mapErr(octx, err))
 	}
 	if s.r, err = s.openReader(); err != nil {
+		s.release()
+		return nil, err
+	}
+	if s.group, err = newCommitter(octx, s); err != nil {
 		s.release()
 		return nil, err
 	}
@@ -215,6 +220,9 @@ func (s *Store) Close() error {
 	}
 	close(s.changed) // wakes anyone waiting for a commit; they will find the store closed
 	s.mu.Unlock()
+	if s.group != nil {
+		s.group.close()
+	}
 	return s.release()
 }
 

@@ -1,0 +1,301 @@
+package outbox
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/textmachine/outbox/db"
+	"github.com/textmachine/outbox/internal/faultpoint"
+)
+
+// Group commit: at synchronous=FULL each transaction costs one fdatasync of the WAL, so one event per
+// transaction is capped by the disk. EnqueueEvent and EnqueueOnce hand their work to one committer
+// goroutine, which runs every call that is waiting in one transaction and one fdatasync.
+//
+// Each call stays isolated without a SAVEPOINT: it writes at most one statement (its INSERT; the
+// once-key lookup only reads), and a builder that fails, panics or declines writes nothing. The next
+// seq of each run is carried from call to call within the group instead of being read again. A
+// statement or commit failure fails every call of the group, since none of them is then durable.
+
+// maxGroup bounds a group, so one commit's latency stays bounded under any load.
+const maxGroup = 512
+
+// Request states: a caller whose context ends may withdraw its request until the committer takes it.
+const (
+	reqQueued int32 = iota
+	reqTaken
+	reqWithdrawn
+)
+
+type request struct {
+	ctx     context.Context
+	runID   string
+	onceKey string
+	build   EventBuilder
+	state   atomic.Int32
+	done    chan result
+}
+
+type result struct {
+	seq      int64
+	err      error
+	panicked bool
+	panicVal any
+}
+
+type committer struct {
+	s       *Store
+	queue   chan *request
+	stop    chan struct{}
+	stopped chan struct{}
+	// Prepared once on the writer connection; database/sql reuses them inside each transaction.
+	nextSeq, insert, onceFound *sql.Stmt
+}
+
+func newCommitter(ctx context.Context, s *Store) (*committer, error) {
+	c := &committer{s: s, queue: make(chan *request, maxGroup), stop: make(chan struct{}), stopped: make(chan struct{})}
+	var err error
+	for _, p := range []struct {
+		stmt **sql.Stmt
+		sql  string
+	}{{&c.nextSeq, db.EventNextSeq}, {&c.insert, db.EventInsert}, {&c.onceFound, db.EventsOnceKeyExists}} {
+		if *p.stmt, err = s.w.PrepareContext(ctx, p.sql); err != nil {
+			c.closeStmts()
+			return nil, fmt.Errorf("outbox: prepare: %w", err)
+		}
+	}
+	go c.run()
+	return c, nil
+}
+
+func (c *committer) closeStmts() {
+	for _, st := range []*sql.Stmt{c.nextSeq, c.insert, c.onceFound} {
+		if st != nil {
+			st.Close()
+		}
+	}
+}
+
+// close stops the committer. The store calls it once no operation is in flight, so the queue is empty.
+func (c *committer) close() {
+	close(c.stop)
+	<-c.stopped
+	c.closeStmts()
+}
+
+func (c *committer) run() {
+	defer close(c.stopped)
+	for {
+		var first *request
+		select {
+		case first = <-c.queue:
+		case <-c.stop:
+			return
+		}
+		// Everything already waiting joins: a lone caller waits for nobody.
+		group := []*request{first}
+	gather:
+		for len(group) < maxGroup {
+			select {
+			case r := <-c.queue:
+				group = append(group, r)
+			default:
+				break gather
+			}
+		}
+		c.commit(group)
+	}
+}
+
+// submit queues one call and waits for the commit of its group.
+func (s *Store) submit(ctx context.Context, runID, onceKey string, build EventBuilder) (int64, error) {
+	if err := s.enter(true); err != nil {
+		return 0, err
+	}
+	defer s.exit()
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	r := &request{ctx: ctx, runID: runID, onceKey: onceKey, build: build, done: make(chan result, 1)}
+	select {
+	case s.group.queue <- r:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	var res result
+	select {
+	case res = <-r.done:
+	case <-ctx.Done():
+		if r.state.CompareAndSwap(reqQueued, reqWithdrawn) {
+			return 0, ctx.Err()
+		}
+		// Taken: the outcome, durable or not, is on its way and must be reported as it is.
+		res = <-r.done
+	}
+	if res.panicked {
+		panic(res.panicVal)
+	}
+	return res.seq, res.err
+}
+
+func (c *committer) commit(group []*request) {
+	taken := group[:0]
+	for _, r := range group {
+		if r.state.CompareAndSwap(reqQueued, reqTaken) {
+			taken = append(taken, r)
+		}
+	}
+	if len(taken) == 0 {
+		return
+	}
+	results := make([]result, len(taken))
+	deliver := func() {
+		for i, r := range taken {
+			r.done <- results[i]
+		}
+	}
+	failAll := func(err error) {
+		for i := range results {
+			if results[i].err == nil && !results[i].panicked {
+				results[i] = result{err: err}
+			}
+		}
+	}
+	ctx, cancel := c.s.opContext(context.Background())
+	defer cancel()
+	tx, err := c.s.w.BeginTx(ctx, nil)
+	if err != nil {
+		failAll(fmt.Errorf("outbox: begin: %w", mapErr(ctx, err)))
+		deliver()
+		return
+	}
+	next := map[string]int64{} // each run's next seq within this group
+	nextSeq, insert, onceFound := tx.StmtContext(ctx, c.nextSeq), tx.StmtContext(ctx, c.insert), tx.StmtContext(ctx, c.onceFound)
+	for i, r := range taken {
+		var fatal error
+		results[i], fatal = c.one(ctx, r, next, nextSeq, insert, onceFound)
+		if fatal != nil {
+			tx.Rollback()
+			failAll(fatal)
+			deliver()
+			return
+		}
+	}
+	faultpoint.Hit(faultpoint.BeforeCommit)
+	if err := tx.Commit(); err != nil {
+		failAll(fmt.Errorf("outbox: commit: %w", mapErr(ctx, err)))
+		deliver()
+		return
+	}
+	faultpoint.Hit(faultpoint.AfterCommit)
+	c.s.signalCommit()
+	deliver()
+}
+
+// one runs one call inside the group's transaction. Its own failures (context, builder, line) are its
+// result; a failed statement is fatal to the group.
+func (c *committer) one(ctx context.Context, r *request, next map[string]int64, nextSeq, insert, onceFound *sql.Stmt) (res result, fatal error) {
+	if err := r.ctx.Err(); err != nil {
+		return result{err: err}, nil
+	}
+	if r.onceKey != "" {
+		var found int64
+		if err := onceFound.QueryRowContext(ctx, r.onceKey).Scan(&found); err != nil {
+			return result{}, fmt.Errorf("outbox: look up once key: %w", mapErr(ctx, err))
+		}
+		if found != 0 {
+			return result{}, nil
+		}
+	}
+	seq, ok := next[r.runID]
+	if !ok {
+		if err := nextSeq.QueryRowContext(ctx, r.runID).Scan(&seq); err != nil {
+			return result{}, fmt.Errorf("outbox: next seq of run %q: %w", r.runID, mapErr(ctx, err))
+		}
+		next[r.runID] = seq
+	}
+	line, err, panicked, val := callBuild(r.build, seq)
+	switch {
+	case panicked:
+		return result{panicked: true, panicVal: val}, nil
+	case err != nil:
+		return result{err: fmt.Errorf("outbox: build line %d of run %q: %w", seq, r.runID, err)}, nil
+	case line == nil:
+		return result{}, nil
+	case r.ctx.Err() != nil:
+		// Cancelled while its line was rendered: it stores nothing, as on a transaction of its own.
+		return result{err: r.ctx.Err()}, nil
+	}
+	if err := checkLine(line); err != nil {
+		return result{err: fmt.Errorf("outbox: line %d of run %q: %w", seq, r.runID, err)}, nil
+	}
+	if _, err := insert.ExecContext(ctx, r.runID, seq, line, r.onceKey, time.Now().UnixMilli()); err != nil {
+		return result{}, fmt.Errorf("outbox: insert line %d of run %q: %w", seq, r.runID, mapErr(ctx, err))
+	}
+	next[r.runID] = seq + 1
+	return result{seq: seq}, nil
+}
+
+// callBuild runs a builder on the committer's goroutine, turning a panic into a value the caller's
+// goroutine re-raises.
+func callBuild(build EventBuilder, seq int64) (line []byte, err error, panicked bool, val any) {
+	defer func() {
+		if v := recover(); v != nil {
+			panicked, val = true, v
+		}
+	}()
+	line, err = build(seq)
+	return line, err, false, nil
+}
+
+// EnqueueEvents enqueues a batch of runID's events in one transaction, all or nothing: each builder
+// gets the next number in order; a declining builder takes none, and its entry in seqs is 0. An error
+// from any builder (or a line it renders that is invalid) stores none of them.
+func (s *Store) EnqueueEvents(ctx context.Context, runID string, builds []EventBuilder) (seqs []int64, err error) {
+	if runID == "" {
+		return nil, ErrEmptyRunID
+	}
+	for i, b := range builds {
+		if b == nil {
+			return nil, fmt.Errorf("outbox: EnqueueEvents: builder %d is nil", i)
+		}
+	}
+	seqs = make([]int64, len(builds))
+	if len(builds) == 0 {
+		return seqs, nil
+	}
+	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		next, err := s.q.EventNextSeq(ctx, tx, runID)
+		if err != nil {
+			return fmt.Errorf("outbox: next seq of run %q: %w", runID, mapErr(ctx, err))
+		}
+		insert := tx.StmtContext(ctx, s.group.insert)
+		now := time.Now().UnixMilli()
+		for i, build := range builds {
+			line, err := build(next)
+			switch {
+			case err != nil:
+				return fmt.Errorf("outbox: build line %d of run %q: %w", next, runID, err)
+			case line == nil:
+				seqs[i] = 0
+				continue
+			}
+			if err := checkLine(line); err != nil {
+				return fmt.Errorf("outbox: line %d of run %q: %w", next, runID, err)
+			}
+			if _, err := insert.ExecContext(ctx, runID, next, line, "", now); err != nil {
+				return fmt.Errorf("outbox: insert line %d of run %q: %w", next, runID, mapErr(ctx, err))
+			}
+			seqs[i] = next
+			next++
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return seqs, nil
+}

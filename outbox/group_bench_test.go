@@ -1,0 +1,172 @@
+package outbox_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/textmachine/outbox/db"
+	"github.com/textmachine/outbox/outbox"
+)
+
+// latencies collects call latencies from many goroutines and reports percentiles.
+type latencies struct {
+	mu  sync.Mutex
+	all []time.Duration
+}
+
+func (l *latencies) add(ds []time.Duration) { l.mu.Lock(); l.all = append(l.all, ds...); l.mu.Unlock() }
+
+func (l *latencies) report(b *testing.B) {
+	if len(l.all) == 0 {
+		return
+	}
+	slices.Sort(l.all)
+	q := func(p float64) float64 { return float64(l.all[int(p*float64(len(l.all)-1))].Microseconds()) }
+	b.ReportMetric(q(0.50), "p50-µs")
+	b.ReportMetric(q(0.99), "p99-µs")
+	b.ReportMetric(float64(l.all[len(l.all)-1].Microseconds()), "max-µs")
+}
+
+// produce runs b.N EnqueueEvent calls spread over p goroutines, all on one run (an engine's wave of
+// units shares its run id), and reports events/s and latency percentiles.
+func produce(b *testing.B, s *outbox.Store, p int) {
+	ctx := context.Background()
+	var next atomic.Int64
+	var lat latencies
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	for g := 0; g < p; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			const run = "run"
+			var mine []time.Duration
+			for next.Add(1) <= int64(b.N) {
+				t0 := time.Now()
+				if _, err := s.EnqueueEvent(ctx, run, benchBuild); err != nil {
+					b.Error(err)
+					return
+				}
+				mine = append(mine, time.Since(t0))
+			}
+			lat.add(mine)
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+	lat.report(b)
+}
+
+// BenchmarkProducers: concurrent EnqueueEvent callers at FULL, with group commit (the default) and
+// without. Every call is durable when it returns.
+func BenchmarkProducers(b *testing.B) {
+	for _, group := range []bool{true, false} {
+		for _, p := range []int{1, 4, 16, 64} {
+			b.Run(fmt.Sprintf("group=%v/producers=%d", group, p), func(b *testing.B) {
+				s := openBench(b, filepath.Join(b.TempDir(), "p.db"), outbox.WithGroupCommit(group))
+				produce(b, s, p)
+			})
+		}
+	}
+}
+
+// BenchmarkFdatasync is the disk's limit: a 4 KiB overwrite followed by fdatasync, one after another.
+func BenchmarkFdatasync(b *testing.B) {
+	f, err := os.Create(filepath.Join(b.TempDir(), "sync"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	page := make([]byte, 4096)
+	for b.Loop() {
+		if _, err := f.WriteAt(page, 0); err != nil {
+			b.Fatal(err)
+		}
+		if err := syscall.Fdatasync(int(f.Fd())); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "syncs/s")
+}
+
+// BenchmarkEnqueueEvents: 100 events in one call, beside the same statements in a hand-written
+// database/sql loop (one transaction, the insert prepared once).
+func BenchmarkEnqueueEvents(b *testing.B) {
+	ctx := context.Background()
+	const n = 100
+	builds := make([]outbox.EventBuilder, n)
+	for i := range builds {
+		builds[i] = benchBuild
+	}
+	b.Run("baseline", func(b *testing.B) {
+		d := baselineDB(b, filepath.Join(b.TempDir(), "b.db"), "FULL")
+		insert, err := d.PrepareContext(ctx, db.EventInsert)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer insert.Close()
+		for b.Loop() {
+			tx, err := d.BeginTx(ctx, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var next int64
+			if err := tx.QueryRowContext(ctx, db.EventNextSeq, "run").Scan(&next); err != nil {
+				b.Fatal(err)
+			}
+			st := tx.StmtContext(ctx, insert)
+			now := time.Now().UnixMilli()
+			for i := 0; i < n; i++ {
+				line, _ := benchBuild(next)
+				if _, err := st.ExecContext(ctx, "run", next, line, "", now); err != nil {
+					b.Fatal(err)
+				}
+				next++
+			}
+			if err := tx.Commit(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "events/s")
+	})
+	b.Run("outbox", func(b *testing.B) {
+		s := openBench(b, filepath.Join(b.TempDir(), "o.db"))
+		for b.Loop() {
+			if _, err := s.EnqueueEvents(ctx, "run", builds); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "events/s")
+	})
+}
+
+// BenchmarkGrowthLatency: 16 producers at FULL into a table that already holds 10k to 1M rows (10M
+// with OUTBOX_BENCH_10M=1, a prefill of a few minutes), reporting throughput, p99 and the worst
+// stall; SQLite's automatic WAL checkpoints run inside producers' commits.
+func BenchmarkGrowthLatency(b *testing.B) {
+	sizes := []int{10_000, 100_000, 1_000_000}
+	if os.Getenv("OUTBOX_BENCH_10M") != "" {
+		sizes = append(sizes, 10_000_000)
+	}
+	for _, size := range sizes {
+		b.Run(fmt.Sprintf("rows=%d", size), func(b *testing.B) {
+			path := filepath.Join(b.TempDir(), "g.db")
+			d := baselineDB(b, path, "OFF")
+			for r := 0; r < 100; r++ {
+				fill(b, d, fmt.Sprintf("old-run-%03d", r), benchRows(size/100))
+			}
+			d.Exec("PRAGMA wal_checkpoint(TRUNCATE)")
+			d.Close()
+			produce(b, openBench(b, path), 16)
+		})
+	}
+}

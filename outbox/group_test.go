@@ -1,0 +1,114 @@
+package outbox
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/textmachine/outbox/internal/faultpoint"
+)
+
+func line(b string) EventBuilder { return func(int64) ([]byte, error) { return []byte(b), nil } }
+
+// TestAFailedGroupFailsEveryCallInIt holds the committer inside a first commit, queues a group behind
+// it whose one INSERT fails (a trigger refuses it), and checks that every call of that group gets an
+// error and none of them is stored.
+func TestAFailedGroupFailsEveryCallInIt(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "b.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.WriteTx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.Exec(`CREATE TRIGGER refuse BEFORE INSERT ON events_outbox WHEN NEW.line = CAST('refuse' AS BLOB)
+			BEGIN SELECT RAISE(ABORT, 'refused'); END`)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	hold, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	faultpoint.Set(func(p string) {
+		if p == faultpoint.BeforeCommit {
+			once.Do(func() { close(hold); <-release })
+		}
+	})
+	defer faultpoint.Set(nil)
+
+	first := make(chan error, 1)
+	go func() { _, err := s.EnqueueEvent(ctx, "r", line("first")); first <- err }()
+	<-hold // the committer is inside the first group's commit
+
+	const n = 20
+	errs := make(chan error, n+1)
+	for i := 0; i < n; i++ {
+		go func() { _, err := s.EnqueueEvent(ctx, "r", line("ok")); errs <- err }()
+	}
+	go func() { _, err := s.EnqueueEvent(ctx, "r", line("refuse")); errs <- err }()
+	for deadline := time.Now().Add(10 * time.Second); len(s.group.queue) < n+1; {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d calls queued", len(s.group.queue))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatalf("first call: %v", err)
+	}
+	for i := 0; i < n+1; i++ {
+		if err := <-errs; err == nil {
+			t.Error("a call of the failed group succeeded")
+		}
+	}
+	lines, _ := s.PendingEvents(ctx, "r", 0, 100)
+	if len(lines) != 1 {
+		t.Errorf("%d lines stored, want only the first call's", len(lines))
+	}
+	if seq, err := s.EnqueueEvent(ctx, "r", line("after")); err != nil || seq != 2 {
+		t.Errorf("next call: (%d, %v), want seq 2", seq, err)
+	}
+}
+
+// TestAQueuedCallWithdrawsWhenItsContextEnds: a caller whose context ends before the committer takes
+// its call returns the context's error, and its builder never runs.
+func TestAQueuedCallWithdrawsWhenItsContextEnds(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "b.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	hold, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	faultpoint.Set(func(p string) {
+		if p == faultpoint.BeforeCommit {
+			once.Do(func() { close(hold); <-release })
+		}
+	})
+	defer faultpoint.Set(nil)
+	go s.EnqueueEvent(ctx, "r", line("first"))
+	<-hold
+	cctx, cancel := context.WithCancel(ctx)
+	built := false
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.EnqueueEvent(cctx, "r", func(int64) ([]byte, error) { built = true; return []byte("x"), nil })
+		done <- err
+	}()
+	for len(s.group.queue) < 1 {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("withdrawn call: %v, want context.Canceled", err)
+	}
+	close(release)
+	if seq, err := s.EnqueueEvent(ctx, "r", line("next")); err != nil || seq != 2 || built {
+		t.Errorf("next call: (%d, %v), withdrawn builder ran: %v", seq, err, built)
+	}
+}

@@ -1,0 +1,144 @@
+package tests
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/textmachine/outbox/outbox"
+)
+
+// TestGroupedCallsStayIsolated runs many concurrent enqueues, some of whose builders fail, panic or
+// decline, and checks that each outcome reaches its own caller only and that the stored seqs are
+// dense.
+func TestGroupedCallsStayIsolated(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t)
+	const n = 400
+	var wg sync.WaitGroup
+	type outcome struct {
+		kind     int
+		seq      int64
+		err      error
+		panicked any
+	}
+	out := make([]outcome, n)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			kind := i % 5
+			defer func() { out[i].panicked = recover() }()
+			out[i].kind = kind
+			seq, err := s.EnqueueEvent(context.Background(), "r", func(seq int64) ([]byte, error) {
+				switch kind {
+				case 1:
+					return nil, fmt.Errorf("call %d: %w", i, errRender)
+				case 2:
+					panic(fmt.Sprintf("call %d", i))
+				case 3:
+					return nil, nil
+				}
+				return fmt.Appendf(nil, `{"call":%d,"seq":%d}`, i, seq), nil
+			})
+			out[i].seq, out[i].err = seq, err
+		}()
+	}
+	wg.Wait()
+	var seqs []int64
+	for i, o := range out {
+		switch o.kind {
+		case 1:
+			if !errors.Is(o.err, errRender) || o.seq != 0 || !strings.Contains(o.err.Error(), fmt.Sprintf("call %d:", i)) {
+				t.Errorf("call %d: (%d, %v), want its own builder error", i, o.seq, o.err)
+			}
+		case 2:
+			if o.panicked != fmt.Sprintf("call %d", i) {
+				t.Errorf("call %d: recovered %v, want its own panic", i, o.panicked)
+			}
+		case 3:
+			if o.err != nil || o.seq != 0 {
+				t.Errorf("call %d (declining): (%d, %v)", i, o.seq, o.err)
+			}
+		default:
+			if o.err != nil || o.seq == 0 || o.panicked != nil {
+				t.Errorf("call %d: (%d, %v, %v)", i, o.seq, o.err, o.panicked)
+			}
+			seqs = append(seqs, o.seq)
+		}
+	}
+	stored := allLines(t, s, "r")
+	if diff := cmp.Diff(seqRange(1, int64(len(seqs))), seqsOf(stored)); diff != "" {
+		t.Errorf("stored seqs are not dense (-want +got):\n%s", diff)
+	}
+	// Each stored line is the one its caller rendered for the seq it was told.
+	for _, l := range stored {
+		var call int
+		var seq int64
+		fmt.Sscanf(string(l.Line), `{"call":%d,"seq":%d}`, &call, &seq)
+		if seq != l.Seq || out[call].seq != l.Seq {
+			t.Errorf("line %s stored at seq %d, its caller was told %d", l.Line, l.Seq, out[call].seq)
+		}
+	}
+}
+
+func TestEnqueueEventsIsOneTransactionAllOrNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, path := setup(t)
+	mustEnqueue(t, s, "r")
+	seqs, err := s.EnqueueEvents(ctx, "r", []outbox.EventBuilder{lineOf("a"), constLine(nil), lineOf("b"), lineOf("c")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]int64{2, 0, 3, 4}, seqs); diff != "" {
+		t.Errorf("seqs (-want +got):\n%s", diff)
+	}
+	seqs, err = s.EnqueueEvents(ctx, "r", []outbox.EventBuilder{lineOf("d"), func(int64) ([]byte, error) { return nil, errRender }, lineOf("e")})
+	if !errors.Is(err, errRender) || seqs != nil {
+		t.Errorf("failing batch: (%v, %v)", seqs, err)
+	}
+	_, err = s.EnqueueEvents(ctx, "r", []outbox.EventBuilder{lineOf("d"), constLine([]byte("bad\nline"))})
+	if !errors.Is(err, outbox.ErrInvalidLine) {
+		t.Errorf("invalid line: %v", err)
+	}
+	if n := countRows(t, path, "1"); n != 4 {
+		t.Errorf("rows = %d, want 4: a failed batch stores nothing", n)
+	}
+	if got := mustEnqueue(t, s, "r"); got != 5 {
+		t.Errorf("next seq = %d, want 5: a failed batch consumes no number", got)
+	}
+	if seqs, err := s.EnqueueEvents(ctx, "r", nil); err != nil || len(seqs) != 0 {
+		t.Errorf("empty batch: (%v, %v)", seqs, err)
+	}
+	if _, err := s.EnqueueEvents(ctx, "", []outbox.EventBuilder{lineOf("x")}); !errors.Is(err, outbox.ErrEmptyRunID) {
+		t.Errorf("empty run id: %v", err)
+	}
+	if _, err := s.EnqueueEvents(ctx, "r", []outbox.EventBuilder{nil}); err == nil {
+		t.Error("nil builder accepted")
+	}
+}
+
+func TestGroupCommitCanBeTurnedOff(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t, outbox.WithGroupCommit(false))
+	var wg sync.WaitGroup
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; j < 10; j++ {
+				mustEnqueue(t, s, "r")
+			}
+		}()
+	}
+	wg.Wait()
+	if diff := cmp.Diff(seqRange(1, 40), seqsOf(allLines(t, s, "r"))); diff != "" {
+		t.Errorf("seqs (-want +got):\n%s", diff)
+	}
+}
