@@ -7,6 +7,7 @@ SQLC := cd tools && go tool sqlc -f ../sqlc.yaml
 test: fmt-check vet check-generated
 	go test -race -count=1 ./...
 	go test -short -run '^$$' -bench . -benchtime 1x ./...
+	cd bench && go vet ./... && go test -short -run '^$$' -bench . -benchtime 1x ./...
 
 fmt-check:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -28,6 +29,7 @@ migrate:
 	@test -n "$(DB)" || { echo "usage: make migrate DB=path/to/book.db"; exit 2; }
 	go run ./cmd/outbox migrate up --db "$(DB)"
 
-## bench: the benchmarks, each beside its baseline (see docs/BENCHMARKS.md).
+## bench: the benchmarks, each beside its baseline (see docs/BENCHMARKS.md); bench/ holds the peer.
 bench:
 	go test -run '^$$' -bench . -benchtime 2s -count 3 ./...
+	cd bench && go test -run '^$$' -bench . -benchtime 2s -count 3 ./...

@@ -232,8 +232,7 @@ func BenchmarkEnqueueGrowth(b *testing.B) {
 			for r := 0; r < 100; r++ {
 				fill(b, d, fmt.Sprintf("old-run-%03d", r), benchRows(size/100))
 			}
-			d.Exec("PRAGMA wal_checkpoint(TRUNCATE)")
-			d.Close()
+			prefilled(b, d, path)
 			s := openBench(b, path)
 			b.ResetTimer()
 			for b.Loop() {
