@@ -3,6 +3,7 @@ package journal
 import (
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"math/bits"
 	"unicode/utf8"
 )
@@ -442,4 +443,15 @@ func (s *scanner) member() bool {
 	}
 	s.i++
 	return true
+}
+
+// LineKey returns the (engine_run_id, seq) a journal line is keyed by, with the same rules as Verify:
+// an error wrapping ErrMalformed when the line is not a JSON object with a non-empty string
+// "engine_run_id" and an integer "seq" of at least 1. A sink that routes lines by run uses it.
+func LineKey(line []byte) (runID string, seq int64, err error) {
+	run, seq, w := parseLine(line)
+	if w != "" {
+		return "", 0, fmt.Errorf("%w: %s", ErrMalformed, w)
+	}
+	return string(run), seq, nil
 }

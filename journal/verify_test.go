@@ -236,3 +236,16 @@ func FuzzVerify(f *testing.F) {
 		}
 	})
 }
+
+func TestLineKeyReadsTheKeyWithVerifysRules(t *testing.T) {
+	t.Parallel()
+	run, seq, err := journal.LineKey([]byte(`{"seq":7,"engine_run_id":"r\u0031","x":[1]}`))
+	if err != nil || run != "r1" || seq != 7 {
+		t.Errorf("LineKey = (%q, %d, %v)", run, seq, err)
+	}
+	for _, bad := range []string{`{"seq":7}`, `{"engine_run_id":"r","seq":1.5}`, `not json`} {
+		if _, _, err := journal.LineKey([]byte(bad)); !errors.Is(err, journal.ErrMalformed) {
+			t.Errorf("LineKey(%s): %v, want ErrMalformed", bad, err)
+		}
+	}
+}

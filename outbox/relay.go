@@ -19,6 +19,11 @@ type Sink interface {
 	Append(ctx context.Context, lines []EventLine) error
 }
 
+// ErrSinkRefused: a sink wraps it in an error that retrying cannot cure (the destination already holds
+// another line under the same key, or lacks the line before it). The relay stops projecting and returns
+// the error instead of backing off and trying again.
+var ErrSinkRefused = errors.New("outbox: the sink refuses the batch")
+
 // ErrRowsMissing: a run's stored lines are not contiguous after its projected position, so projecting
 // them would put a gap in the journal. It happens only when rows were deleted outside the protocol
 // (ForgetEvents without Recover, or by hand).
@@ -257,9 +262,9 @@ func contiguous(runID string, cursor int64, lines []EventLine) ([]EventLine, err
 }
 
 // retriable reports whether a failed batch is worth another attempt: a sink failure, or a transient
-// store failure; not a closed store, an ended context or missing rows.
+// store failure; not a closed store, an ended context, missing rows or a sink's refusal.
 func retriable(ctx context.Context, err error) bool {
-	if ctx.Err() != nil || errors.Is(err, ErrClosed) || errors.Is(err, ErrRowsMissing) {
+	if ctx.Err() != nil || errors.Is(err, ErrClosed) || errors.Is(err, ErrRowsMissing) || errors.Is(err, ErrSinkRefused) {
 		return false
 	}
 	return true
@@ -362,7 +367,7 @@ func (r *Relay) Recover(ctx context.Context) error {
 // Run projects the relay's run continuously until ctx ends, then returns ctx.Err(). It wakes on every
 // commit made through the store and at the poll interval. While the sink fails it keeps the lines,
 // backs off, and logs once when it starts failing and once when it recovers. It returns early only
-// when projecting cannot succeed: a closed store, or missing rows.
+// when projecting cannot succeed: a closed store, missing rows, or a sink's refusal (ErrSinkRefused).
 func (r *Relay) Run(ctx context.Context) error {
 	if r.err != nil {
 		return r.err

@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -430,5 +431,33 @@ func TestRelayProgressLeavesTheWriterAtFullDurability(t *testing.T) {
 	}
 	if level != 2 {
 		t.Errorf("synchronous after relay batches = %d, want 2 (FULL)", level)
+	}
+}
+
+type refusingSink struct{ calls int }
+
+func (s *refusingSink) Append(context.Context, []outbox.EventLine) error {
+	s.calls++
+	return fmt.Errorf("destination holds other bytes: %w", outbox.ErrSinkRefused)
+}
+
+func TestASinksRefusalStopsTheRelayWithoutRetrying(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t)
+	mustEnqueue(t, s, "r")
+	sink := &refusingSink{}
+	relay := fastRelay(s, sink, "r", outbox.WithFlushAttempts(5))
+	if err := relay.Flush(context.Background()); !errors.Is(err, outbox.ErrSinkRefused) || sink.calls != 1 {
+		t.Errorf("Flush: %v after %d calls, want ErrSinkRefused after 1", err, sink.calls)
+	}
+	done := make(chan error, 1)
+	go func() { done <- relay.Run(context.Background()) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, outbox.ErrSinkRefused) {
+			t.Errorf("Run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run kept retrying a refused batch")
 	}
 }

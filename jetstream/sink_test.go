@@ -1,0 +1,365 @@
+package jetstream_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	njs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/textmachine/outbox/jetstream"
+	"github.com/textmachine/outbox/journal"
+	"github.com/textmachine/outbox/outbox"
+)
+
+// natsServer is one in-process JetStream server on a loopback port, with its store in a temporary
+// directory. Settings: file storage, the server's default sync interval (not sync always): the tests
+// check ordering, deduplication and recovery, not power loss.
+type natsServer struct {
+	t    testing.TB
+	dir  string
+	port int
+	srv  *server.Server
+}
+
+func startServer(t testing.TB) *natsServer {
+	t.Helper()
+	ns := &natsServer{t: t, dir: t.TempDir(), port: -1}
+	ns.start()
+	t.Cleanup(ns.stop)
+	return ns
+}
+
+func (ns *natsServer) start() {
+	ns.t.Helper()
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: ns.port, JetStream: true,
+		StoreDir: ns.dir, NoLog: true, NoSigs: true})
+	if err != nil {
+		ns.t.Fatal(err)
+	}
+	srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		ns.t.Fatal("nats server not ready")
+	}
+	ns.srv = srv
+	ns.port = ns.portOf(srv) // the same port on a restart, so clients reconnect to it
+}
+
+func (ns *natsServer) portOf(srv *server.Server) int {
+	var p int
+	fmt.Sscanf(srv.ClientURL()[strings.LastIndex(srv.ClientURL(), ":")+1:], "%d", &p)
+	return p
+}
+
+func (ns *natsServer) stop() {
+	if ns.srv != nil {
+		ns.srv.Shutdown()
+		ns.srv.WaitForShutdown()
+		ns.srv = nil
+	}
+}
+
+func (ns *natsServer) url() string { return fmt.Sprintf("nats://127.0.0.1:%d", ns.port) }
+
+// connect returns a JetStream context on a connection that reconnects for as long as the test runs.
+func (ns *natsServer) connect(t testing.TB) njs.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(ns.url(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := njs.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+// stream creates the stream EVENTS on outbox.> with the given duplicate window. File storage, one
+// replica.
+func stream(t testing.TB, js njs.JetStream, dupes time.Duration) {
+	t.Helper()
+	_, err := js.CreateStream(context.Background(), njs.StreamConfig{Name: "EVENTS", Subjects: []string{"outbox.>"},
+		Storage: njs.FileStorage, Replicas: 1, Duplicates: dupes})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func sink(t testing.TB, js njs.JetStream, opts ...jetstream.Option) *jetstream.Sink {
+	t.Helper()
+	s, err := jetstream.NewSink(js, "EVENTS", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func lines(run string, from, to int64, kind string) []outbox.EventLine {
+	var out []outbox.EventLine
+	for seq := from; seq <= to; seq++ {
+		out = append(out, outbox.EventLine{Seq: seq, Line: fmt.Appendf(nil, `{"engine_run_id":%q,"seq":%d,"type":%q}`, run, seq, kind)})
+	}
+	return out
+}
+
+func verify(t testing.TB, js njs.JetStream) journal.Report {
+	t.Helper()
+	rep, err := jetstream.Verify(context.Background(), js, "EVENTS")
+	if err != nil {
+		t.Fatalf("Verify: %v", err)
+	}
+	return rep
+}
+
+func TestLinesArePublishedInOrderPerRunAndVerifyLikeAFile(t *testing.T) {
+	ctx := context.Background()
+	js := startServer(t).connect(t)
+	stream(t, js, time.Minute)
+	s := sink(t, js)
+	for _, batch := range [][]outbox.EventLine{lines("a", 1, 3, "x"), lines("b.with*odd>chars", 1, 2, "x"), lines("a", 4, 5, "x")} {
+		if err := s.Append(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep := verify(t, js)
+	want := map[string]journal.RunReport{"a": {Last: 5, Lines: 5}, "b.with*odd>chars": {Last: 2, Lines: 2}}
+	if diff := cmp.Diff(want, rep.Runs); diff != "" || rep.Lines != 7 || rep.Duplicates != 0 {
+		t.Errorf("report (-want +got):\n%s\n%+v", diff, rep)
+	}
+}
+
+func TestARedeliveryOfIdenticalBytesIsSuccessEvenAfterTheDedupeWindow(t *testing.T) {
+	ctx := context.Background()
+	js := startServer(t).connect(t)
+	stream(t, js, 100*time.Millisecond)
+	first := lines("a", 1, 6, "x")
+	if err := sink(t, js).Append(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	// Inside the window, from the same sink, and outside it, from a fresh one (a restarted relay that
+	// never recorded the batch): both succeed and store nothing again.
+	if err := sink(t, js).Append(ctx, first[2:]); err != nil {
+		t.Errorf("re-delivery inside the window: %v", err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	s := sink(t, js)
+	if err := s.Append(ctx, append(first[3:], lines("a", 7, 8, "x")...)); err != nil {
+		t.Errorf("re-delivery after the window, then new lines: %v", err)
+	}
+	if rep := verify(t, js); rep.Lines != 8 || rep.Duplicates != 0 || rep.Runs["a"].Last != 8 {
+		t.Errorf("stream holds %+v, want 8 lines, no duplicate", rep)
+	}
+}
+
+func TestARedeliveryWithOtherBytesIsAConflictThatStopsTheRun(t *testing.T) {
+	ctx := context.Background()
+	js := startServer(t).connect(t)
+	stream(t, js, 100*time.Millisecond)
+	if err := sink(t, js).Append(ctx, lines("a", 1, 3, "x")); err != nil {
+		t.Fatal(err)
+	}
+	for _, wait := range []time.Duration{0, 300 * time.Millisecond} {
+		time.Sleep(wait)
+		err := sink(t, js).Append(ctx, lines("a", 2, 2, "other"))
+		if !errors.Is(err, jetstream.ErrConflict) || !errors.Is(err, journal.ErrPayloadConflict) || !errors.Is(err, outbox.ErrSinkRefused) {
+			t.Errorf("after %v: %v, want a conflict refusal", wait, err)
+		}
+	}
+	if rep := verify(t, js); rep.Lines != 3 {
+		t.Errorf("stream holds %d lines, want 3", rep.Lines)
+	}
+}
+
+func TestAGapIsRefusedAndAStaleSinkCannotCreateOne(t *testing.T) {
+	ctx := context.Background()
+	js := startServer(t).connect(t)
+	stream(t, js, time.Minute)
+	a := sink(t, js)
+	if err := a.Append(ctx, lines("r", 1, 1, "x")); err != nil {
+		t.Fatal(err)
+	}
+	err := a.Append(ctx, lines("r", 3, 3, "x"))
+	if !errors.Is(err, jetstream.ErrGap) || !errors.Is(err, journal.ErrStreamGap) || !errors.Is(err, outbox.ErrSinkRefused) {
+		t.Errorf("seq 3 after 1: %v, want a gap refusal", err)
+	}
+	// Another sink places seq 2: a, whose memory says the run ends at 1, is corrected by the server's
+	// expected-sequence check and places 3 after it.
+	if err := sink(t, js).Append(ctx, lines("r", 2, 2, "x")); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Append(ctx, lines("r", 3, 4, "x")); err != nil {
+		t.Errorf("stale sink: %v", err)
+	}
+	if rep := verify(t, js); rep.Runs["r"].Last != 4 || rep.Lines != 4 {
+		t.Errorf("stream: %+v", rep)
+	}
+
+}
+
+// TestTheBrokerRefusesWhatAStaleSinkWouldMisplace: past the duplicate window the Msg-Id no longer
+// protects anything, and only the expected-last-subject-sequence check stands between a sink's stale
+// memory and the stream.
+func TestTheBrokerRefusesWhatAStaleSinkWouldMisplace(t *testing.T) {
+	ctx := context.Background()
+	js := startServer(t).connect(t)
+	stream(t, js, 100*time.Millisecond)
+	// Each stale sink places seq 1 of its run, another sink then places seq 2, and after the duplicate
+	// window the stale one sends seq 2 again, believing the run ends at 1. Published with "the
+	// subject's last is my seq 1", it is refused by the server; the sink reads the subject back,
+	// finds seq 2 there and compares bytes.
+	for _, tc := range []struct {
+		run, kind string
+		conflict  bool
+	}{{"same", "x", false}, {"other", "changed", true}} {
+		stale := sink(t, js)
+		if err := stale.Append(ctx, lines(tc.run, 1, 1, "x")); err != nil {
+			t.Fatal(err)
+		}
+		if err := sink(t, js).Append(ctx, lines(tc.run, 2, 2, "x")); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(300 * time.Millisecond)
+		err := stale.Append(ctx, lines(tc.run, 2, 2, tc.kind))
+		if tc.conflict && !errors.Is(err, jetstream.ErrConflict) {
+			t.Errorf("%s: stale sink sending other bytes: %v, want ErrConflict", tc.run, err)
+		}
+		if !tc.conflict && err != nil {
+			t.Errorf("%s: stale sink re-sending identical bytes: %v", tc.run, err)
+		}
+	}
+	rep := verify(t, js)
+	if rep.Duplicates != 0 || rep.Lines != 4 {
+		t.Errorf("the stream took a stale sink's line: %+v", rep)
+	}
+}
+
+func TestVerifyFindsAGapPublishedAroundTheSink(t *testing.T) {
+	ctx := context.Background()
+	js := startServer(t).connect(t)
+	stream(t, js, time.Minute)
+	if err := sink(t, js).Append(ctx, lines("r", 1, 2, "x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "outbox.r", lines("r", 4, 4, "x")[0].Line); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := jetstream.Verify(ctx, js, "EVENTS")
+	var ve *journal.Error
+	if !errors.Is(err, journal.ErrStreamGap) || !errors.As(err, &ve) || ve.Line != 3 || ve.Expected != 3 || rep.Lines != 2 {
+		t.Errorf("Verify: (%+v, %v)", rep, err)
+	}
+}
+
+func TestTheSinkGoesOnAfterTheServerRestarts(t *testing.T) {
+	ctx := context.Background()
+	ns := startServer(t)
+	js := ns.connect(t)
+	stream(t, js, time.Minute)
+	s := sink(t, js)
+	if err := s.Append(ctx, lines("r", 1, 10, "x")); err != nil {
+		t.Fatal(err)
+	}
+	ns.stop()
+	short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	if err := s.Append(short, lines("r", 11, 12, "x")); err == nil || errors.Is(err, outbox.ErrSinkRefused) {
+		t.Errorf("append with the server down: %v, want a retriable error", err)
+	}
+	cancel()
+	ns.start()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		err := s.Append(ctx, lines("r", 11, 20, "x"))
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("append after the restart: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if rep := verify(t, js); rep.Runs["r"].Last != 20 || rep.Lines != 20 {
+		t.Errorf("stream after restart: %+v", rep)
+	}
+}
+
+func TestARelayProjectsAStoreIntoJetStreamThroughAnOutage(t *testing.T) {
+	ctx := context.Background()
+	ns := startServer(t)
+	js := ns.connect(t)
+	stream(t, js, 100*time.Millisecond)
+	store, err := outbox.Open(ctx, filepath.Join(t.TempDir(), "book.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	relay := outbox.NewRelay(store, sink(t, js), "run-1", outbox.WithBatchSize(16), outbox.WithBackoff(5*time.Millisecond, 50*time.Millisecond))
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- relay.Run(runCtx) }()
+	for i := 0; i < 200; i++ {
+		if _, err := store.EnqueueEvent(ctx, "run-1", journal.Builder("run-1", "x", i)); err != nil {
+			t.Fatal(err)
+		}
+		if i == 80 {
+			ns.stop()
+		}
+		if i == 150 {
+			ns.start()
+		}
+	}
+	waitFor := time.Now().Add(30 * time.Second)
+	for {
+		p, _ := store.Projected(ctx, "run-1")
+		if p == 200 {
+			break
+		}
+		if time.Now().After(waitFor) {
+			t.Fatalf("projected %d of 200", p)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stop()
+	<-done
+	if rep := verify(t, js); rep.Runs["run-1"].Last != 200 || rep.Lines != 200 || rep.Duplicates != 0 {
+		t.Errorf("stream: %+v", rep)
+	}
+}
+
+func TestNewSinkRefusesAStreamWithFewerReplicasThanRequired(t *testing.T) {
+	js := startServer(t).connect(t)
+	stream(t, js, time.Minute)
+	if _, err := jetstream.NewSink(js, "EVENTS", jetstream.WithMinReplicas(3)); !errors.Is(err, jetstream.ErrStreamSettings) {
+		t.Errorf("NewSink with 3 replicas required of a 1-replica stream: %v", err)
+	}
+	if _, err := jetstream.NewSink(js, "MISSING"); err == nil {
+		t.Error("NewSink accepted a missing stream")
+	}
+	if _, err := jetstream.NewSink(js, "EVENTS", jetstream.WithSubjectPrefix("bad prefix")); err == nil {
+		t.Error("NewSink accepted an invalid prefix")
+	}
+}
+
+func TestRunIDsBecomeSafeDistinctSubjectTokens(t *testing.T) {
+	seen := map[string]string{}
+	for _, id := range []string{"run-1", "run.1", "run*1", "run>1", "run 1", "rün", "run~1", "RUN_1", "run%2e1"} {
+		tok := jetstream.Token(id)
+		for _, c := range tok {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '~') {
+				t.Errorf("token %q of %q holds %q", tok, id, c)
+			}
+		}
+		if other, ok := seen[tok]; ok {
+			t.Errorf("%q and %q share the token %q", id, other, tok)
+		}
+		seen[tok] = id
+	}
+}
