@@ -1,0 +1,135 @@
+package jetstream_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	njs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/textmachine/outbox/jetstream"
+	"github.com/textmachine/outbox/journal"
+	"github.com/textmachine/outbox/outbox"
+)
+
+// freePorts reserves n loopback ports: a cluster's servers must know each other's route ports
+// before any of them starts, since the expected number of peers comes from the route list.
+func freePorts(t testing.TB, n int) []int {
+	t.Helper()
+	var ports []int
+	var ls []net.Listener
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	for _, l := range ls {
+		l.Close()
+	}
+	return ports
+}
+
+// TestAClusterLosesNothingWhenTheStreamLeaderDies runs three in-process servers with a three-replica
+// file-storage stream, projects a store into it, and shuts the stream's leader down mid-projection.
+// Settings: 3 replicas, file storage, default sync interval: an acknowledged line is on a majority.
+func TestAClusterLosesNothingWhenTheStreamLeaderDies(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a three-server cluster")
+	}
+	ctx := context.Background()
+	ports := freePorts(t, 6) // client and route port of each server
+	var routes []string
+	for i := 0; i < 3; i++ {
+		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", ports[3+i]))
+	}
+	servers := map[string]*server.Server{}
+	var urls []string
+	for i := 0; i < 3; i++ {
+		name := fmt.Sprintf("n%d", i)
+		srv, err := server.NewServer(&server.Options{
+			ServerName: name, Host: "127.0.0.1", Port: ports[i], JetStream: true,
+			StoreDir: filepath.Join(t.TempDir(), name), NoLog: true, NoSigs: true,
+			Cluster: server.ClusterOpts{Name: "outbox", Host: "127.0.0.1", Port: ports[3+i]},
+			Routes:  server.RoutesFromStr(strings.Join(routes, ",")),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv.Start()
+		t.Cleanup(srv.Shutdown)
+		servers[name] = srv
+		urls = append(urls, fmt.Sprintf("nats://127.0.0.1:%d", ports[i]))
+	}
+	nc, err := nats.Connect(strings.Join(urls, ","), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := njs.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The cluster elects its meta leader first; until then stream creation fails.
+	var stream njs.Stream
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		stream, err = js.CreateStream(ctx, njs.StreamConfig{Name: "EVENTS", Subjects: []string{"outbox.>"},
+			Storage: njs.FileStorage, Replicas: 3, Duplicates: time.Minute})
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("create the stream: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	s := sink(t, js, jetstream.WithMinReplicas(3))
+
+	store, err := outbox.Open(ctx, filepath.Join(t.TempDir(), "book.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	relay := outbox.NewRelay(store, s, "run-1", outbox.WithBatchSize(8), outbox.WithBackoff(10*time.Millisecond, 100*time.Millisecond))
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- relay.Run(runCtx) }()
+	const n = 300
+	for i := 0; i < n; i++ {
+		if _, err := store.EnqueueEvent(ctx, "run-1", journal.Builder("run-1", "x", i)); err != nil {
+			t.Fatal(err)
+		}
+		if i == n/3 {
+			info, err := stream.Info(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			leader := info.Cluster.Leader
+			servers[leader].Shutdown()
+			t.Logf("shut down the stream leader %s at event %d", leader, i)
+		}
+	}
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		if p, _ := store.Projected(ctx, "run-1"); p == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			p, _ := store.Projected(ctx, "run-1")
+			t.Fatalf("projected %d of %d", p, n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	stop()
+	<-done
+	if rep := verify(t, js); rep.Runs["run-1"].Last != n || rep.Lines != n || rep.Duplicates != 0 {
+		t.Errorf("stream after losing its leader: %+v", rep)
+	}
+}
