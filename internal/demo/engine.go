@@ -32,6 +32,9 @@ type EngineConfig struct {
 	Progress func(done int)
 	// BatchSize is the relay's batch size; 0 means the default.
 	BatchSize int
+	// OpenSink, when set, opens the sink the relay projects to instead of the journal file (a
+	// broker, say); the returned function closes it.
+	OpenSink func(ctx context.Context) (outbox.Sink, func() error, error)
 }
 
 // Cents is the spend of a unit: deterministic, so a check can recompute it.
@@ -50,11 +53,21 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (err error) {
 		return err
 	}
 	defer func() { err = errors.Join(err, s.Close()) }()
-	j, err := journal.OpenFile(cfg.Journal)
-	if err != nil {
-		return err
+	var sink outbox.Sink
+	if cfg.OpenSink != nil {
+		var closeSink func() error
+		if sink, closeSink, err = cfg.OpenSink(ctx); err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, closeSink()) }()
+	} else {
+		j, err := journal.OpenFile(cfg.Journal)
+		if err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, j.Close()) }()
+		sink = j
 	}
-	defer func() { err = errors.Join(err, j.Close()) }()
 	var committed *os.File
 	if cfg.Committed != "" {
 		if committed, err = os.OpenFile(cfg.Committed, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644); err != nil {
@@ -72,7 +85,7 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (err error) {
 	if cfg.BatchSize > 0 {
 		opts = append(opts, outbox.WithBatchSize(cfg.BatchSize))
 	}
-	relay := outbox.NewRelay(s, j, cfg.RunID, opts...)
+	relay := outbox.NewRelay(s, sink, cfg.RunID, opts...)
 	if err := relay.Recover(ctx); err != nil {
 		return err
 	}

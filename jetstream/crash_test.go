@@ -1,0 +1,177 @@
+package jetstream_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	njs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/textmachine/outbox/internal/demo"
+	"github.com/textmachine/outbox/internal/faultpoint"
+	"github.com/textmachine/outbox/jetstream"
+	"github.com/textmachine/outbox/outbox"
+)
+
+// TestMain lets the crash test re-execute this binary as an engine that projects to a NATS server
+// the parent runs.
+func TestMain(m *testing.M) {
+	if os.Getenv("OUTBOX_NATS_CHILD") == "engine" {
+		os.Exit(natsEngine())
+	}
+	os.Exit(m.Run())
+}
+
+// natsEngine is one start of the demo engine with a JetStream sink; it kills itself with SIGKILL at
+// the KILL_AT-th pass of KILL_POINT.
+func natsEngine() int {
+	if point := os.Getenv("KILL_POINT"); point != "" {
+		at, _ := strconv.ParseInt(os.Getenv("KILL_AT"), 10, 64)
+		var hits atomic.Int64
+		faultpoint.Set(func(p string) {
+			if p == point && hits.Add(1) == at {
+				syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			}
+		})
+	}
+	units, _ := strconv.Atoi(os.Getenv("UNITS"))
+	err := demo.RunEngine(context.Background(), demo.EngineConfig{
+		DB: os.Getenv("DB"), Units: units, RunID: os.Getenv("RUN"), Committed: os.Getenv("COMMITTED"), BatchSize: 4,
+		OpenSink: func(ctx context.Context) (outbox.Sink, func() error, error) {
+			nc, err := nats.Connect(os.Getenv("NATS_URL"))
+			if err != nil {
+				return nil, nil, err
+			}
+			js, err := njs.New(nc)
+			if err != nil {
+				nc.Close()
+				return nil, nil, err
+			}
+			s, err := jetstream.NewSink(js, "EVENTS")
+			if err != nil {
+				nc.Close()
+				return nil, nil, err
+			}
+			return s, func() error { nc.Close(); return nil }, nil
+		},
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "engine:", err)
+		return 1
+	}
+	return 0
+}
+
+// dumpStream writes the stream's lines, in stream order, one per line, to a file demo.Check can read.
+func dumpStream(t *testing.T, js njs.JetStream, path string) {
+	t.Helper()
+	ctx := context.Background()
+	stream, err := js.Stream(ctx, "EVENTS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, _ := stream.Info(ctx)
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if info.State.Msgs == 0 {
+		return
+	}
+	cons, err := stream.OrderedConsumer(ctx, njs.OrderedConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for done := false; !done; {
+		batch, err := cons.Fetch(500, njs.FetchMaxWait(2*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for msg := range batch.Messages() {
+			n++
+			f.Write(append(msg.Data(), '\n'))
+			if meta, _ := msg.Metadata(); meta.Sequence.Stream >= info.State.LastSeq {
+				done = true
+			}
+		}
+		if n == 0 {
+			t.Fatal("the stream ended early")
+		}
+	}
+}
+
+// TestCrashesProjectingToJetStreamLoseNothingAndStoreNothingTwice kills real engine processes that
+// project to a JetStream stream, at each point of the write path, the relay and recovery, restarts
+// them, and checks the stream against the database. The stream's duplicate window is 100 ms, so
+// re-deliveries after a restart are recognised by the sink, not by the broker's Msg-Id: the stream
+// must hold every line exactly once. Settings: one server, file storage, default sync interval.
+func TestCrashesProjectingToJetStreamLoseNothingAndStoreNothingTwice(t *testing.T) {
+	const units = 40
+	ns := startServer(t)
+	js := ns.connect(t)
+	stream(t, js, 100*time.Millisecond)
+	dir := t.TempDir()
+	db, committed := filepath.Join(dir, "book.db"), filepath.Join(dir, "committed")
+	rng := rand.New(rand.NewPCG(7, 7))
+	plan := []struct {
+		point string
+		at    int
+	}{
+		{faultpoint.RelayAfterAppend, 1 + rng.IntN(units/4)},
+		{faultpoint.BeforeCommit, 1 + rng.IntN(units)},
+		{faultpoint.RecoverBeforeForget, 1},
+		{faultpoint.AfterCommit, 1 + rng.IntN(units)},
+		{faultpoint.RecoverAfterForget, 1},
+		{faultpoint.RelayAfterAppend, 1 + rng.IntN(units/4)},
+		{"", 0},
+	}
+	kills := 0
+	for i, st := range plan {
+		exe, _ := os.Executable()
+		cmd := exec.Command(exe, "-test.run=^$")
+		cmd.Env = append(os.Environ(), "OUTBOX_NATS_CHILD=engine", "NATS_URL="+ns.url(), "DB="+db,
+			"COMMITTED="+committed, "UNITS="+strconv.Itoa(units), fmt.Sprintf("RUN=run-%d", i))
+		if st.point != "" {
+			cmd.Env = append(cmd.Env, "KILL_POINT="+st.point, "KILL_AT="+strconv.Itoa(st.at))
+		}
+		cmd.Stderr = os.Stderr
+		err := cmd.Run()
+		var exit *exec.ExitError
+		switch {
+		case err == nil:
+		case errors.As(err, &exit) && exit.Sys().(syscall.WaitStatus).Signal() == syscall.SIGKILL:
+			kills++
+		default:
+			t.Fatalf("start %d (%s #%d): %v", i, st.point, st.at, err)
+		}
+		time.Sleep(150 * time.Millisecond) // past the duplicate window
+	}
+	lines := filepath.Join(dir, "stream.jsonl")
+	dumpStream(t, js, lines)
+	res, err := demo.Check(context.Background(), db, lines, units, committed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.OK() {
+		t.Errorf("after %d kills: %v", kills, res.Problems())
+	}
+	if res.Report.Duplicates != 0 {
+		t.Errorf("the stream holds %d lines twice", res.Report.Duplicates)
+	}
+	if kills < 4 {
+		t.Errorf("only %d of the planned kills happened", kills)
+	}
+	t.Logf("%d kills, %d lines, %d runs, %d committed events checked", kills, res.Report.Lines, len(res.Report.Runs), res.CommittedChecked)
+}
