@@ -1,21 +1,24 @@
-# sqlc is pinned in tools/go.mod (a `tool` directive) and run with `go tool`: no global install.
-# bench/ (the peer) and jetstream/ (the NATS sink) are modules of their own, tested from here too.
-SQLC := cd tools && go tool sqlc -f ../sqlc.yaml
+# The repository is a Go workspace (go.work): the library at the root, and modules of their own for
+# the command (cmd/outbox), the NATS JetStream sink (jetstream) and the peer benchmark (bench), so that
+# the library depends on neither NATS nor a peer. ./... stays inside one module, so every target names
+# each module. sqlc is pinned in tools/go.mod (a `tool` directive), outside the workspace, and run with
+# `go tool`: no global install.
+SQLC := cd tools && GOWORK=off go tool sqlc -f ../sqlc.yaml
+MODULES := ./... ./cmd/outbox/... ./jetstream/... ./bench/...
 
 .PHONY: test fmt-check vet generate check-generated migrate bench
 
-## test: everything CI runs: formatting, vet, generated code, and the tests under the race detector.
+## test: everything CI runs: formatting, vet, generated code, the tests under the race detector, and
+## each benchmark once (-short, small prefills) so that none of them rots.
 test: fmt-check vet check-generated
-	go test -race -count=1 ./...
-	go test -short -run '^$$' -bench . -benchtime 1x ./...
-	cd bench && go vet ./... && go test -short -run '^$$' -bench . -benchtime 1x ./...
-	cd jetstream && go vet ./... && go test -race -count=1 ./...
+	go test -race -count=1 $(MODULES)
+	go test -short -run '^$$' -bench . -benchtime 1x $(MODULES)
 
 fmt-check:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 vet:
-	go vet ./...
+	go vet $(MODULES)
 
 ## generate: regenerate db/ from queries/ and migrations/ with the pinned sqlc.
 generate:
@@ -31,8 +34,7 @@ migrate:
 	@test -n "$(DB)" || { echo "usage: make migrate DB=path/to/book.db"; exit 2; }
 	go run ./cmd/outbox migrate up --db "$(DB)"
 
-## bench: the benchmarks, each beside its baseline (see docs/BENCHMARKS.md); bench/ holds the peer.
+## bench: the benchmarks, each beside its baseline (see docs/BENCHMARKS.md).
 bench:
-	go test -run '^$$' -bench . -benchtime 2s -count 3 ./...
-	cd bench && go test -run '^$$' -bench . -benchtime 2s -count 3 ./...
-	cd jetstream && go test -run '^$$' -bench . -benchtime 20x -count 4 ./...
+	go test -run '^$$' -bench . -benchtime 2s -count 3 ./... ./bench/...
+	go test -run '^$$' -bench . -benchtime 20x -count 4 ./jetstream/...

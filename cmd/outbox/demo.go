@@ -19,7 +19,9 @@ import (
 	"time"
 
 	"github.com/textmachine/outbox/internal/demo"
+	ojs "github.com/textmachine/outbox/jetstream"
 	"github.com/textmachine/outbox/journal"
+	"github.com/textmachine/outbox/outbox"
 )
 
 // engineCommand is the hidden subcommand the demo re-executes this binary with: one start of the
@@ -40,8 +42,11 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	units := fs.Int("units", 2000, "the book's size in `units`")
 	crashes := fs.Int("crashes", 3, "kill the engine with SIGKILL `K` times")
 	seed := fs.Uint64("seed", 1, "draw the moments of the kills from `S`")
+	sinkKind := fs.String("sink", "file", "project to a journal `file` or to nats (JetStream)")
+	natsURL := fs.String("nats", "", "with --sink nats: the server's `URL` (default: start one in DIR, on loopback)")
+	streamName := fs.String("stream", "EVENTS", "with --sink nats: the stream's `NAME`; on a server of yours it must be empty")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), `usage: outbox demo [--dir DIR] [--units N] [--crashes K] [--seed S]
+		fmt.Fprintln(fs.Output(), `usage: outbox demo [--dir DIR] [--units N] [--crashes K] [--seed S] [--sink file|nats [--nats URL] [--stream NAME]]
 
 Simulates an engine working through a book of N units. The engine runs as a child process
 (this binary, re-executed) with a fresh run id per start: it recovers what earlier starts
@@ -50,6 +55,8 @@ then works the rest, each unit one transaction (units, spend, and a spend event)
 finished unit announced once, while a relay projects to the journal. The demo kills it
 with SIGKILL K times, at units drawn from the seed, restarting it each time, then checks
 the journal against the database. DIR keeps book.db and journal.jsonl for inspection.
+With --sink nats the relay projects to a JetStream stream instead (a server started in
+DIR/nats when --nats is not given), and the stream, written to DIR/stream.jsonl, is checked.
 
 Exit status: 0 when every guarantee held, 1 when one did not, 2 on a usage error.
 
@@ -66,6 +73,9 @@ flags:`)
 	if *units < 2 || *crashes < 0 || *crashes >= *units {
 		return fail(stderr, exitUsage, "demo: need --units of at least 2 and 0 <= --crashes < --units")
 	}
+	if *sinkKind != "file" && *sinkKind != "nats" {
+		return fail(stderr, exitUsage, "demo: --sink is file or nats, not %q", *sinkKind)
+	}
 	if *dir == "" {
 		d, err := os.MkdirTemp("", "outbox-demo-")
 		if err != nil {
@@ -80,6 +90,23 @@ flags:`)
 		if _, err := os.Stat(p); err == nil {
 			return fail(stderr, exitUsage, "demo: %s already exists; give an empty --dir", p)
 		}
+	}
+	sinkArgs := []string{"--journal", jPath}
+	checked := jPath
+	if *sinkKind == "nats" {
+		if *natsURL == "" {
+			url, stop, err := embeddedNATS(ctx, *dir, *streamName)
+			if err != nil {
+				return fail(stderr, exitUsage, "demo: %v", err)
+			}
+			defer stop()
+			*natsURL = url
+		} else if err := requireEmptyStream(ctx, *natsURL, *streamName); err != nil {
+			return fail(stderr, exitUsage, "demo: %v", err)
+		}
+		sinkArgs = []string{"--nats", *natsURL, "--stream", *streamName}
+		checked = filepath.Join(*dir, "stream.jsonl")
+		fmt.Fprintf(stdout, "demo: projecting to stream %s at %s\n", *streamName, *natsURL)
 	}
 	fmt.Fprintf(stdout, "demo: a book of %d units in %s, %d crashes, seed %d\n\n", *units, *dir, *crashes, *seed)
 
@@ -104,7 +131,7 @@ flags:`)
 			target = killAt[killed]
 		}
 		runID := fmt.Sprintf("demo-%d-%d-%d", *seed, starts, time.Now().UnixNano())
-		reached, status, err := startEngine(ctx, exe, dbPath, jPath, *units, runID, target, stderr)
+		reached, status, err := startEngine(ctx, exe, dbPath, sinkArgs, *units, runID, target, stderr)
 		if err != nil {
 			return fail(stderr, exitFindings, "demo: start %d: %v", starts, err)
 		}
@@ -117,7 +144,12 @@ flags:`)
 		break
 	}
 
-	res, err := demo.Check(ctx, dbPath, jPath, *units, "")
+	if *sinkKind == "nats" {
+		if err := streamToFile(ctx, *natsURL, *streamName, checked); err != nil {
+			return fail(stderr, exitFindings, "demo: read the stream: %v", err)
+		}
+	}
+	res, err := demo.Check(ctx, dbPath, checked, *units, "")
 	if err != nil {
 		return fail(stderr, exitFindings, "demo: check: %v", err)
 	}
@@ -146,7 +178,7 @@ flags:`)
 	fmt.Fprintf(tw, "database integrity\t%s\n", res.Integrity)
 	fmt.Fprintf(tw, "time\t%v\n", time.Since(began).Round(10*time.Millisecond))
 	tw.Flush()
-	fmt.Fprintf(stdout, "\nbook: %s\njournal: %s\n", dbPath, jPath)
+	fmt.Fprintf(stdout, "\nbook: %s\njournal: %s\n", dbPath, checked)
 	if !res.OK() {
 		fmt.Fprintf(stdout, "\nFAILED: %s\n", strings.Join(res.Problems(), "; "))
 		return exitFindings
@@ -158,9 +190,9 @@ flags:`)
 // startEngine runs one start of the engine and, when killAt > 0, kills it with SIGKILL once it
 // reports that many units done. It returns the last unit count the engine reported and "killed" or
 // "finished".
-func startEngine(ctx context.Context, exe, dbPath, jPath string, units int, runID string, killAt int, stderr io.Writer) (int, string, error) {
-	cmd := exec.CommandContext(ctx, exe, engineCommand, "--db", dbPath, "--journal", jPath,
-		"--units", strconv.Itoa(units), "--run", runID)
+func startEngine(ctx context.Context, exe, dbPath string, sinkArgs []string, units int, runID string, killAt int, stderr io.Writer) (int, string, error) {
+	args := append([]string{engineCommand, "--db", dbPath, "--units", strconv.Itoa(units), "--run", runID}, sinkArgs...)
+	cmd := exec.CommandContext(ctx, exe, args...)
 	cmd.Stderr = stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -200,15 +232,61 @@ func runEngine(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	jPath := fs.String("journal", "", "")
 	units := fs.Int("units", 0, "")
 	runID := fs.String("run", "", "")
+	natsURL := fs.String("nats", "", "")
+	streamName := fs.String("stream", "", "")
 	if _, code, done := parseFlags(fs, args, stderr); done {
 		return code
 	}
-	err := demo.RunEngine(ctx, demo.EngineConfig{
+	cfg := demo.EngineConfig{
 		DB: *dbPath, Journal: *jPath, Units: *units, RunID: *runID,
 		Progress: func(done int) { fmt.Fprintf(stdout, "done %d\n", done) },
-	})
+	}
+	if *natsURL != "" {
+		cfg.OpenSink = func(context.Context) (outbox.Sink, func() error, error) { return openNATSSink(*natsURL, *streamName) }
+	}
+	err := demo.RunEngine(ctx, cfg)
 	if err != nil {
 		return fail(stderr, exitFindings, "engine: %v", err)
 	}
 	return exitOK
+}
+
+// requireEmptyStream refuses a stream of someone else's that already holds lines: the check that ends
+// the demo reads the whole stream.
+func requireEmptyStream(ctx context.Context, url, name string) error {
+	js, closeConn, err := connectJetStream(url)
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	st, err := js.Stream(ctx, name)
+	if err != nil {
+		return fmt.Errorf("stream %s at %s: %w", name, url, err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return err
+	}
+	if info.State.Msgs != 0 {
+		return fmt.Errorf("stream %s at %s holds %d messages; the demo needs an empty one", name, url, info.State.Msgs)
+	}
+	return nil
+}
+
+// streamToFile writes the stream's lines to path, so the demo checks them as it checks a journal.
+func streamToFile(ctx context.Context, url, name, path string) error {
+	js, closeConn, err := connectJetStream(url)
+	if err != nil {
+		return err
+	}
+	defer closeConn()
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := ojs.WriteLines(ctx, js, name, f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

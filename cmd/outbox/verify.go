@@ -11,6 +11,7 @@ import (
 	"sort"
 	"text/tabwriter"
 
+	ojs "github.com/textmachine/outbox/jetstream"
 	"github.com/textmachine/outbox/journal"
 )
 
@@ -51,28 +52,44 @@ type verifyFinding struct {
 func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("outbox verify", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print JSON")
+	natsURL := fs.String("nats", "", "check a stream on the NATS server at `URL` instead of a file")
+	streamName := fs.String("stream", "", "the JetStream stream `NAME` (with --nats)")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: outbox verify [--json] FILE\n\nChecks a journal the way its reader does: each run's seqs go 1, 2, 3, ...; a repeated\nseq carries the same bytes (a duplicate, skipped) or is a conflict; every complete line is a\nJSON object with a string \"engine_run_id\" and an integer \"seq\". A last line without its\nnewline is a torn tail, reported, not an error.\n\nExit status: 0 clean, 1 a gap, a conflict or a malformed line, 2 a usage or I/O error.\n\nflags:")
+		fmt.Fprintln(fs.Output(), "usage: outbox verify [--json] (FILE | --nats URL --stream NAME)\n\nChecks a journal the way its reader does: each run's seqs go 1, 2, 3, ...; a repeated\nseq carries the same bytes (a duplicate, skipped) or is a conflict; every complete line is a\nJSON object with a string \"engine_run_id\" and an integer \"seq\". A last line without its\nnewline is a torn tail, reported, not an error.\n\nExit status: 0 clean, 1 a gap, a conflict or a malformed line, 2 a usage or I/O error.\n\nflags:")
 		fs.PrintDefaults()
 	}
 	pos, code, done := parseFlags(fs, args, stderr)
 	if done {
 		return code
 	}
-	if len(pos) != 1 {
-		return usageError(stderr, "outbox verify", "need exactly one journal FILE")
+	var rep journal.Report
+	var verr error
+	var source string
+	switch {
+	case *natsURL != "" && *streamName != "" && len(pos) == 0:
+		js, closeConn, err := connectJetStream(*natsURL)
+		if err != nil {
+			return fail(stderr, exitUsage, "verify: %v", err)
+		}
+		defer closeConn()
+		source = *streamName + " at " + *natsURL
+		rep, verr = ojs.Verify(ctx, js, *streamName)
+	case *natsURL == "" && *streamName == "" && len(pos) == 1:
+		f, err := os.Open(pos[0])
+		if err != nil {
+			return fail(stderr, exitUsage, "verify: %v", err)
+		}
+		defer f.Close()
+		source = pos[0]
+		rep, verr = journal.Verify(f)
+	default:
+		return usageError(stderr, "outbox verify", "need exactly one journal FILE, or --nats URL --stream NAME")
 	}
-	f, err := os.Open(pos[0])
-	if err != nil {
-		return fail(stderr, exitUsage, "verify: %v", err)
-	}
-	defer f.Close()
-	rep, verr := journal.Verify(f)
 	var finding *journal.Error
 	if verr != nil && !errors.As(verr, &finding) {
 		return fail(stderr, exitUsage, "verify: %v", verr)
 	}
-	out := verifyReport{File: pos[0], OK: verr == nil, Lines: rep.Lines, Duplicates: rep.Duplicates,
+	out := verifyReport{File: source, OK: verr == nil, Lines: rep.Lines, Duplicates: rep.Duplicates,
 		TornTail: rep.TornTail, Runs: map[string]verifyRun{}}
 	for id, r := range rep.Runs {
 		out.Runs[id] = verifyRun{Last: r.Last, Lines: r.Lines, Duplicates: r.Duplicates}
