@@ -6,13 +6,27 @@
 SQLC := cd tools && GOWORK=off go tool sqlc -f ../sqlc.yaml
 MODULES := ./... ./cmd/outbox/... ./jetstream/... ./bench/...
 
-.PHONY: test fmt-check vet generate check-generated migrate bench
+.PHONY: test fmt-check vet generate check-generated migrate bench fuzz reliability
+
+FUZZTIME ?= 10s
 
 ## test: everything CI runs: formatting, vet, generated code, the tests under the race detector, and
 ## each benchmark once (-short, small prefills) so that none of them rots.
 test: fmt-check vet check-generated
 	go test -race -count=1 $(MODULES)
 	go test -short -run '^$$' -bench . -benchtime 1x $(MODULES)
+	$(MAKE) fuzz
+
+## fuzz: every fuzz target for FUZZTIME (10s in make test; make reliability runs them longer).
+fuzz:
+	go test -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME) ./journal/
+	go test -run '^$$' -fuzz '^FuzzParseLine$$' -fuzztime $(FUZZTIME) ./journal/
+
+## reliability: the long form of the fault campaigns: many crash seeds, longer fuzzing.
+reliability:
+	OUTBOX_CRASH_SEEDS=25 go test -race -count=1 -run 'Crash' -v ./tests/ ./jetstream/
+	go test -race -count=1 -run 'IOErrors|TornTail' ./journal/
+	$(MAKE) fuzz FUZZTIME=2m
 
 fmt-check:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -134,7 +134,8 @@ type Relay struct {
 	cfg   relayConfig
 	err   error // from the options or the arguments; returned by every method
 
-	mu sync.Mutex // one batch at a time
+	mu      sync.Mutex // one batch at a time; guards failing
+	failing error      // the error of the last failed batch, until a batch succeeds
 }
 
 // NewRelay returns a relay from s to sink for runID. Invalid arguments or options are reported by the
@@ -225,6 +226,11 @@ func (r *Relay) project(ctx context.Context, runID string, target int64) (int, e
 		}
 		placed += len(lines)
 		cursor = last
+		if r.failing != nil {
+			// The change of state is the first batch that gets through, not the end of a drain.
+			r.cfg.log.Info("outbox: relay recovered", "run", runID, "after", r.failing)
+			r.failing = nil
+		}
 		if r.cfg.onProjected != nil {
 			r.cfg.onProjected(runID, len(lines), last)
 		}
@@ -375,7 +381,6 @@ func (r *Relay) Run(ctx context.Context) error {
 	poll := time.NewTicker(r.cfg.poll)
 	defer poll.Stop()
 	wait := r.cfg.minBackoff
-	var failing error
 	for {
 		changed := r.s.Changed()
 		_, err := r.project(ctx, r.runID, 0)
@@ -386,19 +391,18 @@ func (r *Relay) Run(ctx context.Context) error {
 			if !retriable(ctx, err) {
 				return err
 			}
-			if failing == nil {
+			r.mu.Lock()
+			if r.failing == nil {
 				r.cfg.log.Warn("outbox: relay failing; lines are kept and retried", "run", r.runID, "err", err)
 			}
-			failing = err
+			r.failing = err
+			r.mu.Unlock()
 			if wait, err = r.backoff(ctx, wait); err != nil {
 				return err
 			}
 			continue
 		}
-		if failing != nil {
-			r.cfg.log.Info("outbox: relay recovered", "run", r.runID)
-			failing, wait = nil, r.cfg.minBackoff
-		}
+		wait = r.cfg.minBackoff
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
