@@ -26,6 +26,7 @@ fuzz:
 reliability:
 	OUTBOX_CRASH_SEEDS=25 go test -race -count=1 -run 'Crash' -v ./tests/ ./jetstream/
 	go test -race -count=1 -run 'IOErrors|TornTail|PowerLoss' -v ./journal/
+	go test -race -count=1 -run 'PowerLossOfTheDatabase|SQLiteIOError' -v ./tests/
 	OUTBOX_MODEL_STEPS=3000 go test -count=5 -run 'RandomOperations' -v ./tests/
 	OUTBOX_LOAD_SECONDS=60 go test -count=1 -run 'SustainedLoad' -v ./tests/
 	$(MAKE) fuzz FUZZTIME=2m

@@ -44,6 +44,7 @@ type config struct {
 	readPool    int
 	logger      *slog.Logger
 	groupCommit bool
+	vfs         string
 }
 
 func newConfig(opts []Option) (config, error) {
@@ -135,6 +136,19 @@ func WithLogger(l *slog.Logger) Option {
 func WithGroupCommit(on bool) Option {
 	return func(c *config) error {
 		c.groupCommit = on
+		return nil
+	}
+}
+
+// WithVFS opens the database through the SQLite VFS registered under name with
+// github.com/ncruces/go-sqlite3/vfs (an encrypting VFS, or one that injects faults in tests). The
+// default is the driver's own, which uses the operating system's files and locks.
+func WithVFS(name string) Option {
+	return func(c *config) error {
+		if name == "" {
+			return fmt.Errorf("outbox: empty VFS name")
+		}
+		c.vfs = name
 		return nil
 	}
 }

@@ -76,7 +76,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	if s.cfg.durability == DurabilityNormal {
 		sync = "NORMAL"
 	}
-	s.w, err = openDB(path, "_txlock=immediate", func(c *sqlite3.Conn) error {
+	s.w, err = openDB(path, s.query("_txlock=immediate"), func(c *sqlite3.Conn) error {
 		if err := c.BusyTimeout(s.cfg.busyTimeout); err != nil {
 			return err
 		}
@@ -166,7 +166,7 @@ func newStore(path string, opts []Option) (*Store, error) {
 // openReader opens the read pool. mode=ro: a read connection never creates the file, never writes to
 // it, and as the last connection to close does not checkpoint the WAL into it.
 func (s *Store) openReader() (*sql.DB, error) {
-	r, err := openDB(s.path, "mode=ro&_txlock=deferred", func(c *sqlite3.Conn) error {
+	r, err := openDB(s.path, s.query("mode=ro&_txlock=deferred"), func(c *sqlite3.Conn) error {
 		if err := c.BusyTimeout(s.cfg.busyTimeout); err != nil {
 			return err
 		}
@@ -178,6 +178,14 @@ func (s *Store) openReader() (*sql.DB, error) {
 	r.SetMaxOpenConns(s.cfg.readPool)
 	r.SetMaxIdleConns(s.cfg.readPool)
 	return r, nil
+}
+
+// query adds the configured VFS, if any, to a DSN query.
+func (s *Store) query(q string) string {
+	if s.cfg.vfs != "" {
+		return q + "&vfs=" + url.QueryEscape(s.cfg.vfs)
+	}
+	return q
 }
 
 // openDB opens path through the driver with an init callback for the pragmas. Pragmas go through the
