@@ -2,7 +2,6 @@ package outbox_test
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -160,13 +159,7 @@ func BenchmarkGrowthLatency(b *testing.B) {
 	}
 	for _, size := range sizes {
 		b.Run(fmt.Sprintf("rows=%d", size), func(b *testing.B) {
-			path := filepath.Join(b.TempDir(), "g.db")
-			d := baselineDB(b, path, "OFF")
-			for r := 0; r < 100; r++ {
-				fill(b, d, fmt.Sprintf("old-run-%03d", r), benchRows(size/100))
-			}
-			prefilled(b, d, path)
-			produce(b, openBench(b, path), 16)
+			produce(b, prefilledStore(b, size), 16)
 		})
 	}
 }
@@ -176,13 +169,7 @@ func BenchmarkGrowthLatency(b *testing.B) {
 func BenchmarkGrowthLatencyWithRelay(b *testing.B) {
 	for _, size := range []int{10_000, 1_000_000} {
 		b.Run(fmt.Sprintf("rows=%d", size), func(b *testing.B) {
-			path := filepath.Join(b.TempDir(), "g.db")
-			d := baselineDB(b, path, "OFF")
-			for r := 0; r < 100; r++ {
-				fill(b, d, fmt.Sprintf("old-run-%03d", r), benchRows(size/100))
-			}
-			prefilled(b, d, path)
-			s := openBench(b, path)
+			s := prefilledStore(b, size)
 			sink := &fileSink{path: filepath.Join(b.TempDir(), "j")}
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
@@ -216,20 +203,4 @@ func (s *fileSink) Append(_ context.Context, lines []outbox.EventLine) error {
 		return err
 	}
 	return syscall.Fdatasync(int(s.f.Fd()))
-}
-
-// prefilled finishes a prefill made at synchronous=OFF: checkpointed, closed, and the file synced, so
-// that the benchmark's first fsync does not flush hundreds of megabytes the prefill left dirty.
-func prefilled(b *testing.B, d *sql.DB, path string) {
-	b.Helper()
-	d.Exec("PRAGMA wal_checkpoint(TRUNCATE)")
-	d.Close()
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.Close()
-	if err := f.Sync(); err != nil {
-		b.Fatal(err)
-	}
 }

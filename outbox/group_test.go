@@ -12,6 +12,20 @@ import (
 	"github.com/textmachine/outbox/internal/faultpoint"
 )
 
+// holdFirstCommit stops the committer inside its next commit: hold is closed once it is there, and it
+// goes on when release is closed.
+func holdFirstCommit(t *testing.T) (hold, release chan struct{}) {
+	hold, release = make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	faultpoint.Set(func(p string) {
+		if p == faultpoint.BeforeCommit {
+			once.Do(func() { close(hold); <-release })
+		}
+	})
+	t.Cleanup(func() { faultpoint.Set(nil) })
+	return hold, release
+}
+
 func line(b string) EventBuilder { return func(int64) ([]byte, error) { return []byte(b), nil } }
 
 // TestAFailedGroupFailsEveryCallInIt holds the committer inside a first commit, queues a group behind
@@ -31,14 +45,7 @@ func TestAFailedGroupFailsEveryCallInIt(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	hold, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	faultpoint.Set(func(p string) {
-		if p == faultpoint.BeforeCommit {
-			once.Do(func() { close(hold); <-release })
-		}
-	})
-	defer faultpoint.Set(nil)
+	hold, release := holdFirstCommit(t)
 
 	first := make(chan error, 1)
 	go func() { _, err := s.EnqueueEvent(ctx, "r", line("first")); first <- err }()
@@ -83,14 +90,7 @@ func TestAQueuedCallWithdrawsWhenItsContextEnds(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	hold, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	faultpoint.Set(func(p string) {
-		if p == faultpoint.BeforeCommit {
-			once.Do(func() { close(hold); <-release })
-		}
-	})
-	defer faultpoint.Set(nil)
+	hold, release := holdFirstCommit(t)
 	go s.EnqueueEvent(ctx, "r", line("first"))
 	<-hold
 	cctx, cancel := context.WithCancel(ctx)

@@ -76,6 +76,18 @@ func workload(s *outbox.Store, n int) map[int64][]byte {
 	return acked
 }
 
+// countCalls runs the workload once without a fault and returns how many writes and syncs the store's
+// own setup made, and how many there were in all: the calls to inject a fault at.
+func countCalls(t *testing.T, n int) (setup, total int) {
+	t.Helper()
+	s, v, _ := faultStore(t, func(*faultvfs.VFS) {})
+	setup = v.Calls()
+	workload(s, n)
+	total = v.Calls()
+	s.Close()
+	return setup, total
+}
+
 // checkDurable reopens the database through the ordinary VFS and checks that it is intact, that every
 // acknowledged line is there with its bytes, that seqs are dense, and that every spend row has its
 // event and every spend event its row.
@@ -123,12 +135,7 @@ func checkDurable(t *testing.T, label, path string, acked map[int64][]byte) {
 func TestPowerLossOfTheDatabaseAtEveryStepKeepsEveryAcknowledgedEvent(t *testing.T) {
 	t.Parallel()
 	const n = 12
-	// A run without a cut counts the calls: the store's own setup, then the workload.
-	s, v, _ := faultStore(t, func(*faultvfs.VFS) {})
-	setup := v.Calls()
-	workload(s, n)
-	total := v.Calls()
-	s.Close()
+	setup, total := countCalls(t, n)
 	cuts := 0
 	for cut := setup + 1; cut <= total; cut++ {
 		s, v, path := faultStore(t, func(v *faultvfs.VFS) { v.Cut = cut })
@@ -151,11 +158,7 @@ func TestPowerLossOfTheDatabaseAtEveryStepKeepsEveryAcknowledgedEvent(t *testing
 func TestAnSQLiteIOErrorAtEveryCallFailsOnlyItsCall(t *testing.T) {
 	t.Parallel()
 	const n = 12
-	s, v, _ := faultStore(t, func(*faultvfs.VFS) {})
-	setup := v.Calls()
-	workload(s, n)
-	total := v.Calls()
-	s.Close()
+	setup, total := countCalls(t, n)
 	for at := setup + 1; at <= total; at++ {
 		s, _, path := faultStore(t, func(v *faultvfs.VFS) { v.FailAt = at })
 		acked := workload(s, n)
