@@ -231,3 +231,28 @@ func TestASecondOpenFileGetsErrLocked(t *testing.T) {
 		t.Errorf("directory holds %v", entries)
 	}
 }
+
+type failingReader struct{ n int }
+
+func (r *failingReader) Read(p []byte) (int, error) {
+	if r.n == 0 {
+		r.n++
+		return copy(p, `{"engine_run_id":"r","seq":1}`+"\n"), nil
+	}
+	return 0, syscall.EIO
+}
+
+func TestTheJournalsEntryPointsRefuseBadInput(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, path := range []string{"", dir, filepath.Join(dir, "missing", "j.jsonl")} {
+		if j, err := OpenFile(path); err == nil {
+			j.Close()
+			t.Errorf("OpenFile(%q) succeeded", path)
+		}
+	}
+	rep, err := Verify(&failingReader{})
+	if !errors.Is(err, syscall.EIO) || rep.Lines != 1 {
+		t.Errorf("Verify of a failing reader: (%+v, %v), want EIO after 1 line", rep, err)
+	}
+}

@@ -332,3 +332,23 @@ func TestDemoKillsTheEngineAndFindsNothingLost(t *testing.T) {
 		t.Errorf("demo into a used directory: exit %d, want 2", code)
 	}
 }
+
+func TestRelayDrawsABarOnATerminalAndPlainCountsElsewhere(t *testing.T) {
+	var tty bytes.Buffer
+	p := &progress{w: &tty, total: 10, tty: true}
+	p.add(5)
+	p.add(5)
+	p.done()
+	if out := tty.String(); !strings.Contains(out, "\r[####################                    ] 5/10 lines") ||
+		!strings.Contains(out, "] 10/10 lines\n") {
+		t.Errorf("terminal output %q", out)
+	}
+	var plain bytes.Buffer
+	p = newProgress(&plain, 10) // a buffer is not a terminal
+	p.add(4)
+	p.add(6)
+	p.done()
+	if out := plain.String(); strings.Contains(out, "\r") || !strings.HasSuffix(out, "projected 10/10 lines\n") {
+		t.Errorf("plain output %q", out)
+	}
+}
