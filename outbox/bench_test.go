@@ -204,7 +204,8 @@ func BenchmarkPendingEvents(b *testing.B) {
 				got := 0
 				for r.Next() {
 					var l outbox.EventLine
-					if err := r.Scan(&l.Seq, &l.Line); err != nil {
+					var mark int64
+					if err := r.Scan(&l.Seq, &l.Line, &mark); err != nil {
 						b.Fatal(err)
 					}
 					after = l.Seq

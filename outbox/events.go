@@ -219,8 +219,14 @@ func (s *Store) PendingEvents(ctx context.Context, runID string, after int64, li
 	if limit < 1 {
 		return nil, ErrInvalidLimit
 	}
-	var out []EventLine
-	err := s.read(ctx, func(ctx context.Context) error {
+	lines, _, err := s.pending(ctx, runID, after, limit)
+	return lines, err
+}
+
+// pending is PendingEvents for the relay: it also returns the seqs whose announce key is not yet in the
+// ledger, so that recording the batch touches those rows only.
+func (s *Store) pending(ctx context.Context, runID string, after int64, limit int) (out []EventLine, toMark []int64, err error) {
+	err = s.read(ctx, func(ctx context.Context) error {
 		// Scanned here rather than through the generated accessor: it grows its slice row by row and
 		// would need a second copy into EventLine, which cost a quarter of a drain's throughput
 		// (BenchmarkPendingEvents). The SQL is still sqlc's, and its plan is asserted.
@@ -232,17 +238,21 @@ func (s *Store) PendingEvents(ctx context.Context, runID string, after int64, li
 		out = make([]EventLine, 0, min(limit, 1024))
 		for rows.Next() {
 			var l EventLine
-			if err := rows.Scan(&l.Seq, &l.Line); err != nil {
+			var mark int64
+			if err := rows.Scan(&l.Seq, &l.Line, &mark); err != nil {
 				return err
 			}
 			out = append(out, l)
+			if mark != 0 {
+				toMark = append(toMark, l.Seq)
+			}
 		}
 		return rows.Err()
 	})
 	if err != nil {
-		return nil, fmt.Errorf("outbox: read pending lines of run %q: %w", runID, err)
+		return nil, nil, fmt.Errorf("outbox: read pending lines of run %q: %w", runID, err)
 	}
-	return out, nil
+	return out, toMark, nil
 }
 
 // EventsUsed reports whether runID has any row, buffered or in the ledger. A run id is a stream

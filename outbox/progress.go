@@ -40,17 +40,18 @@ func (s *Store) lastSeq(ctx context.Context, runID string) (int64, error) {
 	return last, nil
 }
 
-// recordProjected records, in one transaction, that runID's lines first..last are in the sink: the
-// progress moves to last and the batch's pending once keys enter the ledger. It is a relaxed write (see
-// writeRelaxed): losing it to power failure re-sends the batch, and loses nothing.
-func (s *Store) recordProjected(ctx context.Context, runID string, first, last int64) error {
+// recordProjected records, in one transaction, that runID's lines up to last are in the sink: the
+// progress moves to last and the once keys of the lines in toMark enter the ledger. It is a relaxed
+// write (see writeRelaxed): losing it to power failure re-sends the batch, and loses nothing.
+func (s *Store) recordProjected(ctx context.Context, runID string, last int64, toMark []int64) error {
 	return s.writeRelaxed(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		if err := s.q.ProgressSet(ctx, tx, db.ProgressSetParams{EngineRunID: runID, Projected: last}); err != nil {
 			return fmt.Errorf("outbox: record progress of run %q: %w", runID, mapErr(ctx, err))
 		}
-		_, err := s.q.EventsMarkProjected(ctx, tx, db.EventsMarkProjectedParams{EngineRunID: runID, FirstSeq: first, LastSeq: last})
-		if err != nil {
-			return fmt.Errorf("outbox: mark lines %d..%d of run %q announced: %w", first, last, runID, mapErr(ctx, err))
+		for _, seq := range toMark {
+			if _, err := s.q.EventMarkProjected(ctx, tx, db.EventMarkProjectedParams{EngineRunID: runID, Seq: seq}); err != nil {
+				return fmt.Errorf("outbox: mark line %d of run %q announced: %w", seq, runID, mapErr(ctx, err))
+			}
 		}
 		return nil
 	})

@@ -174,8 +174,9 @@ func (e *sinkError) Error() string { return "outbox: sink: " + e.err.Error() }
 func (e *sinkError) Unwrap() error { return e.err }
 
 type fetched struct {
-	lines []EventLine
-	err   error
+	lines  []EventLine
+	toMark []int64
+	err    error
 }
 
 // project projects runID from its recorded position, batch after batch, until nothing is pending or
@@ -193,7 +194,7 @@ func (r *Relay) project(ctx context.Context, runID string, target int64) (int, e
 	if err != nil || (target > 0 && cursor >= target) {
 		return 0, err
 	}
-	lines, err := r.s.PendingEvents(ctx, runID, cursor, r.cfg.batch)
+	lines, toMark, err := r.s.pending(ctx, runID, cursor, r.cfg.batch)
 	if err != nil {
 		return 0, err
 	}
@@ -209,19 +210,19 @@ func (r *Relay) project(ctx context.Context, runID string, target int64) (int, e
 		if lines, err = contiguous(runID, cursor, lines); err != nil {
 			return placed, err
 		}
-		first, last := lines[0].Seq, lines[len(lines)-1].Seq
+		last := lines[len(lines)-1].Seq
 		if placed > 0 && (target == 0 || last < target) {
 			ahead = make(chan fetched, 1)
 			go func() {
-				l, err := r.s.PendingEvents(ctx, runID, last, r.cfg.batch)
-				ahead <- fetched{l, err}
+				l, m, err := r.s.pending(ctx, runID, last, r.cfg.batch)
+				ahead <- fetched{l, m, err}
 			}()
 		}
 		if err := r.sink.Append(ctx, lines); err != nil {
 			return placed, &sinkError{err}
 		}
 		faultpoint.Hit(faultpoint.RelayAfterAppend)
-		if err := r.s.recordProjected(ctx, runID, first, last); err != nil {
+		if err := r.s.recordProjected(ctx, runID, last, marksUpTo(toMark, last)); err != nil {
 			return placed, err
 		}
 		placed += len(lines)
@@ -243,14 +244,24 @@ func (r *Relay) project(ctx context.Context, runID string, target int64) (int, e
 			if f.err != nil {
 				return placed, f.err
 			}
-			lines = f.lines
+			lines, toMark = f.lines, f.toMark
 		default:
-			if lines, err = r.s.PendingEvents(ctx, runID, cursor, r.cfg.batch); err != nil {
+			if lines, toMark, err = r.s.pending(ctx, runID, cursor, r.cfg.batch); err != nil {
 				return placed, err
 			}
 		}
 	}
 	return placed, nil
+}
+
+// marksUpTo returns the seqs of toMark up to last: contiguous may have cut the batch short.
+func marksUpTo(toMark []int64, last int64) []int64 {
+	for i, seq := range toMark {
+		if seq > last {
+			return toMark[:i]
+		}
+	}
+	return toMark
 }
 
 // contiguous returns the prefix of lines that follows cursor without a hole. A hole at the front is

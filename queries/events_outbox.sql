@@ -51,7 +51,9 @@ SELECT CAST(EXISTS (
 ) AS INTEGER) AS found;
 
 -- name: EventsPending :many
-SELECT seq, line
+-- to_mark: the line carries an announce key not yet in the ledger, which the relay moves there once
+-- the line is in the sink; reading it here spares the relay's record a pass over the whole batch.
+SELECT seq, line, CAST(announce_key <> '' AND once_key = '' AS INTEGER) AS to_mark
 FROM events_outbox
 WHERE engine_run_id = sqlc.arg(engine_run_id) AND seq > sqlc.arg(after_seq)
 ORDER BY seq
@@ -67,12 +69,11 @@ SELECT CAST(COALESCE(MAX(seq), 0) AS INTEGER) AS last_seq
 FROM events_outbox
 WHERE engine_run_id = sqlc.arg(engine_run_id);
 
--- name: EventsMarkProjected :execrows
--- Moves the pending announce keys of a projected range into the ledger.
+-- name: EventMarkProjected :execrows
+-- Moves a projected line's pending announce key into the ledger.
 UPDATE events_outbox
 SET once_key = announce_key
-WHERE engine_run_id = sqlc.arg(engine_run_id)
-  AND seq BETWEEN sqlc.arg(first_seq) AND sqlc.arg(last_seq)
+WHERE engine_run_id = sqlc.arg(engine_run_id) AND seq = sqlc.arg(seq)
   AND announce_key <> '' AND once_key = '';
 
 -- name: EventsRuns :many
