@@ -1,6 +1,6 @@
 // Package outbox is a transactional event outbox on SQLite: an event is a row committed in the same
-// transaction as the state change it describes, and a relay later appends the rows, in order, to a
-// JSON-lines journal that a reader keys by (engine_run_id, seq).
+// transaction as the state change it describes, and a Relay later appends the rows, in order, to a
+// sink (a journal file, a broker) that a reader keys by (engine_run_id, seq).
 //
 // # Guarantees
 //
@@ -13,24 +13,35 @@
 //     as a conflict. A line must be non-empty and hold no newline (ErrInvalidLine).
 //   - Atomic with the caller's writes. WriteTx with EnqueueTx commits the caller's own rows and the
 //     event together or not at all.
-//   - Announce once. EnqueueOnce and MarkAnnounced keep a ledger of once keys on a partial unique
-//     index: a key enters the ledger after its line has reached the journal, and EnqueueOnce does not
-//     enqueue a key the ledger holds.
+//   - Durable on return. Every commit is durable before the call returns (synchronous=FULL) unless the
+//     caller opts into DurabilityNormal. Concurrent EnqueueEvent and EnqueueOnce calls share one
+//     transaction and one fdatasync (group commit); each still returns only once that commit is
+//     durable, and a builder that fails or panics undoes only its own call.
+//   - Announce once. EnqueueOnce stores its key with the line and refuses a key that is pending or in
+//     the ledger: one row per key for the life of the book. The key enters the ledger when the relay
+//     records that the line reached the sink.
+//   - Nothing lost, nothing counted twice. The relay appends a batch to the sink and only then records
+//     how far it got (and moves the batch's keys into the ledger), so a crash re-sends at most the
+//     batch in flight, byte for byte, which the reader skips as a duplicate. Relay.Recover projects
+//     what earlier processes committed and never projected before ForgetEvents drops their rows.
 //   - One writer. Open takes an exclusive lock on the database file (flock on its own descriptor), so a
 //     second Open, in this process or another, fails at once with ErrLocked. OpenReadOnly takes none.
-//   - Durability. Every commit is durable on return (synchronous=FULL) unless the caller opts into
-//     DurabilityNormal.
 //
 // # Failure model
 //
 // Every method that touches the database takes a context; a context without a deadline gets the
 // operation timeout (WithOpTimeout). A failed call leaves nothing behind: no row, no used number, no
 // open transaction. Errors that callers branch on are sentinels (ErrEmptyRunID, ErrLocked, …) found
-// with errors.Is; everything else is wrapped with what was being done. A process that dies mid-call
-// loses only its uncommitted transaction: SQLite's WAL makes the commit atomic. The store logs
-// nothing unless given a logger (WithLogger).
+// with errors.Is; everything else is wrapped with what was being done.
 //
-// The schema is created and evolved by the goose migrations in package migrations, which Open applies.
-// Network file systems are not supported: the writer lock and SQLite's own locking need a local file
-// system.
+// A process that dies mid-call loses only its uncommitted transaction: SQLite's WAL makes the commit
+// atomic. Power loss loses no acknowledged event at FULL; at DurabilityNormal it can lose the last
+// commits. The one transaction the store commits without its own fdatasync is the relay's progress
+// record: losing it re-sends one batch and loses nothing. A sink that fails is retried with backoff
+// (Run never gives up; Flush and Recover return the sink's error after their attempts); a sink that
+// refuses a batch for good (ErrSinkRefused) stops the relay.
+//
+// The store logs nothing unless given a logger (WithLogger). The schema is created and evolved by the
+// goose migrations in package migrations, which Open applies. Network file systems are not
+// supported: the writer lock and SQLite's own locking need a local file system.
 package outbox
