@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	njs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/textmachine/outbox/internal/outboxtest"
 	"github.com/textmachine/outbox/jetstream"
 	"github.com/textmachine/outbox/journal"
 	"github.com/textmachine/outbox/outbox"
@@ -117,16 +118,7 @@ func TestAClusterLosesNothingWhenTheStreamLeaderDies(t *testing.T) {
 			t.Logf("shut down the stream leader %s at event %d", leader, i)
 		}
 	}
-	for deadline := time.Now().Add(60 * time.Second); ; {
-		if p, _ := store.Projected(ctx, "run-1"); p == n {
-			break
-		}
-		if time.Now().After(deadline) {
-			p, _ := store.Projected(ctx, "run-1")
-			t.Fatalf("projected %d of %d", p, n)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	outboxtest.WaitProjected(t, store, "run-1", n, 60*time.Second)
 	stop()
 	<-done
 	if rep := verify(t, js); rep.Runs["run-1"].Last != n || rep.Lines != n || rep.Duplicates != 0 {

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	njs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/textmachine/outbox/internal/outboxtest"
 	"github.com/textmachine/outbox/jetstream"
 	"github.com/textmachine/outbox/journal"
 	"github.com/textmachine/outbox/outbox"
@@ -316,17 +317,7 @@ func TestARelayProjectsAStoreIntoJetStreamThroughAnOutage(t *testing.T) {
 			ns.start()
 		}
 	}
-	waitFor := time.Now().Add(30 * time.Second)
-	for {
-		p, _ := store.Projected(ctx, "run-1")
-		if p == 200 {
-			break
-		}
-		if time.Now().After(waitFor) {
-			t.Fatalf("projected %d of 200", p)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	outboxtest.WaitProjected(t, store, "run-1", 200, 30*time.Second)
 	stop()
 	<-done
 	if rep := verify(t, js); rep.Runs["run-1"].Last != 200 || rep.Lines != 200 || rep.Duplicates != 0 {

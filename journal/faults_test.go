@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/textmachine/outbox/internal/outboxtest"
 	"github.com/textmachine/outbox/outbox"
 )
 
@@ -176,16 +177,7 @@ func TestIOErrorsAtEveryCallDegradeTheRelayAndLoseNothing(t *testing.T) {
 				runCtx, stop := context.WithCancel(ctx)
 				done := make(chan error, 1)
 				go func() { done <- relay.Run(runCtx) }()
-				for deadline := time.Now().Add(30 * time.Second); ; {
-					if p, _ := s.Projected(ctx, "r"); p == n {
-						break
-					}
-					if time.Now().After(deadline) {
-						p, _ := s.Projected(ctx, "r")
-						t.Fatalf("call %d: projected %d of %d", from, p, n)
-					}
-					time.Sleep(2 * time.Millisecond)
-				}
+				outboxtest.WaitProjected(t, s, "r", n, 30*time.Second)
 				stop()
 				<-done
 				s.Close()

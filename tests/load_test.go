@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/textmachine/outbox/internal/outboxtest"
 	"github.com/textmachine/outbox/journal"
 	"github.com/textmachine/outbox/outbox"
 )
@@ -73,16 +74,7 @@ func TestSustainedLoadKeepsMemoryFlatAndLosesNothing(t *testing.T) {
 	wg.Wait()
 	late := heap()
 
-	for waitUntil := time.Now().Add(30 * time.Second); ; {
-		if p, _ := s.Projected(ctx, "load"); p == acked.Load() {
-			break
-		}
-		if time.Now().After(waitUntil) {
-			p, _ := s.Projected(ctx, "load")
-			t.Fatalf("projected %d of %d acknowledged events", p, acked.Load())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	outboxtest.WaitProjected(t, s, "load", acked.Load(), 30*time.Second)
 	stopRelay()
 	<-relayDone
 	f, _ := os.Open(jpath)
