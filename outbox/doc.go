@@ -13,10 +13,13 @@
 //     as a conflict. A line must be non-empty and hold no newline (ErrInvalidLine).
 //   - Atomic with the caller's writes. WriteTx with EnqueueTx commits the caller's own rows and the
 //     event together or not at all.
-//   - Durable on return. Every commit is durable before the call returns (synchronous=FULL) unless the
-//     caller opts into DurabilityNormal. Concurrent EnqueueEvent and EnqueueOnce calls share one
-//     transaction and one fdatasync (group commit); each still returns only once that commit is
-//     durable, and a builder that fails or panics undoes only its own call.
+//   - Durable on return. Every commit is durable before the call returns unless the caller opts into
+//     DurabilityNormal. The store syncs the WAL itself after each commit, outside SQLite's write lock,
+//     which is what synchronous=FULL does inside it; so while one commit waits for the disk, the next
+//     is written, and one fdatasync covers every caller waiting by then. Concurrent EnqueueEvent and
+//     EnqueueOnce calls also share one transaction (group commit); a builder that fails or panics
+//     undoes only its own call. A commit is visible to readers a moment before it is durable, and
+//     nothing is projected before it is durable.
 //   - Announce once. EnqueueOnce stores its key with the line and refuses a key that is pending or in
 //     the ledger: one row per key for the life of the book. The key enters the ledger when the relay
 //     records that the line reached the sink.
@@ -35,9 +38,11 @@
 // with errors.Is; everything else is wrapped with what was being done.
 //
 // A process that dies mid-call loses only its uncommitted transaction: SQLite's WAL makes the commit
-// atomic. Power loss loses no acknowledged event at FULL; at DurabilityNormal it can lose the last
-// commits. The one transaction the store commits without its own fdatasync is the relay's progress
-// record: losing it re-sends one batch and loses nothing. A sink that fails is retried with backoff
+// atomic. Power loss loses no acknowledged event at DurabilityFull; at DurabilityNormal it can lose the
+// last commits. The one transaction the store commits without waiting for a sync is the relay's
+// progress record: losing it re-sends one batch and loses nothing. A failed fdatasync of the WAL fails
+// the calls it was to cover with ErrNotDurable, and every write after it, until the store is reopened:
+// after such a failure the kernel may have dropped the pages it could not write. A sink that fails is retried with backoff
 // (Run never gives up; Flush and Recover return the sink's error after their attempts); a sink that
 // refuses a batch for good (ErrSinkRefused) stops the relay.
 //

@@ -35,6 +35,10 @@ var (
 	ErrAnnounceConflict = errors.New("outbox: once key conflict")
 	// ErrNoSchema: OpenReadOnly found a database without the outbox tables.
 	ErrNoSchema = errors.New("outbox: database has no outbox schema")
+	// ErrNotDurable: an fdatasync of the WAL failed. The commits it was to cover may or may not
+	// survive power loss, and after a failed fdatasync the kernel may have dropped the pages it could
+	// not write, so the store refuses every later write. Close it and open the database again.
+	ErrNotDurable = errors.New("outbox: the WAL could not be synced")
 )
 
 // mapErr turns driver errors that callers branch on into the package's sentinels, keeping the driver

@@ -249,6 +249,11 @@ func (s *Store) pending(ctx context.Context, runID string, after int64, limit in
 		}
 		return rows.Err()
 	})
+	if err == nil {
+		// Lines leave the process only once durable: a line projected and then lost to power
+		// failure would come back under its number with other bytes.
+		err = s.dur.waitVisible()
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("outbox: read pending lines of run %q: %w", runID, err)
 	}

@@ -11,9 +11,12 @@ import (
 	"github.com/textmachine/outbox/internal/faultpoint"
 )
 
-// Group commit: at synchronous=FULL each transaction costs one fdatasync of the WAL, so one event per
+// Group commit: at DurabilityFull each transaction costs one fdatasync of the WAL, so one event per
 // transaction is capped by the disk. EnqueueEvent and EnqueueOnce hand their work to one committer
-// goroutine, which runs every call that is waiting in one transaction and one fdatasync.
+// goroutine, which runs every call that is waiting in one transaction. The committer does not wait
+// for the disk: it hands each caller its commit's ticket and moves on to the next group, and the
+// callers wait for the WAL sync that covers them (see durability), which also covers the groups
+// committed while the one before it ran.
 //
 // Each call stays isolated without a SAVEPOINT: it writes at most one statement (its INSERT; the
 // once-key lookup only reads), and a builder that fails, panics or declines writes nothing. The next
@@ -41,6 +44,7 @@ type request struct {
 
 type result struct {
 	seq      int64
+	ticket   uint64 // the group's commit, which the caller waits to be durable; 0 if it failed
 	err      error
 	panicked bool
 	panicVal any
@@ -138,6 +142,13 @@ func (s *Store) submit(ctx context.Context, runID, onceKey string, build EventBu
 	if res.panicked {
 		panic(res.panicVal)
 	}
+	if res.err == nil && res.ticket != 0 {
+		// A call that stored nothing waits too: a once key found already queued may belong to a
+		// commit that is not durable yet.
+		if err := s.dur.wait(res.ticket); err != nil {
+			return 0, fmt.Errorf("outbox: commit: %w", err)
+		}
+	}
 	return res.seq, res.err
 }
 
@@ -172,6 +183,16 @@ func (c *committer) commit(group []*request) {
 		deliver()
 		return
 	}
+	// A sync about to start waits for this group rather than leave its callers to the next one.
+	c.s.dur.groupStart()
+	ended := false
+	endGroup := func() {
+		if !ended {
+			ended = true
+			c.s.dur.groupEnd()
+		}
+	}
+	defer endGroup()
 	next := map[string]int64{} // each run's next seq within this group
 	nextSeq, insert, onceFound := tx.StmtContext(ctx, c.nextSeq), tx.StmtContext(ctx, c.insert), tx.StmtContext(ctx, c.onceFound)
 	for i, r := range taken {
@@ -185,13 +206,21 @@ func (c *committer) commit(group []*request) {
 		}
 	}
 	faultpoint.Hit(faultpoint.BeforeCommit)
-	if err := tx.Commit(); err != nil {
+	ticket := c.s.dur.issue()
+	err = tx.Commit()
+	c.s.dur.done(ticket)
+	endGroup()
+	if err != nil {
 		failAll(fmt.Errorf("outbox: commit: %w", mapErr(ctx, err)))
 		deliver()
 		return
 	}
 	faultpoint.Hit(faultpoint.AfterCommit)
 	c.s.signalCommit()
+	// The callers wait for the sync themselves, so the next group begins while the disk works.
+	for i := range results {
+		results[i].ticket = ticket
+	}
 	deliver()
 }
 

@@ -6,12 +6,13 @@ import (
 	"time"
 )
 
-// Durability is the SQLite synchronous level of the store's connections.
+// Durability is what a commit survives when the call that made it returns.
 type Durability int
 
 const (
-	// DurabilityFull (synchronous=FULL, the default) makes every commit durable before it returns: one
-	// WAL fdatasync per transaction.
+	// DurabilityFull (the default) makes every commit durable before it returns, as
+	// synchronous=FULL does: the WAL is synced after the commit and before the call returns. The
+	// store makes that sync itself, outside SQLite's write lock, so that concurrent commits share it.
 	DurabilityFull Durability = iota
 	// DurabilityNormal (synchronous=NORMAL) syncs the WAL only at checkpoints. A commit survives a
 	// process crash but can be lost to power failure, after the relay may already have written its
@@ -129,8 +130,7 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 // WithGroupCommit turns group commit on or off (on by default). With it, concurrent EnqueueEvent and
-// EnqueueOnce calls share one transaction and one fdatasync, each returning once that commit is
-// durable; builders then run on the store's committer goroutine, one after another, so a slow builder
+// EnqueueOnce calls share one transaction, each returning once that commit is durable; builders then run on the store's committer goroutine, one after another, so a slow builder
 // delays the calls grouped after it. Off, each call has a transaction of its own, on its own goroutine.
 // A lone caller pays the same either way (docs/BENCHMARKS.md).
 func WithGroupCommit(on bool) Option {

@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"sync"
 
-	sqldriver "database/sql/driver"
 	"github.com/ncruces/go-sqlite3"
 	"github.com/ncruces/go-sqlite3/driver"
 
@@ -35,6 +34,7 @@ type Store struct {
 	lock     *os.File // the writer lock; nil when read-only
 	readOnly bool
 	group    *committer // the group committer and the prepared statements; nil when read-only
+	dur      *durability
 
 	mu       sync.Mutex
 	cond     *sync.Cond // signalled when inflight drops to zero
@@ -72,17 +72,14 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 			return nil, err
 		}
 	}
-	sync := "FULL"
-	if s.cfg.durability == DurabilityNormal {
-		sync = "NORMAL"
-	}
 	s.w, err = openDB(path, s.query("_txlock=immediate"), func(c *sqlite3.Conn) error {
 		if err := c.BusyTimeout(s.cfg.busyTimeout); err != nil {
 			return err
 		}
-		// Every connection sets synchronous itself: a connection to an existing WAL database starts
-		// at NORMAL whatever the one that created the WAL reported.
-		return c.Exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=" + sync)
+		// NORMAL at either durability: at FULL the store syncs the WAL itself after each commit,
+		// outside SQLite's write lock (see durability). It is set on every connection, since a
+		// connection's level is its own.
+		return c.Exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL")
 	})
 	if err != nil {
 		s.release()
@@ -104,6 +101,12 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	if err := migrations.Up(octx, s.w); err != nil {
 		s.release()
 		return nil, fmt.Errorf("outbox: open %s: %w", path, mapErr(octx, err))
+	}
+	if s.cfg.durability == DurabilityFull {
+		if err := s.attachWAL(octx); err != nil {
+			s.release()
+			return nil, fmt.Errorf("outbox: open %s: %w", path, err)
+		}
 	}
 	if s.r, err = s.openReader(); err != nil {
 		s.release()
@@ -158,7 +161,7 @@ func newStore(path string, opts []Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{path: path, cfg: cfg, log: cfg.logger, q: db.New(), changed: make(chan struct{})}
+	s := &Store{path: path, cfg: cfg, log: cfg.logger, q: db.New(), changed: make(chan struct{}), dur: newDurability()}
 	s.cond = sync.NewCond(&s.mu)
 	return s, nil
 }
@@ -263,6 +266,11 @@ func (s *Store) enter(write bool) error {
 	if write && s.readOnly {
 		return ErrReadOnly
 	}
+	if write {
+		if err := s.dur.broken(); err != nil {
+			return err
+		}
+	}
 	s.inflight++
 	return nil
 }
@@ -328,62 +336,33 @@ func (s *Store) write(ctx context.Context, fn func(ctx context.Context, tx *sql.
 }
 
 // writeRelaxed is write for a transaction whose loss on power failure costs nothing but repeated
-// work: it commits at synchronous=NORMAL, without its own fdatasync, and becomes durable with the next
-// FULL commit (the WAL is appended in order). The relay's progress record is the one such
-// transaction: if power takes it, the relay re-sends one batch, byte for byte, and the batch's once
-// keys, still pending, are marked again. At FULL that saves one of the two fdatasyncs per batch.
-//
-// SQLite refuses to change the level inside a transaction, so the writer connection is pinned for the
-// switch, the transaction and the switch back; nothing else can use the connection in between. If the
-// switch back fails, the connection is discarded rather than returned to the pool at NORMAL.
+// work: it returns without waiting for the WAL sync and becomes durable with the next commit that does
+// wait (the WAL is appended in order). The relay's progress record is the one such transaction: if
+// power takes it, the relay re-sends one batch, byte for byte, and the batch's once keys, still
+// pending, are marked again. At FULL that saves one of the two fdatasyncs per batch.
 func (s *Store) writeRelaxed(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	if s.cfg.durability != DurabilityFull {
-		return s.write(ctx, fn)
-	}
 	if err := s.enter(true); err != nil {
 		return err
 	}
 	defer s.exit()
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	octx, cancel := s.opContext(ctx)
-	defer cancel()
-	conn, err := s.w.Conn(octx)
-	if err != nil {
-		return fmt.Errorf("outbox: pin the writer: %w", mapErr(octx, err))
-	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(octx, "PRAGMA synchronous=NORMAL"); err != nil {
-		return fmt.Errorf("outbox: relax synchronous: %w", mapErr(octx, err))
-	}
-	defer func() {
-		if _, err := conn.ExecContext(context.Background(), "PRAGMA synchronous=FULL"); err != nil {
-			s.log.Warn("outbox: restoring synchronous=FULL failed; discarding the connection", "err", err)
-			conn.Raw(func(any) error { return sqldriver.ErrBadConn })
-		}
-	}()
-	return s.txOn(ctx, conn, fn)
-}
-
-// beginner is what a transaction is begun on: the writer pool, or its one connection pinned.
-type beginner interface {
-	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
+	return s.txOn(ctx, fn, false)
 }
 
 // writeTx is WriteTx for the store's own methods: fn gets the transaction's context, which carries the
 // operation timeout.
 func (s *Store) writeTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	return s.txOn(ctx, s.w, fn)
+	return s.txOn(ctx, fn, true)
 }
 
-func (s *Store) txOn(ctx context.Context, on beginner, fn func(ctx context.Context, tx *sql.Tx) error) error {
+// txOn runs fn in a write transaction on the writer connection; when durable, it returns only once the
+// commit is durable (see durability).
+func (s *Store) txOn(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error, durable bool) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	ctx, cancel := s.opContext(ctx)
 	defer cancel()
-	tx, err := on.BeginTx(ctx, nil)
+	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("outbox: begin: %w", mapErr(ctx, err))
 	}
@@ -403,11 +382,19 @@ func (s *Store) txOn(ctx context.Context, on beginner, fn func(ctx context.Conte
 	}
 	faultpoint.Hit(faultpoint.BeforeCommit)
 	done = true
-	if err := tx.Commit(); err != nil {
+	ticket := s.dur.issue()
+	err = tx.Commit()
+	s.dur.done(ticket)
+	if err != nil {
 		return fmt.Errorf("outbox: commit: %w", mapErr(ctx, err))
 	}
 	faultpoint.Hit(faultpoint.AfterCommit)
 	s.signalCommit()
+	if durable {
+		if err := s.dur.wait(ticket); err != nil {
+			return fmt.Errorf("outbox: commit: %w", err)
+		}
+	}
 	return nil
 }
 

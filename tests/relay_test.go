@@ -415,25 +415,6 @@ func TestJournalBuilderRendersTheFormatAndStoresTheTime(t *testing.T) {
 	}
 }
 
-func TestRelayProgressLeavesTheWriterAtFullDurability(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	s, _ := setup(t)
-	for i := 0; i < 5; i++ {
-		mustEnqueue(t, s, "r")
-	}
-	if err := fastRelay(s, newMemSink(), "r", outbox.WithBatchSize(2)).Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
-	var level int
-	if err := s.WriteTx(ctx, func(tx *sql.Tx) error { return tx.QueryRow(`PRAGMA synchronous`).Scan(&level) }); err != nil {
-		t.Fatal(err)
-	}
-	if level != 2 {
-		t.Errorf("synchronous after relay batches = %d, want 2 (FULL)", level)
-	}
-}
-
 type refusingSink struct{ calls int }
 
 func (s *refusingSink) Append(context.Context, []outbox.EventLine) error {

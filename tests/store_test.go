@@ -577,30 +577,6 @@ func TestInvalidOptionsAreRefused(t *testing.T) {
 	}
 }
 
-func TestDurabilityIsFullByDefaultAndNormalOnlyWhenAsked(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
-		opts []outbox.Option
-		want int // PRAGMA synchronous: 1 NORMAL, 2 FULL
-	}{{nil, 2}, {[]outbox.Option{outbox.WithDurability(outbox.DurabilityNormal)}, 1}} {
-		s, path := setup(t, tc.opts...)
-		s.Close()
-		// Reopen: a connection to an existing WAL database starts at NORMAL unless told otherwise.
-		s, err := outbox.Open(context.Background(), path, tc.opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got int
-		s.WriteTx(context.Background(), func(tx *sql.Tx) error {
-			return tx.QueryRow(`PRAGMA synchronous`).Scan(&got)
-		})
-		s.Close()
-		if got != tc.want {
-			t.Errorf("synchronous = %d, want %d", got, tc.want)
-		}
-	}
-}
-
 func TestOpenRefusesAFileThatIsNotADatabase(t *testing.T) {
 	t.Parallel()
 	path := t.TempDir() + "/not.db"

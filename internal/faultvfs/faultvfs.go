@@ -23,9 +23,12 @@ type VFS struct {
 	mu     sync.Mutex
 	Cut    int // 0: never
 	FailAt int // 0: never
-	calls  int
-	off    bool
-	files  map[string]*image
+	// BeforeSync, if set, is called with the file's name before each sync goes to the disk, outside
+	// the VFS's lock: a test can hold a sync there.
+	BeforeSync func(name string)
+	calls      int
+	off        bool
+	files      map[string]*image
 }
 
 // image is what a file holds now and what it held at its last sync.
@@ -39,6 +42,9 @@ func New() *VFS { return &VFS{base: vfs.Find(""), files: map[string]*image{}} }
 
 // Calls returns how many writes and syncs have been counted.
 func (v *VFS) Calls() int { v.mu.Lock(); defer v.mu.Unlock(); return v.calls }
+
+// PowerOff cuts the power now: every later write, sync, truncate or delete fails.
+func (v *VFS) PowerOff() { v.mu.Lock(); defer v.mu.Unlock(); v.off = true }
 
 // Off reports whether the power has gone.
 func (v *VFS) Off() bool { v.mu.Lock(); defer v.mu.Unlock(); return v.off }
@@ -109,7 +115,7 @@ func (v *VFS) OpenFilename(name *vfs.Filename, flags vfs.OpenFlag) (vfs.File, vf
 		}
 		v.files[path] = img
 	}
-	return &file{File: f, v: v, img: v.files[path]}, flags, nil
+	return &file{File: f, v: v, img: v.files[path], name: path}, flags, nil
 }
 
 func (v *VFS) Delete(name string, syncDir bool) error {
@@ -129,8 +135,9 @@ func (v *VFS) FullPathname(name string) (string, error) { return v.base.FullPath
 
 type file struct {
 	vfs.File
-	v   *VFS
-	img *image
+	v    *VFS
+	img  *image
+	name string
 }
 
 func (f *file) WriteAt(p []byte, off int64) (int, error) {
@@ -164,15 +171,24 @@ func (f *file) Truncate(size int64) error {
 	return nil
 }
 
+// Sync makes durable what the file held when the sync began: a write that races with it (the store
+// syncs the WAL while its next transaction writes) may or may not reach the disk, and is taken as lost.
 func (f *file) Sync(flags vfs.SyncFlag) error {
 	if err := f.v.count(); err != nil {
 		return err
+	}
+	f.v.mu.Lock()
+	snapshot := append([]byte(nil), f.img.now...)
+	hook := f.v.BeforeSync
+	f.v.mu.Unlock()
+	if hook != nil {
+		hook(f.name)
 	}
 	if err := f.File.Sync(flags); err != nil {
 		return err
 	}
 	f.v.mu.Lock()
-	f.img.durable, f.img.synced = append(f.img.durable[:0], f.img.now...), true
+	f.img.durable, f.img.synced = snapshot, true
 	f.v.mu.Unlock()
 	return nil
 }
