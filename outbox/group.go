@@ -55,8 +55,9 @@ type committer struct {
 	queue   chan *request
 	stop    chan struct{}
 	stopped chan struct{}
-	// Prepared once on the writer connection; database/sql reuses them inside each transaction.
-	nextSeq, insert, onceFound *sql.Stmt
+	// Prepared once on the writer connection; database/sql reuses them inside each transaction. The
+	// last two are the relay's progress record.
+	nextSeq, insert, onceFound, progressSet, markProjected *sql.Stmt
 }
 
 func newCommitter(ctx context.Context, s *Store) (*committer, error) {
@@ -65,7 +66,10 @@ func newCommitter(ctx context.Context, s *Store) (*committer, error) {
 	for _, p := range []struct {
 		stmt **sql.Stmt
 		sql  string
-	}{{&c.nextSeq, db.EventNextSeq}, {&c.insert, db.EventInsert}, {&c.onceFound, db.EventsOnceKeyExists}} {
+	}{
+		{&c.nextSeq, db.EventNextSeq}, {&c.insert, db.EventInsert}, {&c.onceFound, db.EventsOnceKeyExists},
+		{&c.progressSet, db.ProgressSet}, {&c.markProjected, db.EventMarkProjected},
+	} {
 		if *p.stmt, err = s.w.PrepareContext(ctx, p.sql); err != nil {
 			c.closeStmts()
 			return nil, fmt.Errorf("outbox: prepare: %w", err)
@@ -76,7 +80,7 @@ func newCommitter(ctx context.Context, s *Store) (*committer, error) {
 }
 
 func (c *committer) closeStmts() {
-	for _, st := range []*sql.Stmt{c.nextSeq, c.insert, c.onceFound} {
+	for _, st := range []*sql.Stmt{c.nextSeq, c.insert, c.onceFound, c.progressSet, c.markProjected} {
 		if st != nil {
 			st.Close()
 		}

@@ -45,11 +45,16 @@ func (s *Store) lastSeq(ctx context.Context, runID string) (int64, error) {
 // write (see writeRelaxed): losing it to power failure re-sends the batch, and loses nothing.
 func (s *Store) recordProjected(ctx context.Context, runID string, last int64, toMark []int64) error {
 	return s.writeRelaxed(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		if err := s.q.ProgressSet(ctx, tx, db.ProgressSetParams{EngineRunID: runID, Projected: last}); err != nil {
+		// The statements are sqlc's (db.ProgressSet, db.EventMarkProjected), prepared once.
+		if _, err := tx.StmtContext(ctx, s.group.progressSet).ExecContext(ctx, runID, last); err != nil {
 			return fmt.Errorf("outbox: record progress of run %q: %w", runID, mapErr(ctx, err))
 		}
+		if len(toMark) == 0 {
+			return nil
+		}
+		mark := tx.StmtContext(ctx, s.group.markProjected)
 		for _, seq := range toMark {
-			if _, err := s.q.EventMarkProjected(ctx, tx, db.EventMarkProjectedParams{EngineRunID: runID, Seq: seq}); err != nil {
+			if _, err := mark.ExecContext(ctx, runID, seq); err != nil {
 				return fmt.Errorf("outbox: mark line %d of run %q announced: %w", seq, runID, mapErr(ctx, err))
 			}
 		}

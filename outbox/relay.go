@@ -179,14 +179,64 @@ type fetched struct {
 	err    error
 }
 
+// readAhead is how many batches a relay reads ahead of the one it is appending. The read is CPU work
+// and the append mostly waits for the disk, so they overlap; two batches of slack keep a read that
+// the scheduler delays off the critical path.
+const readAhead = 2
+
+// prefetch reads a run's batches in order on a goroutine of its own, up to readAhead ahead of the
+// relay, starting after seq after, and stops at an empty batch, an error, or target.
+type prefetch struct {
+	ch   chan fetched
+	stop chan struct{}
+	done chan struct{}
+}
+
+func (r *Relay) startPrefetch(ctx context.Context, runID string, after, target int64) *prefetch {
+	p := &prefetch{ch: make(chan fetched, readAhead-1), stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		defer close(p.ch)
+		for {
+			l, m, err := r.s.pending(ctx, runID, after, r.cfg.batch)
+			select {
+			case p.ch <- fetched{l, m, err}:
+			case <-p.stop:
+				return
+			}
+			if err != nil || len(l) == 0 {
+				return
+			}
+			after = l[len(l)-1].Seq
+			if target > 0 && after >= target {
+				return
+			}
+		}
+	}()
+	return p
+}
+
+// next returns the next batch read; ok is false when the reader has stopped without one.
+func (p *prefetch) next() (f fetched, ok bool) {
+	f, ok = <-p.ch
+	return f, ok
+}
+
+// close stops the reader and waits for it, so that none outlives the call that started it.
+func (p *prefetch) close() {
+	close(p.stop)
+	<-p.done
+}
+
 // project projects runID from its recorded position, batch after batch, until nothing is pending or
 // the position reaches target (0: no target). It returns how many lines it placed.
 //
 // Each batch is appended to the sink and recorded before the next one is appended, so a crash leaves
 // at most one batch in the sink that is not recorded: K crashes re-send at most K batches. (Recording
 // batch k while appending batch k+1 would be faster, and would make that two.) While a batch is being
-// appended, the sink's fdatasync usually, the next one is read from the store. The first batch of a
-// call is never read ahead: a sink that keeps failing costs one bounded read per attempt.
+// appended, the sink's fdatasync usually, the next ones are read from the store (see readAhead). The
+// first batch of a call is never read ahead: a sink that keeps failing costs one bounded read per
+// attempt.
 func (r *Relay) project(ctx context.Context, runID string, target int64) (int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -199,11 +249,10 @@ func (r *Relay) project(ctx context.Context, runID string, target int64) (int, e
 		return 0, err
 	}
 	placed := 0
-	var ahead chan fetched
-	// A read ahead still running when project returns is waited for, so none outlives the call.
+	var ahead *prefetch
 	defer func() {
 		if ahead != nil {
-			<-ahead
+			ahead.close()
 		}
 	}()
 	for len(lines) > 0 {
@@ -211,12 +260,8 @@ func (r *Relay) project(ctx context.Context, runID string, target int64) (int, e
 			return placed, err
 		}
 		last := lines[len(lines)-1].Seq
-		if placed > 0 && (target == 0 || last < target) {
-			ahead = make(chan fetched, 1)
-			go func() {
-				l, m, err := r.s.pending(ctx, runID, last, r.cfg.batch)
-				ahead <- fetched{l, m, err}
-			}()
+		if placed > 0 && ahead == nil && (target == 0 || last < target) {
+			ahead = r.startPrefetch(ctx, runID, last, target)
 		}
 		if err := r.sink.Append(ctx, lines); err != nil {
 			return placed, &sinkError{err}
@@ -239,12 +284,15 @@ func (r *Relay) project(ctx context.Context, runID string, target int64) (int, e
 		case target > 0 && cursor >= target:
 			return placed, nil
 		case ahead != nil:
-			f := <-ahead
-			ahead = nil
-			if f.err != nil {
-				return placed, f.err
+			if f, ok := ahead.next(); ok {
+				if f.err != nil {
+					return placed, f.err
+				}
+				lines, toMark = f.lines, f.toMark
+				break
 			}
-			lines, toMark = f.lines, f.toMark
+			// The reader stopped short of the cursor (a batch cut at a hole): read from it.
+			fallthrough
 		default:
 			if lines, toMark, err = r.s.pending(ctx, runID, cursor, r.cfg.batch); err != nil {
 				return placed, err

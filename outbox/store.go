@@ -35,6 +35,7 @@ type Store struct {
 	readOnly bool
 	group    *committer // the group committer and the prepared statements; nil when read-only
 	dur      *durability
+	pr       pendingReader
 
 	mu       sync.Mutex
 	cond     *sync.Cond // signalled when inflight drops to zero
@@ -240,7 +241,7 @@ func (s *Store) Close() error {
 // release closes what the store holds, the writer lock last, so that a following Open cannot meet a
 // connection of this store still open on the file.
 func (s *Store) release() error {
-	var errs []error
+	errs := []error{s.pr.close()}
 	if s.r != nil {
 		errs = append(errs, s.r.Close())
 	}
@@ -382,9 +383,16 @@ func (s *Store) txOn(ctx context.Context, fn func(ctx context.Context, tx *sql.T
 	}
 	faultpoint.Hit(faultpoint.BeforeCommit)
 	done = true
-	ticket := s.dur.issue()
+	// A relaxed commit takes no ticket: nothing waits for it, and a reader that saw it need not
+	// wait for a sync on its account.
+	var ticket uint64
+	if durable {
+		ticket = s.dur.issue()
+	}
 	err = tx.Commit()
-	s.dur.done(ticket)
+	if durable {
+		s.dur.done(ticket)
+	}
 	if err != nil {
 		return fmt.Errorf("outbox: commit: %w", mapErr(ctx, err))
 	}
