@@ -26,7 +26,9 @@ type EventLine struct {
 
 // EventBuilder renders the line for the sequence number the store has just assigned. It runs inside
 // the write transaction, so its failure rolls the number back with everything else. Returning a nil
-// line declines: nothing is stored and no number is used.
+// line declines: nothing is stored and no number is used. It must not call the store: the store's one
+// writer connection is busy with the transaction it runs in (with group commit, on the committer
+// goroutine, between the other calls of its group).
 type EventBuilder func(seq int64) ([]byte, error)
 
 // EnqueueEvent assigns runID's next sequence number, has build render the line, and stores it, in one
@@ -238,40 +240,45 @@ func (s *Store) PendingEvents(ctx context.Context, runID string, after int64, li
 // and its plan is asserted.
 func (s *Store) pending(ctx context.Context, runID string, after int64, limit int) (out []EventLine, toMark []int64, err error) {
 	err = s.read(ctx, func(ctx context.Context) error {
-		// The store's own connection and statement when free; another relay reading at the same
-		// time takes one from the pool and prepares its own.
-		if s.pr.mu.TryLock() {
-			defer s.pr.mu.Unlock()
-			if stmt, err := s.pr.statement(s); err == nil {
-				out, toMark, err = readPending(ctx, s.pr.conn, stmt, runID, after, limit)
-				return err
-			}
-		}
-		conn, err := s.r.Conn(ctx)
-		if err != nil {
+		if out, toMark, err = s.readPendingRows(ctx, runID, after, limit); err != nil {
 			return err
 		}
-		defer conn.Close()
-		return conn.Raw(func(dc any) error {
-			c := dc.(driver.Conn).Raw()
-			stmt, _, err := c.Prepare(db.EventsPending)
-			if err != nil {
-				return err
-			}
-			defer stmt.Close()
-			out, toMark, err = readPending(ctx, c, stmt, runID, after, limit)
-			return err
-		})
-	})
-	if err == nil {
 		// Lines leave the process only once durable: a line projected and then lost to power
-		// failure would come back under its number with other bytes.
-		err = s.dur.waitVisible()
-	}
+		// failure would come back under its number with other bytes. The wait is inside the read,
+		// so Close waits for it.
+		return s.dur.waitVisible()
+	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("outbox: read pending lines of run %q: %w", runID, err)
 	}
 	return out, toMark, nil
+}
+
+// readPendingRows runs the pending read on the store's own connection and statement when they are
+// free; another relay reading at the same time takes a connection from the pool and prepares its own.
+func (s *Store) readPendingRows(ctx context.Context, runID string, after int64, limit int) (out []EventLine, toMark []int64, err error) {
+	if s.pr.mu.TryLock() {
+		defer s.pr.mu.Unlock()
+		if stmt, err := s.pr.statement(s); err == nil {
+			return readPending(ctx, s.pr.conn, stmt, runID, after, limit)
+		}
+	}
+	conn, err := s.r.Conn(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer conn.Close()
+	err = conn.Raw(func(dc any) error {
+		c := dc.(driver.Conn).Raw()
+		stmt, _, err := c.Prepare(db.EventsPending)
+		if err != nil {
+			return err
+		}
+		defer stmt.Close()
+		out, toMark, err = readPending(ctx, c, stmt, runID, after, limit)
+		return err
+	})
+	return out, toMark, err
 }
 
 // pendingReader is a read-only connection of the store's own with the pending read prepared once,

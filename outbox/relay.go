@@ -51,7 +51,8 @@ type relayConfig struct {
 // RelayOption configures NewRelay. An invalid value makes the relay's methods return an error.
 type RelayOption func(*relayConfig) error
 
-// WithBatchSize sets how many lines a relay reads and appends at a time. The default is 256.
+// WithBatchSize sets how many lines a relay reads and appends at a time. The default is 256. While
+// draining, a relay holds up to three batches in memory: the one being appended and two read ahead.
 func WithBatchSize(n int) RelayOption {
 	return func(c *relayConfig) error {
 		if n < 1 {
