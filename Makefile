@@ -21,6 +21,7 @@ test: fmt-check vet check-generated
 fuzz:
 	go test -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME) ./journal/
 	go test -run '^$$' -fuzz '^FuzzParseLine$$' -fuzztime $(FUZZTIME) ./journal/
+	go test -run '^$$' -fuzz '^FuzzParseShaped$$' -fuzztime $(FUZZTIME) ./journal/
 
 ## reliability: the long form of the fault campaigns: many crash seeds, longer fuzzing.
 reliability:

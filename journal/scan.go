@@ -212,6 +212,10 @@ type scanner struct {
 	runEsc bool   // the run id held an escape: parse returned it decoded, not as a part of b
 	esc    bool   // the last string scanned held an escape
 	stack  []byte // open containers of the value being scanned
+
+	// parseShaped's state: the known shapes, most recently used first, and how learning is paced.
+	shapes                  []*shape
+	misses, pause, pauseLen int
 }
 
 func (s *scanner) peek(c byte) bool { return s.i < len(s.b) && s.b[s.i] == c }
@@ -239,12 +243,20 @@ const (
 	hi8 = 0x8080808080808080
 )
 
-// str scans the string at s.b[s.i] == '"', validating escapes and UTF-8, and leaves s.i past its
-// closing quote.
+// str scans the string at s.b[s.i] == '"' and leaves s.i past its closing quote.
 func (s *scanner) str() bool {
-	b := s.b
-	i := s.i + 1
-	s.esc = false
+	end, esc := scanString(s.b, s.i)
+	if end < 0 {
+		return false
+	}
+	s.i, s.esc = end, esc
+	return true
+}
+
+// scanString scans the string that starts at b[i] == '"', validating escapes and UTF-8. It returns
+// the index just past the closing quote, or -1, and whether the string held an escape.
+func scanString(b []byte, i int) (end int, esc bool) {
+	i++
 	for {
 		// Eight bytes at a time while none is a quote, a backslash, a control byte or non-ASCII. The
 		// mask's false positives (borrows) sit only above a true match, so its lowest set bit is the
@@ -260,51 +272,59 @@ func (s *scanner) str() bool {
 			i += 8
 		}
 		if i >= len(b) {
-			return false
+			return -1, esc
 		}
 		c := b[i]
 		switch {
 		case c == '"':
-			s.i = i + 1
-			return true
+			return i + 1, esc
 		case c == '\\':
-			s.esc = true
+			esc = true
 			if i+1 >= len(b) {
-				return false
+				return -1, esc
 			}
 			switch b[i+1] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 				i += 2
 			case 'u':
 				if i+6 > len(b) {
-					return false
+					return -1, esc
 				}
 				for _, h := range b[i+2 : i+6] {
 					if !(h >= '0' && h <= '9' || h >= 'a' && h <= 'f' || h >= 'A' && h <= 'F') {
-						return false
+						return -1, esc
 					}
 				}
 				i += 6
 			default:
-				return false
+				return -1, esc
 			}
 		case c < 0x20:
-			return false
+			return -1, esc
 		case c < utf8.RuneSelf:
 			i++
 		default:
 			r, n := utf8.DecodeRune(b[i:])
 			if r == utf8.RuneError && n == 1 {
-				return false
+				return -1, esc
 			}
 			i += n
 		}
 	}
 }
 
-// number scans a JSON number.
+// number scans a JSON number at s.b[s.i].
 func (s *scanner) number() bool {
-	b, i := s.b, s.i
+	end := scanNumber(s.b, s.i)
+	if end < 0 {
+		return false
+	}
+	s.i = end
+	return true
+}
+
+// scanNumber scans the JSON number at b[i] and returns the index just past it, or -1.
+func scanNumber(b []byte, i int) int {
 	if i < len(b) && b[i] == '-' {
 		i++
 	}
@@ -316,7 +336,7 @@ func (s *scanner) number() bool {
 			i++
 		}
 	default:
-		return false
+		return -1
 	}
 	if i < len(b) && b[i] == '.' {
 		i++
@@ -325,7 +345,7 @@ func (s *scanner) number() bool {
 			i++
 		}
 		if i == d {
-			return false
+			return -1
 		}
 	}
 	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
@@ -338,11 +358,10 @@ func (s *scanner) number() bool {
 			i++
 		}
 		if i == d {
-			return false
+			return -1
 		}
 	}
-	s.i = i
-	return true
+	return i
 }
 
 func (s *scanner) literal(word string) bool {

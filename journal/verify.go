@@ -111,7 +111,7 @@ func NewVerifier() *Verifier { return &Verifier{runs: map[string]*runState{}} }
 // conflict or a malformed line; the line is then not counted, and the Verifier's state is what it
 // was before it.
 func (v *Verifier) Check(line []byte) error {
-	run, seq, w := v.scan.parse(line)
+	run, seq, w := v.scan.parseShaped(line)
 	var digest [sha256.Size]byte
 	if w == whyNone {
 		digest = sha256.Sum256(line)
@@ -194,7 +194,9 @@ func (v *Verifier) Report() Report {
 // Report covers the lines before it.
 //
 // Parsing is spread over the available cores, block by block; the rules are applied to the lines in
-// input order by one goroutine, so the result is the same as checking line by line.
+// input order by one goroutine, so the result is the same as checking line by line. A line with the
+// shape of a recent one (the same members in the same order, other scalar values) is checked against
+// that shape, with the same verdict as a full parse.
 func Verify(r io.Reader) (Report, error) {
 	v := NewVerifier()
 	off := int64(-1)
@@ -338,7 +340,7 @@ func parseBlock(s *scanner, b *block, digests bool) {
 	for start := 0; start < len(data); {
 		i := start + bytes.IndexByte(data[start:], '\n')
 		line := data[start:i]
-		run, seq, w := s.parse(line)
+		run, seq, w := s.parseShaped(line)
 		p := parsed{start: int32(start), end: int32(i), seq: seq, why: w, runLen: int32(len(run))}
 		switch {
 		case s.runEsc:
