@@ -114,6 +114,7 @@ func (d *durability) issue() uint64 { return d.issued.Add(1) }
 // writer connection, so tickets are done in order.
 func (d *durability) done(t uint64) { d.written.Store(t) }
 
+// groupStart and groupEnd bracket a group the committer is writing, for a sync to wait on.
 func (d *durability) groupStart() {
 	if d.wal == nil {
 		return
@@ -163,12 +164,12 @@ func (d *durability) wait(t uint64) error {
 			// The committer is writing a group: its callers, whose commits this sync would
 			// otherwise miss, are worth a short wait, since the disk allows only so many syncs a
 			// second. The wait is bounded so that a group that stalls cannot stall the sync.
-			t := time.NewTimer(groupWait)
+			timer := time.NewTimer(groupWait)
 			select {
 			case <-g:
-			case <-t.C:
+			case <-timer.C:
 			}
-			t.Stop()
+			timer.Stop()
 		}
 		// Everything written so far goes into this sync, including commits of callers who have not
 		// started waiting yet.
