@@ -319,6 +319,48 @@ func TestPendingEventsIsBoundedOrderedAndAfterTheCursor(t *testing.T) {
 	}
 }
 
+// TestPendingEventsFromManyGoroutinesAtOnce: concurrent reads share the store's own read connection
+// or take one from the pool; every one of them sees the same lines, and a line's bytes are its own
+// (appending to one does not touch the next).
+func TestPendingEventsFromManyGoroutinesAtOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := setup(t)
+	for i := 0; i < 50; i++ {
+		mustEnqueue(t, s, "r")
+	}
+	want := allLines(t, s, "r")
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for g := 0; g < 16; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 20 {
+				got, err := s.PendingEvents(ctx, "r", 0, 50)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if !cmp.Equal(want, got) {
+					errs <- fmt.Errorf("a concurrent read differs: %v", cmp.Diff(want, got))
+					return
+				}
+				_ = append(got[0].Line, "garbage"...)
+				if string(got[1].Line) != string(want[1].Line) {
+					errs <- fmt.Errorf("appending to one line changed the next: %q", got[1].Line)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
 func TestEventsUsedSeesBufferedAndLedgerRows(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
