@@ -24,12 +24,16 @@ type shape struct {
 }
 
 const (
-	maxShapes = 8  // shapes a scanner keeps, most recently used first
-	maxValues = 64 // values a shape may have: a line with more is not worth a shape
+	maxShapes    = 8       // shapes a scanner keeps, most recently used first
+	maxValues    = 64      // values a shape may have: a line with more is not worth a shape
+	maxShapeLine = 1 << 16 // longer lines are not learnt: a shape keeps a copy of its line
 )
 
 // learn makes a shape of b, a line the full parser accepted with no reason, or returns nil.
 func learn(b []byte) *shape {
+	if len(b) > maxShapeLine {
+		return nil
+	}
 	own := append([]byte(nil), b...)
 	sh := &shape{line: own, run: -1, seq: -1}
 	depth := 0

@@ -149,3 +149,16 @@ func BenchmarkParse(b *testing.B) {
 		})
 	}
 }
+
+// TestLongLinesAreNotLearnt: a shape keeps a copy of its line, so a long line is checked in full and
+// never kept.
+func TestLongLinesAreNotLearnt(t *testing.T) {
+	var s scanner
+	long := fmt.Appendf(nil, `{"engine_run_id":"r","seq":1,"pad":"%s"}`, strings.Repeat("x", maxShapeLine))
+	if _, seq, w := s.parseShaped(long); w != whyNone || seq != 1 {
+		t.Fatalf("(%d, %v)", seq, w)
+	}
+	if len(s.shapes) != 0 {
+		t.Errorf("a %d-byte line was learnt", len(long))
+	}
+}
