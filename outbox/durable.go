@@ -47,6 +47,12 @@ type durability struct {
 	issued  atomic.Uint64
 	written atomic.Uint64
 
+	// Group calls committed and made durable, and how many the last sync released: the committer
+	// waits briefly for that many to come back before it begins a group (see gatherWait).
+	writtenCalls atomic.Int64
+	syncedCalls  int64
+	released     atomic.Int64
+
 	mu      sync.Mutex
 	cond    *sync.Cond
 	synced  uint64 // every ticket up to synced is durable
@@ -114,6 +120,13 @@ func (d *durability) issue() uint64 { return d.issued.Add(1) }
 // writer connection, so tickets are done in order.
 func (d *durability) done(t uint64) { d.written.Store(t) }
 
+// doneGroup is done for a group of calls: it also counts them, so that a sync can tell how many
+// callers it releases.
+func (d *durability) doneGroup(t uint64, calls int) {
+	d.writtenCalls.Add(int64(calls))
+	d.written.Store(t)
+}
+
 // groupStart and groupEnd bracket a group the committer is writing, for a sync to wait on.
 func (d *durability) groupStart() {
 	if d.wal == nil {
@@ -173,6 +186,7 @@ func (d *durability) wait(t uint64) error {
 		}
 		// Everything written so far goes into this sync, including commits of callers who have not
 		// started waiting yet.
+		calls := d.writtenCalls.Load() // read first: never more calls than the tickets cover
 		upTo := d.written.Load()
 		err := d.wal.Sync(vfs.SYNC_NORMAL)
 		d.mu.Lock()
@@ -181,6 +195,8 @@ func (d *durability) wait(t uint64) error {
 			d.err = fmt.Errorf("%w: %w", ErrNotDurable, err)
 		} else if upTo > d.synced {
 			d.synced = upTo
+			d.released.Store(calls - d.syncedCalls)
+			d.syncedCalls = calls
 		}
 		d.cond.Broadcast()
 	}

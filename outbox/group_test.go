@@ -112,3 +112,32 @@ func TestAQueuedCallWithdrawsWhenItsContextEnds(t *testing.T) {
 		t.Errorf("next call: (%d, %v), withdrawn builder ran: %v", seq, err, built)
 	}
 }
+
+// TestTheCommitterWaitsBoundedlyForCallersThatDoNotComeBack: the committer waits for as many callers
+// as the last sync released before it begins a group, but only for a moment; callers that went off to
+// other work do not hold up the one that came back.
+func TestTheCommitterWaitsBoundedlyForCallersThatDoNotComeBack(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "book.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	s.dur.released.Store(1000) // as if the last sync had released a thousand callers
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.EnqueueEvent(ctx, "r", func(seq int64) ([]byte, error) { return []byte(`{"seq":1}`), nil })
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a lone call is still waiting for callers that never came")
+	}
+	if got := s.dur.released.Load(); got != 1 {
+		t.Errorf("the sync after a lone call released %d callers, want 1", got)
+	}
+}
