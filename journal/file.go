@@ -9,11 +9,13 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"syscall"
 
 	"github.com/textmachine/outbox/internal/faultpoint"
 	"github.com/textmachine/outbox/outbox"
 )
+
+// errHeld: another File holds the lock.
+var errHeld = errors.New("journal: lock held")
 
 // ErrFailed: an earlier Append failed in a way that leaves the file's state unknown (its fdatasync or
 // its truncate-back failed). The file takes no more appends; reopen it, which re-checks the tail.
@@ -63,7 +65,7 @@ func openFile(path string, ops fileOps) (*File, error) {
 	}
 	if err := lock(f); err != nil {
 		f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
+		if errors.Is(err, errHeld) {
 			return nil, fmt.Errorf("%w: %s", ErrLocked, path)
 		}
 		return nil, fmt.Errorf("journal: lock %s: %w", path, err)

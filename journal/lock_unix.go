@@ -3,17 +3,21 @@
 package journal
 
 import (
+	"errors"
 	"os"
-	"syscall"
+
+	"github.com/textmachine/outbox/internal/flock"
 )
 
 // lock takes an exclusive flock: it belongs to this open file description, so a second OpenFile in
-// the same process is refused as well as one in another process.
+// the same process is refused as well as one in another process. It returns errHeld when another
+// holder has it.
 func lock(f *os.File) error {
-	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err != syscall.EINTR {
-			return err
+	if err := flock.Exclusive(f); err != nil {
+		if errors.Is(err, flock.ErrHeld) {
+			return errHeld
 		}
+		return err
 	}
+	return nil
 }

@@ -6,7 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"syscall"
+
+	"github.com/textmachine/outbox/internal/flock"
 )
 
 // lockFile takes an exclusive flock on path through a descriptor of its own.
@@ -20,15 +21,9 @@ func lockFile(path string) (*os.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("outbox: open %s for locking: %w", path, err)
 	}
-	for {
-		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if !errors.Is(err, syscall.EINTR) {
-			break
-		}
-	}
-	if err != nil {
+	if err := flock.Exclusive(f); err != nil {
 		f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
+		if errors.Is(err, flock.ErrHeld) {
 			return nil, fmt.Errorf("%w: %s", ErrLocked, path)
 		}
 		return nil, fmt.Errorf("outbox: lock %s: %w", path, err)

@@ -51,8 +51,9 @@ func Migrate(ctx context.Context, sqlDB *sql.DB) error {
 }
 
 // Open opens the outbox database at path for writing, creating the file if it is missing and applying
-// any pending migrations. It fails with ErrLocked, at once, when another Store in this or another
-// process holds the database.
+// any pending migrations. It fails with ErrLocked when another Store in this or another process holds
+// the database. It tries for 50 ms first: a process forking at the moment another Store closes keeps
+// that Store's lock alive in the child until the child's exec.
 func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	s, err := newStore(path, opts)
 	if err != nil {
