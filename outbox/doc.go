@@ -28,8 +28,7 @@
 //     batch in flight, byte for byte, which the reader skips as a duplicate. Relay.Recover projects
 //     what earlier processes committed and never projected before ForgetEvents drops their rows.
 //   - One writer. Open takes an exclusive lock on the database file (flock on its own descriptor), so a
-//     second Open, in this process or another, fails with ErrLocked within 50 ms. OpenReadOnly takes
-//     none.
+//     second Open, in this process or another, fails at once with ErrLocked. OpenReadOnly takes none.
 //
 // # Failure model
 //

@@ -108,7 +108,7 @@ func (s *Store) attachWAL(ctx context.Context) error {
 	}
 	s.dur.wal = wal
 	t := s.dur.issue()
-	s.dur.done(t)
+	s.dur.done(t, 0)
 	return s.dur.wait(t)
 }
 
@@ -116,13 +116,10 @@ func (s *Store) attachWAL(ctx context.Context) error {
 // whether it succeeded or not.
 func (d *durability) issue() uint64 { return d.issued.Add(1) }
 
-// done records that the commit holding ticket t has returned. Commits are made one at a time on the
-// writer connection, so tickets are done in order.
-func (d *durability) done(t uint64) { d.written.Store(t) }
-
-// doneGroup is done for a group of calls: it also counts them, so that a sync can tell how many
-// callers it releases.
-func (d *durability) doneGroup(t uint64, calls int) {
+// done records that the commit holding ticket t has returned, and how many of the group committer's
+// calls it held (0 for any other commit), so that a sync can tell how many callers it releases.
+// Commits are made one at a time on the writer connection, so tickets are done in order.
+func (d *durability) done(t uint64, calls int) {
 	d.writtenCalls.Add(int64(calls))
 	d.written.Store(t)
 }

@@ -235,7 +235,7 @@ func (c *committer) commit(group []*request) {
 	faultpoint.Hit(faultpoint.BeforeCommit)
 	ticket := c.s.dur.issue()
 	err = tx.Commit()
-	c.s.dur.doneGroup(ticket, len(taken))
+	c.s.dur.done(ticket, len(taken))
 	endGroup()
 	if err != nil {
 		failAll(fmt.Errorf("outbox: commit: %w", mapErr(ctx, err)))

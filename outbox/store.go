@@ -51,9 +51,8 @@ func Migrate(ctx context.Context, sqlDB *sql.DB) error {
 }
 
 // Open opens the outbox database at path for writing, creating the file if it is missing and applying
-// any pending migrations. It fails with ErrLocked when another Store in this or another process holds
-// the database. It tries for 50 ms first: a process forking at the moment another Store closes keeps
-// that Store's lock alive in the child until the child's exec.
+// any pending migrations. It fails with ErrLocked, at once, when another Store in this or another
+// process holds the database.
 func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	s, err := newStore(path, opts)
 	if err != nil {
@@ -392,7 +391,7 @@ func (s *Store) txOn(ctx context.Context, fn func(ctx context.Context, tx *sql.T
 	}
 	err = tx.Commit()
 	if durable {
-		s.dur.done(ticket)
+		s.dur.done(ticket, 0)
 	}
 	if err != nil {
 		return fmt.Errorf("outbox: commit: %w", mapErr(ctx, err))

@@ -7,23 +7,22 @@ import (
 	"errors"
 	"os"
 	"syscall"
-	"time"
 )
 
-// Grace is how long Exclusive keeps trying while another holder has the lock. A process that forks
-// (os/exec) copies every descriptor into the child until the child's exec closes them, so for that
-// moment a lock its owner has just released is still held through the child's copy; a reopen right
-// after a Close would otherwise fail for no lasting reason.
-const Grace = 50 * time.Millisecond
-
-// ErrHeld: another open file description holds the lock, and still did after Grace.
+// ErrHeld: another open file description holds the lock.
 var ErrHeld = errors.New("held by another")
 
 // Exclusive takes an exclusive flock on f: it belongs to this open file description alone, so a
 // second holder in the same process is refused as well as one in another process, and it lives until
 // the descriptor is closed.
+//
+// A child this process is forking (os/exec) holds a copy of every descriptor until its exec closes
+// them, and through that copy a lock its owner has just released. The attempt is therefore made under
+// syscall.ForkLock, which a fork holds until the child has exec'd: a lock released before the attempt
+// is free when it is made, and a reopen right after a Close is not refused for a child's moment.
 func Exclusive(f *os.File) error {
-	deadline := time.Now().Add(Grace)
+	syscall.ForkLock.RLock()
+	defer syscall.ForkLock.RUnlock()
 	for {
 		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
 		switch {
@@ -31,11 +30,9 @@ func Exclusive(f *os.File) error {
 			return nil
 		case errors.Is(err, syscall.EINTR):
 			continue
-		case !errors.Is(err, syscall.EWOULDBLOCK):
-			return err
-		case time.Now().After(deadline):
+		case errors.Is(err, syscall.EWOULDBLOCK):
 			return ErrHeld
 		}
-		time.Sleep(time.Millisecond)
+		return err
 	}
 }
