@@ -324,6 +324,9 @@ func (p *pendingReader) close() error {
 	return err
 }
 
+// maxPendingGuess bounds the buffer a pending read sizes in advance.
+const maxPendingGuess = 4 << 20
+
 func readPending(ctx context.Context, c *sqlite3.Conn, stmt *sqlite3.Stmt, runID string, after int64, limit int) (out []EventLine, toMark []int64, err error) {
 	old := c.SetInterrupt(ctx)
 	defer c.SetInterrupt(old)
@@ -340,8 +343,9 @@ func readPending(ctx context.Context, c *sqlite3.Conn, stmt *sqlite3.Stmt, runID
 		line := stmt.ColumnRawBlob(1)
 		if buf == nil {
 			// Sized from the first line, so that a batch of lines of about its length is copied
-			// into the buffer without growing it.
-			buf = make([]byte, 0, (len(line)+len(line)/4+16)*rows)
+			// into the buffer without growing it; but never guessed past maxPendingGuess, since one
+			// long line says nothing about the rest (a 64 MiB first line would ask for 80 GB).
+			buf = make([]byte, 0, min((len(line)+len(line)/4+16)*rows, max(len(line), maxPendingGuess)))
 		}
 		buf = append(buf, line...)
 		ends = append(ends, len(buf))

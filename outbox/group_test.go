@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -139,5 +140,35 @@ func TestTheCommitterWaitsBoundedlyForCallersThatDoNotComeBack(t *testing.T) {
 	}
 	if got := s.dur.released.Load(); got != 1 {
 		t.Errorf("the sync after a lone call released %d callers, want 1", got)
+	}
+}
+
+// TestALongFirstLineDoesNotSizeThePendingReadForABatchOfThem: the pending read sizes its buffer from
+// the first line, within a bound; a 1 MiB line read with a limit of 1,000 must not reserve a gigabyte.
+func TestALongFirstLineDoesNotSizeThePendingReadForABatchOfThem(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "book.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	long := make([]byte, 1<<20)
+	for i := range long {
+		long[i] = 'x'
+	}
+	for _, l := range [][]byte{long, []byte(`{"seq":2}`), []byte(`{"seq":3}`)} {
+		if _, err := s.EnqueueEvent(ctx, "r", func(int64) ([]byte, error) { return l, nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	lines, err := s.PendingEvents(ctx, "r", 0, 1000)
+	runtime.ReadMemStats(&after)
+	if err != nil || len(lines) != 3 || len(lines[0].Line) != 1<<20 {
+		t.Fatalf("PendingEvents: %d lines, %v", len(lines), err)
+	}
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 64<<20 {
+		t.Errorf("reading 1 MiB of lines allocated %d MiB", grew>>20)
 	}
 }
