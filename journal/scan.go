@@ -1,10 +1,8 @@
 package journal
 
 import (
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"math/bits"
 	"unicode/utf8"
 )
 
@@ -215,6 +213,9 @@ type scanner struct {
 
 	// parseShaped's state: the known shapes, most recently used first, and how learning is paced.
 	shapes                  []*shape
+	seq                     int64 // the seq of the line matchShapes last matched
+	vals                    [2 * (maxValues + 2)]int
+	spare                   []byte // parseShaped's copy of a line
 	misses, pause, pauseLen int
 }
 
@@ -238,11 +239,6 @@ func (s *scanner) end() bool {
 	return s.i == len(s.b)
 }
 
-const (
-	lo8 = 0x0101010101010101
-	hi8 = 0x8080808080808080
-)
-
 // str scans the string at s.b[s.i] == '"' and leaves s.i past its closing quote.
 func (s *scanner) str() bool {
 	end, esc := scanString(s.b, s.i)
@@ -258,19 +254,7 @@ func (s *scanner) str() bool {
 func scanString(b []byte, i int) (end int, esc bool) {
 	i++
 	for {
-		// Eight bytes at a time while none is a quote, a backslash, a control byte or non-ASCII. The
-		// mask's false positives (borrows) sit only above a true match, so its lowest set bit is the
-		// first byte that needs a look.
-		for i+8 <= len(b) {
-			x := binary.LittleEndian.Uint64(b[i:])
-			q := x ^ (lo8 * '"')
-			bs := x ^ (lo8 * '\\')
-			if m := ((x-lo8*0x20)&^x | (q-lo8)&^q | (bs-lo8)&^bs | x) & hi8; m != 0 {
-				i += bits.TrailingZeros64(m) >> 3
-				break
-			}
-			i += 8
-		}
+		i += plainLen(b[i:])
 		if i >= len(b) {
 			return -1, esc
 		}

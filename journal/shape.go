@@ -1,6 +1,8 @@
 package journal
 
 import (
+	"bytes"
+	"encoding/binary"
 	"encoding/json"
 )
 
@@ -14,13 +16,46 @@ import (
 // from every shape at any point is parsed in full, so the reasons for a malformed line, and the run
 // and seq of a good one, are the full parser's.
 
-// shape is the skeleton of one accepted line.
+// shape is the skeleton of one accepted line: steps[k] is the text before value k and that value's
+// kind; the last step holds the text after the last value.
 type shape struct {
-	line  []byte   // the line it was learnt from, which lits point into
-	lits  [][]byte // len(kinds)+1 stretches of text around the values
-	kinds []byte   // 's': a string's body (its quotes are in lits), 'n': a number
-	run   int      // the value that is the top-level "engine_run_id" (a string)
-	seq   int      // the value that is the top-level "seq" (a number)
+	line  []byte // the line it was learnt from, which the steps' text points into; 16 bytes spare
+	steps []step
+	fast  []fastStep
+	run   int // the value that is the top-level "engine_run_id" (a string)
+	seq   int // the value that is the top-level "seq" (a number)
+}
+
+// step is a stretch of a shape's text and the kind of the value after it. The text's first 24 bytes
+// are also kept as words and masks, so that where the input has 24 bytes to spare the comparison is
+// three loads and no call.
+type step struct {
+	lit  []byte
+	fast fastStep
+	w, m [3]uint64
+	kind byte // 's': a string's body (its quotes are in the text), 'n': a number, 0: the end
+}
+
+// fastStep is a step as matchSteps reads it: the text as an offset and a length in the shape's line.
+type fastStep struct {
+	off, n, kind int
+}
+
+// matchSteps' answers.
+const (
+	resMismatch = 0
+	resMatch    = 1
+	resUnsure   = 2
+)
+
+func newStep(line []byte, start, end int, kind byte) step {
+	lit := line[start:end]
+	st := step{lit: lit, kind: kind, fast: fastStep{off: start, n: end - start, kind: int(kind)}}
+	for k := range min(len(lit), 24) {
+		st.w[k/8] |= uint64(lit[k]) << (8 * (k % 8))
+		st.m[k/8] |= 0xff << (8 * (k % 8))
+	}
+	return st
 }
 
 const (
@@ -31,10 +66,12 @@ const (
 
 // learn makes a shape of b, a line the full parser accepted with no reason, or returns nil.
 func learn(b []byte) *shape {
-	if len(b) > maxShapeLine {
+	// A shape is matched against a line and whatever follows it, and ends at a newline: its text
+	// must not hold one (Check's caller may pass a line with a newline as whitespace).
+	if len(b) > maxShapeLine || bytes.IndexByte(b, '\n') >= 0 {
 		return nil
 	}
-	own := append([]byte(nil), b...)
+	own := append(make([]byte, 0, len(b)+16), b...)
 	sh := &shape{line: own, run: -1, seq: -1}
 	depth := 0
 	var key string // the last member name at the top level
@@ -67,10 +104,9 @@ func learn(b []byte) *shape {
 				i = end
 				continue
 			}
-			sh.lits = append(sh.lits, own[start:i+1])
-			sh.kinds = append(sh.kinds, 's')
+			sh.steps = append(sh.steps, newStep(own, start, i+1, 's'))
 			if depth == 1 && key == "engine_run_id" {
-				sh.run = len(sh.kinds) - 1
+				sh.run = len(sh.steps) - 1
 			}
 			start, i = end-1, end
 		case c == '-' || (c >= '0' && c <= '9'):
@@ -78,92 +114,184 @@ func learn(b []byte) *shape {
 			if end < 0 {
 				return nil
 			}
-			sh.lits = append(sh.lits, own[start:i])
-			sh.kinds = append(sh.kinds, 'n')
+			sh.steps = append(sh.steps, newStep(own, start, i, 'n'))
 			if depth == 1 && key == "seq" {
-				sh.seq = len(sh.kinds) - 1
+				sh.seq = len(sh.steps) - 1
 			}
 			start, i = end, end
 		default:
 			i++ // whitespace, ':', ',', or a letter of true, false or null
 		}
-		if len(sh.kinds) > maxValues {
+		if len(sh.steps) > maxValues {
 			return nil
 		}
 	}
-	sh.lits = append(sh.lits, own[start:])
+	sh.steps = append(sh.steps, newStep(own, start, len(own), 0))
+	for _, st := range sh.steps {
+		sh.fast = append(sh.fast, st.fast)
+	}
 	if sh.run < 0 || sh.seq < 0 {
 		return nil
 	}
 	return sh
 }
 
-// match checks b against the shape. ok is false when b strays from it, or when its run id is empty or
-// its seq is not an integer of at least 1: the full parser then says why. runAt is where the run id's
-// body starts in b; runID is that body, or its decoded text when it holds an escape (esc).
-func (sh *shape) match(b []byte) (runID []byte, runAt int, esc bool, seq int64, ok bool) {
-	i := 0
-	for k, kind := range sh.kinds {
-		lit := sh.lits[k]
-		if len(b)-i < len(lit) || string(b[i:i+len(lit)]) != string(lit) {
-			return nil, 0, false, 0, false
+// match checks the line at the start of b against the shape; b may go on past the line's newline. n
+// is the line's length: the shape's text ends at a newline or at the end of b. ok is false when the
+// line strays from the shape, or when its run id is empty or its seq is not an integer of at least 1:
+// the full parser then says why. runAt is where the run id's body starts in b; runID is that body, or
+// its decoded text when it holds an escape (esc).
+//
+// vals is room for matchSteps' answer: two ints per step.
+func (sh *shape) match(b []byte, vals []int) (runID []byte, runAt int, esc bool, seq int64, n int, ok bool) {
+	end, res := matchSteps(b, sh.line[:cap(sh.line)], sh.fast, vals)
+	switch res {
+	case resMismatch:
+		return nil, 0, false, 0, 0, false
+	case resMatch:
+		r0, r1 := vals[2*sh.run], vals[2*sh.run+1]
+		v, w := integer(b[vals[2*sh.seq]:vals[2*sh.seq+1]])
+		if w != whyNone || v < 1 || r1 == r0 {
+			return nil, 0, false, 0, 0, false
 		}
-		i += len(lit)
-		if kind == 's' {
+		return b[r0:r1], r0, false, v, end, true
+	}
+	return sh.matchGeneric(b)
+}
+
+// matchGeneric is match without matchSteps: every line on other processors, and on amd64 the lines
+// matchSteps is unsure of.
+func (sh *shape) matchGeneric(b []byte) (runID []byte, runAt int, esc bool, seq int64, n int, ok bool) {
+	i := 0
+	for k := range sh.steps {
+		st := &sh.steps[k]
+		if len(b)-i < len(st.lit) {
+			return
+		}
+		// Slices past len(b) are legal up to its capacity: the bound above keeps the comparisons
+		// inside the line's input.
+		if len(b)-i >= 24 {
+			x := (binary.LittleEndian.Uint64(b[i:])^st.w[0])&st.m[0] |
+				(binary.LittleEndian.Uint64(b[i+8:])^st.w[1])&st.m[1] |
+				(binary.LittleEndian.Uint64(b[i+16:])^st.w[2])&st.m[2]
+			if x != 0 || len(st.lit) > 24 && string(b[i+24:i+len(st.lit)]) != string(st.lit[24:]) {
+				return
+			}
+		} else if string(b[i:i+len(st.lit)]) != string(st.lit) {
+			return
+		}
+		i += len(st.lit)
+		switch st.kind {
+		case 's':
 			// The body ends at the closing quote, which the next stretch of text begins with.
-			end, e := scanString(b, i-1)
-			if end < 0 {
-				return nil, 0, false, 0, false
+			j := i + plainLen(b[i:])
+			if j >= len(b) {
+				return
+			}
+			e := false
+			if b[j] != '"' {
+				end, e1 := scanString(b, i-1)
+				if end < 0 {
+					return
+				}
+				j, e = end-1, e1
 			}
 			if k == sh.run {
-				runID, runAt, esc = b[i:end-1], i, e
+				runID, runAt, esc = b[i:j], i, e
 			}
-			i = end - 1
-			continue
-		}
-		end := scanNumber(b, i)
-		if end < 0 {
-			return nil, 0, false, 0, false
-		}
-		if k == sh.seq {
-			n, w := integer(b[i:end])
-			if w != whyNone {
-				return nil, 0, false, 0, false
+			i = j
+		case 'n':
+			j := i
+			for j < len(b) && b[j]-'0' < 10 {
+				j++
 			}
-			seq = n
+			// Anything but a plain run of digits not led by a zero takes the full number scan.
+			if j == i || b[i] == '0' && j-i > 1 || j < len(b) && (b[j] == '.' || b[j] == 'e' || b[j] == 'E') {
+				if j = scanNumber(b, i); j < 0 {
+					return
+				}
+			}
+			if k == sh.seq {
+				v, w := integer(b[i:j])
+				if w != whyNone {
+					return
+				}
+				seq = v
+			}
+			i = j
+		default:
+			if i < len(b) && b[i] != '\n' || len(runID) == 0 || seq < 1 {
+				return
+			}
+			n = i
 		}
-		i = end
-	}
-	if string(b[i:]) != string(sh.lits[len(sh.kinds)]) || len(runID) == 0 || seq < 1 {
-		return nil, 0, false, 0, false
 	}
 	if esc {
 		var r string
 		json.Unmarshal(b[runAt-1:runAt+len(runID)+1], &r)
 		if r == "" {
-			return nil, 0, false, 0, false
+			return nil, 0, false, 0, 0, false
 		}
 		runID = []byte(r)
 	}
-	return runID, runAt, esc, seq, true
+	return runID, runAt, esc, seq, n, true
 }
 
 // parseShaped is parse for a stream of lines: a line of a known shape is checked against it, any
 // other is parsed in full and, when accepted, becomes a known shape. When lines keep missing every
 // shape (a journal whose lines all differ), learning pauses, so such a journal costs little more than
 // the full parse.
-func (s *scanner) parseShaped(b []byte) (runID []byte, seq int64, reason why) {
-	for k, sh := range s.shapes {
-		if run, at, esc, n, ok := sh.match(b); ok {
-			if k > 0 {
-				copy(s.shapes[1:k+1], s.shapes[:k])
-				s.shapes[0] = sh
-			}
-			s.runAt, s.runEsc = at, esc
-			s.misses = 0
-			return run, n, whyNone
-		}
+func (s *scanner) parseShaped(line []byte) (runID []byte, seq int64, reason why) {
+	b := line
+	if len(s.shapes) > 0 && len(line) <= maxShapeLine {
+		// matchSteps wants bytes to spare past the line: match a copy that has them. A run id
+		// returned from the copy is good until the next call, as one from line would be.
+		s.spare = append(append(s.spare[:0], line...), spare[:]...)
+		b = s.spare
 	}
+	if run, n, ok := s.matchShapes(b); ok && n == len(line) {
+		return run, s.seq, whyNone
+	}
+	return s.parseAndLearn(line)
+}
+
+// spare ends a line copied for matchSteps: its newline, and the 16 bytes matchSteps may read past it.
+var spare = [17]byte{'\n'}
+
+// parseNext parses the line at the start of b, which is whole lines each ending in a newline, and
+// returns its length. A line of a known shape is found to end where its shape does, without a search
+// for the newline first.
+func (s *scanner) parseNext(b []byte) (n int, runID []byte, seq int64, reason why) {
+	if run, n, ok := s.matchShapes(b); ok {
+		return n, run, s.seq, whyNone
+	}
+	n = bytes.IndexByte(b, '\n')
+	if n < 0 {
+		n = len(b)
+	}
+	runID, seq, reason = s.parseAndLearn(b[:n])
+	return n, runID, seq, reason
+}
+
+// matchShapes tries the known shapes on the line at the start of b, most recently used first.
+func (s *scanner) matchShapes(b []byte) (runID []byte, n int, ok bool) {
+	for k, sh := range s.shapes {
+		run, at, esc, seq, n, ok := sh.match(b, s.vals[:])
+		if !ok {
+			continue
+		}
+		if k > 0 {
+			copy(s.shapes[1:k+1], s.shapes[:k])
+			s.shapes[0] = sh
+		}
+		s.runAt, s.runEsc, s.seq = at, esc, seq
+		s.misses = 0
+		return run, n, true
+	}
+	return nil, 0, false
+}
+
+func (s *scanner) parseAndLearn(b []byte) (runID []byte, seq int64, reason why) {
 	runID, seq, reason = s.parse(b)
 	if reason != whyNone {
 		return runID, seq, reason

@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"bytes"
 	"fmt"
 	"strings"
 	"testing"
@@ -12,8 +13,26 @@ const shapeTemplate = `{"engine_run_id":"run-1","seq":7,"type":"spend","at":"202
 // lines that keep its text but change a value: each must get exactly the verdict, run and seq of the
 // full parser, whether the shape takes it or hands it over.
 func TestALineOfAKnownShapeIsCheckedAsFullyAsAnyOther(t *testing.T) {
+	for _, line := range shapeVariants() {
+		var shaped, full scanner
+		shaped.parseShaped([]byte(shapeTemplate))
+		if len(shaped.shapes) != 1 {
+			t.Fatalf("no shape learnt from %s", shapeTemplate)
+		}
+		r1, s1, w1 := shaped.parseShaped([]byte(line))
+		r2, s2, w2 := full.parse([]byte(line))
+		if string(r1) != string(r2) || s1 != s2 || w1 != w2 ||
+			(w1 == whyNone && (shaped.runAt != full.runAt || shaped.runEsc != full.runEsc)) {
+			t.Errorf("%s:\nshaped (%q, %d, %q, at %d)\nfull   (%q, %d, %q, at %d)", line, r1, s1, w1, shaped.runAt, r2, s2, w2, full.runAt)
+		}
+	}
+}
+
+// shapeVariants are lines that keep shapeTemplate's text and change one value, or stray from it at
+// one point.
+func shapeVariants() []string {
 	swap := func(old, new string) string { return strings.Replace(shapeTemplate, old, new, 1) }
-	for _, line := range []string{
+	return []string{
 		shapeTemplate,
 		swap(`"run-1"`, `"run-2"`),
 		swap(`"run-1"`, `"r\u00e9n"`), // an escaped run id: decoded
@@ -41,19 +60,95 @@ func TestALineOfAKnownShapeIsCheckedAsFullyAsAnyOther(t *testing.T) {
 		shapeTemplate + ` `,                  // trailing blank: another shape, still good
 		shapeTemplate + `x`,                  // trailing text
 		shapeTemplate[:len(shapeTemplate)-1], // truncated
-	} {
-		var shaped, full scanner
-		shaped.parseShaped([]byte(shapeTemplate))
-		if len(shaped.shapes) != 1 {
-			t.Fatalf("no shape learnt from %s", shapeTemplate)
-		}
-		r1, s1, w1 := shaped.parseShaped([]byte(line))
-		r2, s2, w2 := full.parse([]byte(line))
-		if string(r1) != string(r2) || s1 != s2 || w1 != w2 ||
-			(w1 == whyNone && (shaped.runAt != full.runAt || shaped.runEsc != full.runEsc)) {
-			t.Errorf("%s:\nshaped (%q, %d, %q, at %d)\nfull   (%q, %d, %q, at %d)", line, r1, s1, w1, shaped.runAt, r2, s2, w2, full.runAt)
+	}
+}
+
+// TestALineInABlockIsCheckedAsFullyAsAnyOther is the same check for lines as Verify's workers take
+// them: followed by the rest of the block, so that the fast path (16 bytes at a time) has room to
+// run, and also at the very end of the block, where it has none.
+func TestALineInABlockIsCheckedAsFullyAsAnyOther(t *testing.T) {
+	for _, line := range shapeVariants() {
+		for _, rest := range []string{"", "\n", "\n" + shapeTemplate + "\n" + strings.Repeat("x", 64) + "\n"} {
+			if strings.Contains(line, "\n") {
+				continue
+			}
+			var shaped, full scanner
+			shaped.parseNext([]byte(shapeTemplate + "\n" + strings.Repeat(" ", 40)))
+			if len(shaped.shapes) != 1 {
+				t.Fatalf("no shape learnt from %s", shapeTemplate)
+			}
+			n, r1, s1, w1 := shaped.parseNext([]byte(line + rest))
+			r2, s2, w2 := full.parse([]byte(line))
+			if n != len(line) || string(r1) != string(r2) || s1 != s2 || w1 != w2 ||
+				(w1 == whyNone && (shaped.runAt != full.runAt || shaped.runEsc != full.runEsc)) {
+				t.Errorf("%s + %q:\nshaped (%d, %q, %d, %q, at %d)\nfull   (%q, %d, %q, at %d)", line, rest, n, r1, s1, w1, shaped.runAt, r2, s2, w2, full.runAt)
+			}
 		}
 	}
+}
+
+// TestTheFastPathTakesLinesWithRoomToSpare: where matchSteps exists, it decides a plain line that has
+// 16 bytes after it, and a line that strays from the shape's text, without the generic match.
+func TestTheFastPathTakesLinesWithRoomToSpare(t *testing.T) {
+	if !haveMatchSteps {
+		t.Skip("no fast path on this platform")
+	}
+	sh := learn([]byte(shapeTemplate))
+	var vals [2 * (maxValues + 2)]int
+	line := strings.Replace(shapeTemplate, `"seq":7`, `"seq":8`, 1)
+	if n, res := matchSteps([]byte(line+"\n"+strings.Repeat(" ", 16)), sh.line[:cap(sh.line)], sh.fast, vals[:]); res != resMatch || n != len(line) {
+		t.Errorf("a plain line: (%d, %d), want (%d, %d)", n, res, len(line), resMatch)
+	}
+	other := strings.Replace(shapeTemplate, `"ok":true`, `"ok":false`, 1)
+	if _, res := matchSteps([]byte(other+"\n"+strings.Repeat(" ", 16)), sh.line[:cap(sh.line)], sh.fast, vals[:]); res != resMismatch {
+		t.Errorf("a line of another shape: %d, want %d", res, resMismatch)
+	}
+	if _, res := matchSteps([]byte(line), sh.line[:cap(sh.line)], sh.fast, vals[:]); res != resUnsure {
+		t.Errorf("a line with no room after it: %d, want %d", res, resUnsure)
+	}
+}
+
+// TestAShapeReadsNothingPastItsInput cuts a line short at every byte, inside a buffer that goes on
+// with the rest of the line: a slice can be re-sliced up to its capacity, and a match that compared
+// its text there would take the cut line for the whole one.
+func TestAShapeReadsNothingPastItsInput(t *testing.T) {
+	full := `{"engine_run_id":"r","seq":1,"a_member_name_longer_than_24_bytes":"x","n":12}`
+	sh := learn([]byte(full))
+	var vals [2 * (maxValues + 2)]int
+	buf := []byte(full + "\n" + strings.Repeat(" ", 32))
+	for cut := range len(full) {
+		b := buf[:cut]
+		if _, _, _, _, _, ok := sh.match(b, vals[:]); ok {
+			t.Errorf("the first %d bytes matched the shape", cut)
+		}
+		if _, _, _, _, _, ok := sh.matchGeneric(b); ok {
+			t.Errorf("the first %d bytes matched the shape (generic)", cut)
+		}
+	}
+}
+
+// FuzzMatchSteps: whatever follows the line, the fast path's answer is the generic match's.
+func FuzzMatchSteps(f *testing.F) {
+	for _, v := range shapeVariants() {
+		f.Add([]byte(shapeTemplate), []byte(v+"\n"+strings.Repeat(" ", 20)))
+	}
+	f.Add([]byte(`{"engine_run_id":"a","seq":1,"n":-12,"s":"0123456789abcdefghij"}`), []byte(`{"engine_run_id":"b","seq":22,"n":-0,"s":"0123456789abcdefghijk"}`+"\n{}"))
+	f.Fuzz(func(t *testing.T, a, b []byte) {
+		var full scanner
+		if _, _, w := full.parse(a); w != whyNone {
+			return
+		}
+		sh := learn(a)
+		if sh == nil {
+			return
+		}
+		var vals [2 * (maxValues + 2)]int
+		r1, at1, e1, s1, n1, ok1 := sh.match(b, vals[:])
+		r2, at2, e2, s2, n2, ok2 := sh.matchGeneric(b)
+		if ok1 != ok2 || ok1 && (string(r1) != string(r2) || at1 != at2 || e1 != e2 || s1 != s2 || n1 != n2) {
+			t.Fatalf("shape of %q on %q:\nfast    (%q, %d, %v, %d, %d, %v)\ngeneric (%q, %d, %v, %d, %d, %v)", a, b, r1, at1, e1, s1, n1, ok1, r2, at2, e2, s2, n2, ok2)
+		}
+	})
 }
 
 // TestShapesAreLearntAndForgottenByUse checks the cache: a line of a known shape does not add one, a
@@ -77,7 +172,7 @@ func TestShapesAreLearntAndForgottenByUse(t *testing.T) {
 	if len(s.shapes) != maxShapes {
 		t.Fatalf("%d shapes kept, want %d", len(s.shapes), maxShapes)
 	}
-	if _, _, _, seq, ok := s.shapes[0].match(line(maxShapes+3, 5)); !ok || seq != 5 {
+	if _, _, _, seq, _, ok := s.shapes[0].match(line(maxShapes+3, 5), s.vals[:]); !ok || seq != 5 {
 		t.Errorf("the newest shape is not first")
 	}
 }
@@ -130,13 +225,22 @@ func benchLines() [][]byte {
 	return out
 }
 
-// BenchmarkParse: the full parser beside the shaped one, on one core.
+// BenchmarkParse: the full parser beside the shaped one, on one core: line by line as Check takes
+// them, and through a block of lines as Verify's workers take them.
 func BenchmarkParse(b *testing.B) {
 	lines := benchLines()
-	for _, mode := range []string{"full", "shaped"} {
+	block := append(bytes.Join(lines, []byte("\n")), '\n')
+	for _, mode := range []string{"full", "shaped", "block"} {
 		b.Run(mode, func(b *testing.B) {
 			var s scanner
 			for b.Loop() {
+				if mode == "block" {
+					for rest := block; len(rest) > 0; {
+						n, _, _, _ := s.parseNext(rest)
+						rest = rest[n+1:]
+					}
+					continue
+				}
 				for _, l := range lines {
 					if mode == "full" {
 						s.parse(l)

@@ -340,9 +340,9 @@ func parseBlock(s *scanner, b *block, digests bool) {
 	b.lines, b.escaped, b.digests = b.lines[:0], b.escaped[:0], b.digests[:0]
 	data := b.data
 	for start := 0; start < len(data); {
-		i := start + bytes.IndexByte(data[start:], '\n')
+		n, run, seq, w := s.parseNext(data[start:])
+		i := start + n
 		line := data[start:i]
-		run, seq, w := s.parseShaped(line)
 		p := parsed{start: int32(start), end: int32(i), seq: seq, why: w, runLen: int32(len(run))}
 		switch {
 		case s.runEsc:

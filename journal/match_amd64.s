@@ -1,0 +1,180 @@
+//go:build !purego
+
+#include "textflag.h"
+
+// func matchSteps(b, text []byte, steps []fastStep, vals []int) (n, res int)
+//
+// The fast path of shape.match, for what lines mostly hold: text compared 16 bytes at a time, string
+// bodies of plain ASCII scanned 16 bytes at a time, numbers that are plain runs of digits. It answers
+// resMatch (n is the line's length and vals holds each value's start and end), resMismatch (the text
+// differs: the line is not of this shape), or resUnsure for anything else: an escape, non-ASCII, a
+// fraction or exponent, a leading zero, or fewer than 16 bytes to spare past the text or a string.
+// Every load is within b, or within text's capacity, which holds 16 bytes past the shape's line.
+TEXT ·matchSteps(SB), NOSPLIT, $0-112
+	MOVQ b_base+0(FP), SI
+	MOVQ b_len+8(FP), R8
+	MOVQ text_base+24(FP), R9
+	MOVQ steps_base+48(FP), DI
+	MOVQ steps_len+56(FP), R13
+	MOVQ vals_base+72(FP), R10
+	XORQ R11, R11
+	MOVQ $0x2222222222222222, AX
+	MOVQ AX, X6
+	PUNPCKLQDQ X6, X6
+	MOVQ $0x5c5c5c5c5c5c5c5c, AX
+	MOVQ AX, X7
+	PUNPCKLQDQ X7, X7
+	MOVQ $0x2020202020202020, AX
+	MOVQ AX, X8
+	PUNPCKLQDQ X8, X8
+
+step:
+	TESTQ R13, R13
+	JZ    unsure
+	MOVQ  0(DI), R12 // the text's offset in text
+	MOVQ  8(DI), DX  // its length
+	LEAQ  16(R11)(DX*1), AX
+	CMPQ  AX, R8
+	JA    unsure
+	LEAQ  (SI)(R11*1), AX
+	LEAQ  (R9)(R12*1), BX
+	ADDQ  DX, R11
+
+lit16:
+	CMPQ     DX, $16
+	JB       litTail
+	MOVOU    (AX), X0
+	MOVOU    (BX), X1
+	PCMPEQB  X1, X0
+	PMOVMSKB X0, CX
+	CMPL     CX, $0xffff
+	JNE      mismatch
+	ADDQ     $16, AX
+	ADDQ     $16, BX
+	SUBQ     $16, DX
+	JMP      lit16
+
+litTail:
+	TESTQ    DX, DX
+	JZ       value
+	MOVOU    (AX), X0
+	MOVOU    (BX), X1
+	PCMPEQB  X1, X0
+	PMOVMSKB X0, AX
+	NOTL     AX
+	MOVL     DX, CX
+	MOVL     $1, BX
+	SHLL     CX, BX
+	DECL     BX
+	TESTL    BX, AX
+	JNZ      mismatch
+
+value:
+	MOVQ 16(DI), AX
+	CMPQ AX, $0x73 // 's'
+	JEQ  str
+	CMPQ AX, $0x6e // 'n'
+	JEQ  num
+
+	// The end: the line must end here.
+	CMPQ    R11, R8
+	JEQ     matched
+	MOVBLZX (SI)(R11*1), AX
+	CMPB    AL, $0x0a
+	JNE     mismatch
+
+matched:
+	MOVQ R11, n+96(FP)
+	MOVQ $1, res+104(FP)
+	RET
+
+str:
+	MOVQ R11, 0(R10)
+
+strLoop:
+	LEAQ     16(R11), AX
+	CMPQ     AX, R8
+	JA       unsure
+	MOVOU    (SI)(R11*1), X0
+	MOVO     X8, X1
+	PCMPGTB  X0, X1 // signed 0x20 > c: a control byte, or 0x80 and above
+	MOVO     X0, X2
+	PCMPEQB  X6, X2
+	POR      X2, X1
+	PCMPEQB  X7, X0
+	POR      X0, X1
+	PMOVMSKB X1, AX
+	TESTL    AX, AX
+	JNZ      strEnd
+	ADDQ     $16, R11
+	JMP      strLoop
+
+strEnd:
+	BSFL    AX, AX
+	ADDQ    AX, R11
+	MOVBLZX (SI)(R11*1), AX
+	CMPB    AL, $0x22
+	JNE     unsure
+	MOVQ    R11, 8(R10)
+	JMP     next
+
+num:
+	MOVQ    R11, 0(R10)
+	CMPQ    R11, R8
+	JAE     unsure
+	MOVBLZX (SI)(R11*1), AX
+	CMPB    AL, $0x2d // '-'
+	JNE     digits
+	INCQ    R11
+
+digits:
+	MOVQ R11, R12
+
+digitLoop:
+	CMPQ    R11, R8
+	JAE     numEnd
+	MOVBLZX (SI)(R11*1), AX
+	SUBL    $0x30, AX
+	CMPL    AX, $9
+	JA      numEnd
+	INCQ    R11
+	JMP     digitLoop
+
+numEnd:
+	MOVQ    R11, AX
+	SUBQ    R12, AX
+	JZ      unsure
+	CMPQ    AX, $1
+	JEQ     numNext
+	MOVBLZX (SI)(R12*1), AX
+	CMPB    AL, $0x30 // a leading zero
+	JEQ     unsure
+
+numNext:
+	CMPQ    R11, R8
+	JAE     numDone
+	MOVBLZX (SI)(R11*1), AX
+	CMPB    AL, $0x2e // '.'
+	JEQ     unsure
+	ORB     $0x20, AL
+	CMPB    AL, $0x65 // 'e' or 'E'
+	JEQ     unsure
+
+numDone:
+	MOVQ R11, 8(R10)
+
+next:
+	ADDQ $16, R10
+	ADDQ $24, DI
+	DECQ R13
+	JMP  step
+
+mismatch:
+	MOVQ $0, n+96(FP)
+	MOVQ $0, res+104(FP)
+	RET
+
+unsure:
+	MOVQ $0, n+96(FP)
+	MOVQ $2, res+104(FP)
+	RET
