@@ -82,16 +82,31 @@ type Verifier struct {
 
 type runState struct {
 	digests [][sha256.Size]byte // by seq-1, without src
-	spans   []span              // by seq-1, with src
+	offs    offsets             // by seq-1, with src
 	last    int64
 	lines   int
 	dups    int
 }
 
-type span struct {
-	off int64
-	n   int
+// offsets holds where each of a run's lines starts in src, in chunks: a run that grows to millions
+// of lines never copies what it has, and a chunk is a small allocation. A line's length is not kept:
+// it ends at the first newline after its start.
+type offsets struct {
+	chunks [][]int64
 }
+
+const offsetChunk = 2048
+
+func (o *offsets) add(off int64) {
+	n := len(o.chunks)
+	if n == 0 || len(o.chunks[n-1]) == offsetChunk {
+		o.chunks = append(o.chunks, make([]int64, 0, offsetChunk))
+		n++
+	}
+	o.chunks[n-1] = append(o.chunks[n-1], off)
+}
+
+func (o *offsets) at(i int64) int64 { return o.chunks[i/offsetChunk][i%offsetChunk] }
 
 // parsed is one line of a block after parsing, as offsets into the block: it holds no pointer, so a
 // block's worth of them costs the garbage collector nothing to scan.
@@ -138,7 +153,7 @@ func (v *Verifier) accept(line []byte, off int64, run []byte, seq int64, w why, 
 			v.runs[string(run)] = st
 		}
 		if off >= 0 {
-			st.spans = append(st.spans, span{off, len(line)})
+			st.offs.add(off)
 		} else {
 			st.digests = append(st.digests, *digest)
 		}
@@ -162,21 +177,21 @@ func (v *Verifier) accept(line []byte, off int64, run []byte, seq int64, w why, 
 }
 
 func (v *Verifier) sameAsFirst(st *runState, seq int64, line []byte, digest *[sha256.Size]byte) (bool, error) {
-	if st.spans == nil {
+	if v.src == nil {
 		return *digest == st.digests[seq-1], nil
 	}
-	sp := st.spans[seq-1]
-	if sp.n != len(line) {
-		return false, nil
+	// The first copy is a whole line: it is the same when its first len(line) bytes are and a
+	// newline follows them.
+	n := len(line) + 1
+	if cap(v.cmpBuf) < n {
+		v.cmpBuf = make([]byte, n)
 	}
-	if cap(v.cmpBuf) < sp.n {
-		v.cmpBuf = make([]byte, sp.n)
-	}
-	first := v.cmpBuf[:sp.n]
-	if _, err := v.src.ReadAt(first, sp.off); err != nil {
+	first := v.cmpBuf[:n]
+	got, err := v.src.ReadAt(first, st.offs.at(seq-1))
+	if err != nil && err != io.EOF { // at the end of src, the first copy is shorter than line
 		return false, fmt.Errorf("journal: read back the line of seq %d: %w", seq, err)
 	}
-	return bytes.Equal(first, line), nil
+	return got == n && first[n-1] == '\n' && bytes.Equal(first[:n-1], line), nil
 }
 
 // Report returns what the Verifier has accepted so far.

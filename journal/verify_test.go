@@ -74,6 +74,15 @@ func TestVerifySkipsIdenticalRedeliveriesAndRefusesConflicts(t *testing.T) {
 	if !errors.Is(err, journal.ErrPayloadConflict) {
 		t.Errorf("reordered members: %v, want ErrPayloadConflict", err)
 	}
+	// A copy that is the first one plus a trailing blank, or the first one less it.
+	short, long := `{"engine_run_id":"a","seq":1}`, `{"engine_run_id":"a","seq":1} `
+	for _, in := range []string{short + "\n" + long + "\n", long + "\n" + short + "\n"} {
+		for _, rest := range []string{"", ln("a", 2, "")} {
+			if _, err := verifyString(in + rest); !errors.Is(err, journal.ErrPayloadConflict) {
+				t.Errorf("%q: %v, want ErrPayloadConflict", in+rest, err)
+			}
+		}
+	}
 }
 
 func TestVerifyChecksInterleavedRunsEachOnItsOwn(t *testing.T) {
