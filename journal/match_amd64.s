@@ -8,7 +8,8 @@
 // bodies of plain ASCII scanned 16 bytes at a time, numbers that are plain runs of digits. It answers
 // resMatch (n is the line's length and vals holds each value's start and end), resMismatch (the text
 // differs: the line is not of this shape), or resUnsure for anything else: an escape, non-ASCII, a
-// fraction or exponent, a leading zero, or fewer than 16 bytes to spare past the text or a string.
+// fraction or exponent, a leading zero, fewer than 16 bytes to spare past the text or a string, or a
+// string longer than plainWindow.
 // Every load is within b, or within text's capacity, which holds 16 bytes past the shape's line.
 TEXT ·matchSteps(SB), NOSPLIT, $0-112
 	MOVQ b_base+0(FP), SI
@@ -90,10 +91,13 @@ matched:
 
 str:
 	MOVQ R11, 0(R10)
+	LEAQ 65536(R11), R12 // plainWindow: a longer string is the Go match's, in windows
 
 strLoop:
 	LEAQ     16(R11), AX
 	CMPQ     AX, R8
+	JA       unsure
+	CMPQ     R11, R12
 	JA       unsure
 	MOVOU    (SI)(R11*1), X0
 	MOVO     X8, X1

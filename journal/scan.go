@@ -254,7 +254,7 @@ func (s *scanner) str() bool {
 func scanString(b []byte, i int) (end int, esc bool) {
 	i++
 	for {
-		i += plainLen(b[i:])
+		i += plainLen(b[i:min(len(b), i+plainWindow)])
 		if i >= len(b) {
 			return -1, esc
 		}

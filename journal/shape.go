@@ -184,7 +184,7 @@ func (sh *shape) matchGeneric(b []byte) (runID []byte, runAt int, esc bool, seq 
 		switch st.kind {
 		case 's':
 			// The body ends at the closing quote, which the next stretch of text begins with.
-			j := i + plainLen(b[i:])
+			j := i + plainLen(b[i:min(len(b), i+plainWindow)])
 			if j >= len(b) {
 				return
 			}

@@ -266,3 +266,30 @@ func TestLongLinesAreNotLearnt(t *testing.T) {
 		t.Errorf("a %d-byte line was learnt", len(long))
 	}
 }
+
+// TestAStringIsCheckedWholeAcrossScanWindows: a string is scanned in windows of plainWindow bytes (a
+// scan in assembly cannot be preempted), so what sits at a window's edge is checked like the rest.
+func TestAStringIsCheckedWholeAcrossScanWindows(t *testing.T) {
+	for _, at := range []int{0, plainWindow - 1, plainWindow, plainWindow + 1, 2*plainWindow + 5} {
+		for _, tc := range []struct {
+			insert string
+			want   why
+		}{{"", whyNone}, {"\x01", whyNotJSONOrUTF8}, {`\"`, whyNone}, {"é", whyNone}, {"\xff", whyNotJSONOrUTF8}} {
+			body := strings.Repeat("x", 3*plainWindow)
+			body = body[:at] + tc.insert + body[at:]
+			line := `{"engine_run_id":"r","seq":2,"pad":"` + body + `"}`
+			var s scanner
+			s.parseNext([]byte(`{"engine_run_id":"r","seq":1,"pad":"x"}` + "\n"))
+			if len(s.shapes) != 1 {
+				t.Fatal("no shape learnt")
+			}
+			n, _, seq, w := s.parseNext([]byte(line + "\n" + strings.Repeat(" ", 32)))
+			if n != len(line) || w != tc.want || (w == whyNone && seq != 2) {
+				t.Errorf("%q at %d: (%d, %d, %q), want (%d, 2, %q)", tc.insert, at, n, seq, w, len(line), tc.want)
+			}
+			if _, _, w := s.parse([]byte(line)); w != tc.want {
+				t.Errorf("%q at %d, full parse: %q, want %q", tc.insert, at, w, tc.want)
+			}
+		}
+	}
+}
