@@ -10,10 +10,12 @@ MODULES := ./... ./cmd/outbox/... ./jetstream/... ./bench/...
 
 FUZZTIME ?= 10s
 
-## test: everything CI runs: formatting, vet, generated code, the tests under the race detector, and
-## each benchmark once (-short, small prefills) so that none of them rots.
+## test: everything CI runs: formatting, vet, generated code, the tests under the race detector, the
+## journal's tests again without its assembly (-tags purego, what other processors run), and each
+## benchmark once (-short, small prefills) so that none of them rots.
 test: fmt-check vet check-generated
 	go test -race -count=1 $(MODULES)
+	go test -count=1 -tags purego ./journal/
 	go test -short -run '^$$' -bench . -benchtime 1x $(MODULES)
 	$(MAKE) fuzz
 
@@ -38,6 +40,8 @@ fmt-check:
 
 vet:
 	go vet $(MODULES)
+	go vet -tags purego ./journal/
+	GOARCH=arm64 go vet ./journal/
 
 ## generate: regenerate db/ from queries/ and migrations/ with the pinned sqlc.
 generate:

@@ -39,3 +39,26 @@ func FuzzParseLine(f *testing.F) {
 		}
 	})
 }
+
+// TestPlainLenStopsAtTheFirstByteAStringBodyCannotTakeAsIs puts each kind of byte at each position of
+// inputs of every length up to 80, around the 8- and 16-byte steps of the word-at-a-time scans. It
+// runs against the assembly on amd64 and the Go version under -tags purego.
+func TestPlainLenStopsAtTheFirstByteAStringBodyCannotTakeAsIs(t *testing.T) {
+	for n := 0; n <= 80; n++ {
+		for at := 0; at <= n; at++ {
+			for _, c := range []byte{'"', '\\', 0x00, 0x1f, '\n', 0x80, 0xc3, 0xff, ' ', '!', '#', '[', ']', 0x7f} {
+				b := []byte(strings.Repeat("a", n))
+				if at < n {
+					b[at] = c
+				}
+				want := n
+				if at < n && (c == '"' || c == '\\' || c < 0x20 || c >= 0x80) {
+					want = at
+				}
+				if got := plainLen(b); got != want {
+					t.Fatalf("plainLen(%q) = %d, want %d", b, got, want)
+				}
+			}
+		}
+	}
+}
