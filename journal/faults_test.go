@@ -117,10 +117,9 @@ func (r *reopening) Append(ctx context.Context, lines []outbox.EventLine) error 
 // countingHandler counts log records by level, to check that a failing relay logs once per change of
 // state, not once per attempt.
 type countingHandler struct {
-	mu     sync.Mutex
-	warns  int
-	infos  int
-	levels []slog.Level
+	mu    sync.Mutex
+	warns int
+	infos int
 }
 
 func (h *countingHandler) Enabled(context.Context, slog.Level) bool { return true }

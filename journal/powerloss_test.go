@@ -20,7 +20,6 @@ var errPowerOff = errors.New("power is off")
 // goes (at the cut-th call of WriteAt or Datasync), every later call fails, and crash() leaves the file
 // as a disk might: the durable part, plus some prefix of what was written after it.
 type powerOps struct {
-	osOps
 	mu      sync.Mutex
 	calls   int
 	cut     int

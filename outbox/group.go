@@ -273,7 +273,7 @@ func (c *committer) one(ctx context.Context, r *request, next map[string]int64, 
 		}
 		next[r.runID] = seq
 	}
-	line, err, panicked, val := callBuild(r.build, seq)
+	line, panicked, val, err := callBuild(r.build, seq)
 	switch {
 	case panicked:
 		return result{panicked: true, panicVal: val}, nil
@@ -297,14 +297,14 @@ func (c *committer) one(ctx context.Context, r *request, next map[string]int64, 
 
 // callBuild runs a builder on the committer's goroutine, turning a panic into a value the caller's
 // goroutine re-raises.
-func callBuild(build EventBuilder, seq int64) (line []byte, err error, panicked bool, val any) {
+func callBuild(build EventBuilder, seq int64) (line []byte, panicked bool, val any, err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			panicked, val = true, v
 		}
 	}()
 	line, err = build(seq)
-	return line, err, false, nil
+	return line, false, nil, err
 }
 
 // EnqueueEvents enqueues a batch of runID's events in one transaction, all or nothing: each builder

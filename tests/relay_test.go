@@ -259,10 +259,7 @@ func TestRecoverProjectsEarlierRunsThenForgetsThem(t *testing.T) {
 		t.Fatal(err)
 	}
 	raw, _ := os.ReadFile(jpath)
-	var gotLines []string
-	for _, l := range strings.Split(strings.TrimSuffix(string(raw), "\n"), "\n") {
-		gotLines = append(gotLines, l)
-	}
+	gotLines := strings.Split(strings.TrimSuffix(string(raw), "\n"), "\n")
 	var wantLines []string
 	for _, l := range want {
 		wantLines = append(wantLines, string(l.Line))
