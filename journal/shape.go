@@ -19,7 +19,7 @@ import (
 // shape is the skeleton of one accepted line: steps[k] is the text before value k and that value's
 // kind; the last step holds the text after the last value.
 type shape struct {
-	line  []byte // the line it was learnt from, which the steps' text points into; 16 bytes spare
+	line  []byte // the line it was learnt from, which the steps' text points into, with at least 16 bytes of capacity past it for matchSteps to read
 	steps []step
 	fast  []fastStep
 	run   int // the value that is the top-level "engine_run_id" (a string)
@@ -37,6 +37,8 @@ type step struct {
 }
 
 // fastStep is a step as matchSteps reads it: the text as an offset and a length in the shape's line.
+// The assembly reads the fields at offsets 0, 8 and 16 of a 24-byte element
+// (TestFastStepIsLaidOutAsMatchStepsReadsIt).
 type fastStep struct {
 	off, n, kind int
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"unsafe"
 )
 
 const shapeTemplate = `{"engine_run_id":"run-1","seq":7,"type":"spend","at":"2026-11-30T01:59:17.123456789Z","data":{"unit":3,"ok":true,"note":"x"}}`
@@ -291,5 +292,17 @@ func TestAStringIsCheckedWholeAcrossScanWindows(t *testing.T) {
 				t.Errorf("%q at %d, full parse: %q, want %q", tc.insert, at, w, tc.want)
 			}
 		}
+	}
+}
+
+// TestFastStepIsLaidOutAsMatchStepsReadsIt: the assembly addresses fastStep's fields by offset.
+func TestFastStepIsLaidOutAsMatchStepsReadsIt(t *testing.T) {
+	if !haveMatchSteps {
+		t.Skip("no assembly on this platform")
+	}
+	var st fastStep
+	if unsafe.Sizeof(st) != 24 || unsafe.Offsetof(st.off) != 0 || unsafe.Offsetof(st.n) != 8 || unsafe.Offsetof(st.kind) != 16 {
+		t.Fatalf("fastStep: size %d, offsets %d %d %d; match_amd64.s reads 24, 0 8 16",
+			unsafe.Sizeof(st), unsafe.Offsetof(st.off), unsafe.Offsetof(st.n), unsafe.Offsetof(st.kind))
 	}
 }
