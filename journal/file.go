@@ -72,27 +72,27 @@ func openFile(path string, ops fileOps) (*File, error) {
 	}
 	if created {
 		if err := syncDir(filepath.Dir(path)); err != nil {
-			f.Close()
+			unlock(f)
 			return nil, err
 		}
 	}
 	size, err := completeLength(f)
 	if err != nil {
-		f.Close()
+		unlock(f)
 		return nil, fmt.Errorf("journal: read the tail of %s: %w", path, err)
 	}
 	st, err := f.Stat()
 	if err != nil {
-		f.Close()
+		unlock(f)
 		return nil, fmt.Errorf("journal: stat %s: %w", path, err)
 	}
 	if st.Size() != size {
 		if err := ops.Truncate(f, size); err != nil {
-			f.Close()
+			unlock(f)
 			return nil, fmt.Errorf("journal: cut the torn tail of %s: %w", path, err)
 		}
 		if err := ops.Datasync(f); err != nil {
-			f.Close()
+			unlock(f)
 			return nil, fmt.Errorf("journal: sync %s after cutting its torn tail: %w", path, err)
 		}
 	}
@@ -216,7 +216,7 @@ func (j *File) Close() error {
 	if j.f == nil {
 		return nil
 	}
-	err := j.f.Close()
+	err := unlock(j.f)
 	j.f = nil
 	if err != nil {
 		return fmt.Errorf("journal: close %s: %w", j.path, err)

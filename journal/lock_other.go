@@ -11,3 +11,5 @@ import (
 func lock(*os.File) error {
 	return fmt.Errorf("journal: file locking is not implemented on %s", runtime.GOOS)
 }
+
+func unlock(f *os.File) error { return f.Close() }

@@ -21,3 +21,7 @@ func lock(f *os.File) error {
 	}
 	return nil
 }
+
+// unlock gives up the lock and closes f. Closing alone could leave the lock held for a moment by a
+// child being forked; see flock.Release.
+func unlock(f *os.File) error { return flock.Release(f) }

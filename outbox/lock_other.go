@@ -11,3 +11,5 @@ import (
 func lockFile(path string) (*os.File, error) {
 	return nil, fmt.Errorf("outbox: the writer lock is not implemented on %s", runtime.GOOS)
 }
+
+func unlockFile(f *os.File) error { return f.Close() }

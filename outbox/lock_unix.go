@@ -30,3 +30,7 @@ func lockFile(path string) (*os.File, error) {
 	}
 	return f, nil
 }
+
+// unlockFile gives up the lock and closes f. Closing alone could leave the lock held for a moment by a
+// child being forked; see flock.Release.
+func unlockFile(f *os.File) error { return flock.Release(f) }

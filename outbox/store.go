@@ -249,7 +249,7 @@ func (s *Store) release() error {
 		errs = append(errs, s.w.Close())
 	}
 	if s.lock != nil {
-		errs = append(errs, s.lock.Close())
+		errs = append(errs, unlockFile(s.lock))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("outbox: close %s: %w", s.path, err)

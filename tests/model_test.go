@@ -101,8 +101,13 @@ func TestRandomOperationsAgreeWithASimpleModel(t *testing.T) {
 		}
 	}
 	stop := func() {
-		sink.j.Close()
-		s.Close()
+		// After a failed start, what it did not open is nil.
+		if sink != nil {
+			sink.j.Close()
+		}
+		if s != nil {
+			s.Close()
+		}
 	}
 	start()
 	defer func() { stop() }()

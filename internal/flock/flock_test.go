@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
-	"time"
 )
 
 func open(t *testing.T, path string) *os.File {
@@ -37,25 +36,34 @@ func TestALockHeldByAnotherIsRefused(t *testing.T) {
 // progress: it holds syscall.ForkLock, as a fork does until its child has exec'd, and a copy of the
 // owner's descriptor, as the child has. The owner closes its own; Exclusive waits for the fork, and
 // gets the lock once the copy is gone.
-func TestALockReleasedWhileAForkedChildHoldsACopyIsTakenOnceTheChildExecs(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "f")
-	owner := open(t, path)
-	if err := Exclusive(owner); err != nil {
-		t.Fatal(err)
-	}
-	syscall.ForkLock.Lock()
-	childFd, err := syscall.Dup(int(owner.Fd())) // the same open file description, as the child's copy
-	if err != nil {
-		syscall.ForkLock.Unlock()
-		t.Fatal(err)
-	}
-	owner.Close()
-	go func() {
-		time.Sleep(20 * time.Millisecond)
-		syscall.Close(childFd) // the child's exec closes its copy
-		syscall.ForkLock.Unlock()
-	}()
-	if err := Exclusive(open(t, path)); err != nil {
-		t.Fatalf("lock after the child exec'd: %v", err)
+// TestAReleasedLockIsFreeWhileACopyOfItsDescriptorIsStillOpen: a child being forked holds a copy of
+// every descriptor until its exec; a lock given up with Release is free at once all the same, where
+// one whose descriptor was only closed is held by the copy.
+func TestAReleasedLockIsFreeWhileACopyOfItsDescriptorIsStillOpen(t *testing.T) {
+	for _, release := range []bool{true, false} {
+		path := filepath.Join(t.TempDir(), "f")
+		owner := open(t, path)
+		if err := Exclusive(owner); err != nil {
+			t.Fatal(err)
+		}
+		childFd, err := syscall.Dup(int(owner.Fd())) // the same open file description, as a child's copy
+		if err != nil {
+			t.Fatal(err)
+		}
+		if release {
+			if err := Release(owner); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			owner.Close()
+		}
+		err = Exclusive(open(t, path))
+		syscall.Close(childFd)
+		switch {
+		case release && err != nil:
+			t.Errorf("lock after Release, while a copy is open: %v", err)
+		case !release && !errors.Is(err, ErrHeld):
+			t.Errorf("lock after a plain close, while a copy is open: %v, want ErrHeld", err)
+		}
 	}
 }

@@ -5,6 +5,7 @@ package flock
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"syscall"
 )
@@ -13,16 +14,9 @@ import (
 var ErrHeld = errors.New("held by another")
 
 // Exclusive takes an exclusive flock on f: it belongs to this open file description alone, so a
-// second holder in the same process is refused as well as one in another process, and it lives until
-// the descriptor is closed.
-//
-// A child this process is forking (os/exec) holds a copy of every descriptor until its exec closes
-// them, and through that copy a lock its owner has just released. The attempt is therefore made under
-// syscall.ForkLock, which a fork holds until the child has exec'd: a lock released before the attempt
-// is free when it is made, and a reopen right after a Close is not refused for a child's moment.
+// second holder in the same process is refused as well as one in another process. Give it up with
+// Release.
 func Exclusive(f *os.File) error {
-	syscall.ForkLock.RLock()
-	defer syscall.ForkLock.RUnlock()
 	for {
 		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
 		switch {
@@ -35,4 +29,24 @@ func Exclusive(f *os.File) error {
 		}
 		return err
 	}
+}
+
+// Release gives up the lock and closes f.
+//
+// Closing alone is not enough. A child this process is forking (os/exec) holds a copy of every
+// descriptor until its exec closes them, and the kernel lets the parent run on before it does: for
+// that moment, the copy keeps the open file description, and with it the lock, alive after f is
+// closed, so that a reopen right after a Close would be refused. An explicit LOCK_UN drops the lock
+// from the open file description itself, whatever copies of it remain.
+func Release(f *os.File) error {
+	var err error
+	for {
+		if err = syscall.Flock(int(f.Fd()), syscall.LOCK_UN); !errors.Is(err, syscall.EINTR) {
+			break
+		}
+	}
+	if err != nil {
+		err = fmt.Errorf("unlock: %w", err)
+	}
+	return errors.Join(err, f.Close())
 }
