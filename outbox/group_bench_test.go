@@ -8,7 +8,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -134,7 +133,7 @@ func BenchmarkFdatasync(b *testing.B) {
 		if _, err := f.WriteAt(page, 0); err != nil {
 			b.Fatal(err)
 		}
-		if err := syscall.Fdatasync(int(f.Fd())); err != nil {
+		if err := fdatasync(f); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -245,5 +244,5 @@ func (s *fileSink) Append(_ context.Context, lines []outbox.EventLine) error {
 	if _, err := s.f.Write(buf); err != nil {
 		return err
 	}
-	return syscall.Fdatasync(int(s.f.Fd()))
+	return fdatasync(s.f)
 }
