@@ -4,15 +4,13 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/textmachine/outbox/internal/outboxtest"
 	"github.com/textmachine/outbox/outbox"
 )
 
@@ -241,7 +239,7 @@ func TestASecondOpenFileGetsErrLocked(t *testing.T) {
 // lock up itself.
 func TestAReopenRightAfterCloseIsNotRefusedWhileChildrenAreForked(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "j.jsonl")
-	forks, stop := forkContinually(t)
+	forks, stop := outboxtest.ForkContinually(t)
 	defer stop()
 	// Until enough children have come and gone for the race to have had its chances: it was lost
 	// about once in 30 reopens.
@@ -255,39 +253,6 @@ func TestAReopenRightAfterCloseIsNotRefusedWhileChildrenAreForked(t *testing.T) 
 			t.Fatal(err)
 		}
 	}
-}
-
-// forkContinually starts and waits for short-lived child processes on two goroutines until stop, and
-// counts them.
-func forkContinually(t *testing.T) (forks *atomic.Int64, stop func()) {
-	t.Helper()
-	// The lightest child there is; the test binary (slow to start under -race) where there is none.
-	exe, args := "true", []string{}
-	if _, err := exec.LookPath(exe); err != nil {
-		if exe, err = os.Executable(); err != nil {
-			t.Fatal(err)
-		}
-		args = []string{"-test.run=^$"}
-	}
-	done := make(chan struct{})
-	forks = new(atomic.Int64)
-	var wg sync.WaitGroup
-	for range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-done:
-					return
-				default:
-				}
-				exec.Command(exe, args...).Run()
-				forks.Add(1)
-			}
-		}()
-	}
-	return forks, func() { close(done); wg.Wait() }
 }
 
 type failingReader struct{ n int }

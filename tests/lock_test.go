@@ -7,15 +7,13 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/textmachine/outbox/internal/outboxtest"
 	"github.com/textmachine/outbox/outbox"
 )
 
@@ -58,40 +56,14 @@ func TestSecondOpenInTheSameProcessFailsWithErrLocked(t *testing.T) {
 	s2.Close()
 }
 
-func init() {
-	children["exit"] = func() int { return 0 }
-}
-
 // TestAReopenRightAfterCloseIsNotRefusedWhileChildrenAreForked: a child being forked (os/exec) holds
 // a copy of every descriptor until its exec, the writer lock's among them, unless Close gives the lock
 // up itself. The model test met this as a rare ErrLocked on a restart while crash tests forked beside
 // it.
 func TestAReopenRightAfterCloseIsNotRefusedWhileChildrenAreForked(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "book.db")
-	var forks atomic.Int64
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	for range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-done:
-					return
-				default:
-				}
-				cmd := child(t, "exit")
-				if path, err := exec.LookPath("true"); err == nil {
-					// The lightest child there is: the test binary is slow to start under -race.
-					cmd = exec.Command(path)
-				}
-				cmd.Run()
-				forks.Add(1)
-			}
-		}()
-	}
-	defer func() { close(done); wg.Wait() }()
+	forks, stop := outboxtest.ForkContinually(t)
+	defer stop()
 	ctx := context.Background()
 	deadline := time.Now().Add(20 * time.Second)
 	for i := 0; forks.Load() < 200 && time.Now().Before(deadline); i++ {
