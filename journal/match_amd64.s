@@ -1,6 +1,7 @@
 //go:build !purego
 
 #include "textflag.h"
+#include "specials_amd64.h"
 
 // func matchSteps(b, text []byte, steps []fastStep, vals []int) (n, res int)
 //
@@ -19,15 +20,7 @@ TEXT ·matchSteps(SB), NOSPLIT, $0-112
 	MOVQ steps_len+56(FP), R13
 	MOVQ vals_base+72(FP), R10
 	XORQ R11, R11
-	MOVQ $0x2222222222222222, AX
-	MOVQ AX, X6
-	PUNPCKLQDQ X6, X6
-	MOVQ $0x5c5c5c5c5c5c5c5c, AX
-	MOVQ AX, X7
-	PUNPCKLQDQ X7, X7
-	MOVQ $0x2020202020202020, AX
-	MOVQ AX, X8
-	PUNPCKLQDQ X8, X8
+	SPLATS
 
 step:
 	TESTQ R13, R13
@@ -44,10 +37,10 @@ step:
 lit16:
 	CMPQ     DX, $16
 	JB       litTail
-	MOVOU    (AX), X0
-	MOVOU    (BX), X1
-	PCMPEQB  X1, X0
-	PMOVMSKB X0, CX
+	MOVOU    (AX), X4
+	MOVOU    (BX), X5
+	PCMPEQB  X5, X4
+	PMOVMSKB X4, CX
 	CMPL     CX, $0xffff
 	JNE      mismatch
 	ADDQ     $16, AX
@@ -58,10 +51,10 @@ lit16:
 litTail:
 	TESTQ    DX, DX
 	JZ       value
-	MOVOU    (AX), X0
-	MOVOU    (BX), X1
-	PCMPEQB  X1, X0
-	PMOVMSKB X0, AX
+	MOVOU    (AX), X4
+	MOVOU    (BX), X5
+	PCMPEQB  X5, X4
+	PMOVMSKB X4, AX
 	NOTL     AX
 	MOVL     DX, CX
 	MOVL     $1, BX
@@ -100,14 +93,7 @@ strLoop:
 	CMPQ     R11, R12
 	JA       unsure
 	MOVOU    (SI)(R11*1), X0
-	MOVO     X8, X1
-	PCMPGTB  X0, X1 // signed 0x20 > c: a control byte, or 0x80 and above
-	MOVO     X0, X2
-	PCMPEQB  X6, X2
-	POR      X2, X1
-	PCMPEQB  X7, X0
-	POR      X0, X1
-	PMOVMSKB X1, AX
+	SPECIALS(AX)
 	TESTL    AX, AX
 	JNZ      strEnd
 	ADDQ     $16, R11

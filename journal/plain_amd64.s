@@ -1,38 +1,22 @@
 //go:build !purego
 
 #include "textflag.h"
+#include "specials_amd64.h"
 
 // func plainLen(b []byte) int
 //
-// Sixteen bytes at a time with SSE2, which every amd64 processor has. A byte needs a look when it is
-// a quote, a backslash, or below 0x20 as a signed byte: that one signed comparison takes both the
-// control bytes and every byte of 0x80 and above.
+// Sixteen bytes at a time with SSE2, which every amd64 processor has.
 TEXT ·plainLen(SB), NOSPLIT, $0-32
 	MOVQ b_base+0(FP), SI
 	MOVQ b_len+8(FP), CX
 	MOVQ SI, DI
-	MOVQ $0x2222222222222222, AX
-	MOVQ AX, X1
-	PUNPCKLQDQ X1, X1
-	MOVQ $0x5c5c5c5c5c5c5c5c, AX
-	MOVQ AX, X2
-	PUNPCKLQDQ X2, X2
-	MOVQ $0x2020202020202020, AX
-	MOVQ AX, X3
-	PUNPCKLQDQ X3, X3
+	SPLATS
 	CMPQ CX, $16
 	JB   short
 
 loop:
 	MOVOU (SI), X0
-	MOVO  X3, X4
-	PCMPGTB X0, X4
-	MOVO  X0, X5
-	PCMPEQB X1, X5
-	POR   X5, X4
-	PCMPEQB X2, X0
-	POR   X0, X4
-	PMOVMSKB X4, AX
+	SPECIALS(AX)
 	TESTL AX, AX
 	JNZ   found
 	ADDQ  $16, SI
@@ -46,14 +30,7 @@ loop:
 	// bits of the bytes already checked.
 	LEAQ  -16(SI)(CX*1), SI
 	MOVOU (SI), X0
-	MOVO  X3, X4
-	PCMPGTB X0, X4
-	MOVO  X0, X5
-	PCMPEQB X1, X5
-	POR   X5, X4
-	PCMPEQB X2, X0
-	POR   X0, X4
-	PMOVMSKB X4, AX
+	SPECIALS(AX)
 	NEGQ  CX
 	ADDQ  $16, CX
 	SHRL  CX, AX
