@@ -81,32 +81,31 @@ type Verifier struct {
 }
 
 type runState struct {
-	digests [][sha256.Size]byte // by seq-1, without src
-	offs    offsets             // by seq-1, with src
+	digests chunked[[sha256.Size]byte] // by seq-1, without src
+	offs    chunked[int64]             // by seq-1, with src: where the line starts
 	last    int64
 	lines   int
 	dups    int
 }
 
-// offsets holds where each of a run's lines starts in src, in chunks: a run that grows to millions
-// of lines never copies what it has, and a chunk is a small allocation. A line's length is not kept:
-// it ends at the first newline after its start.
-type offsets struct {
-	chunks [][]int64
+// chunked is an append-only list kept in chunks: a run that grows to millions of lines never copies
+// what it has, and each chunk is a small allocation.
+type chunked[T any] struct {
+	chunks [][]T
 }
 
-const offsetChunk = 2048
+const chunkLen = 2048
 
-func (o *offsets) add(off int64) {
-	n := len(o.chunks)
-	if n == 0 || len(o.chunks[n-1]) == offsetChunk {
-		o.chunks = append(o.chunks, make([]int64, 0, offsetChunk))
+func (c *chunked[T]) add(v T) {
+	n := len(c.chunks)
+	if n == 0 || len(c.chunks[n-1]) == chunkLen {
+		c.chunks = append(c.chunks, make([]T, 0, chunkLen))
 		n++
 	}
-	o.chunks[n-1] = append(o.chunks[n-1], off)
+	c.chunks[n-1] = append(c.chunks[n-1], v)
 }
 
-func (o *offsets) at(i int64) int64 { return o.chunks[i/offsetChunk][i%offsetChunk] }
+func (c *chunked[T]) at(i int64) *T { return &c.chunks[i/chunkLen][i%chunkLen] }
 
 // parsed is one line of a block after parsing, as offsets into the block: it holds no pointer, so a
 // block's worth of them costs the garbage collector nothing to scan.
@@ -155,7 +154,7 @@ func (v *Verifier) accept(line []byte, off int64, run []byte, seq int64, w why, 
 		if off >= 0 {
 			st.offs.add(off)
 		} else {
-			st.digests = append(st.digests, *digest)
+			st.digests.add(*digest)
 		}
 		st.last = seq
 		st.lines++
@@ -178,16 +177,16 @@ func (v *Verifier) accept(line []byte, off int64, run []byte, seq int64, w why, 
 
 func (v *Verifier) sameAsFirst(st *runState, seq int64, line []byte, digest *[sha256.Size]byte) (bool, error) {
 	if v.src == nil {
-		return *digest == st.digests[seq-1], nil
+		return *digest == *st.digests.at(seq - 1), nil
 	}
-	// The first copy is a whole line: it is the same when its first len(line) bytes are and a
-	// newline follows them.
+	// Only where the first copy starts is kept. It is a whole line, so it is the same as line when
+	// its first len(line) bytes are and a newline follows them.
 	n := len(line) + 1
 	if cap(v.cmpBuf) < n {
 		v.cmpBuf = make([]byte, n)
 	}
 	first := v.cmpBuf[:n]
-	got, err := v.src.ReadAt(first, st.offs.at(seq-1))
+	got, err := v.src.ReadAt(first, *st.offs.at(seq - 1))
 	if err != nil && err != io.EOF { // at the end of src, the first copy is shorter than line
 		return false, fmt.Errorf("journal: read back the line of seq %d: %w", seq, err)
 	}
