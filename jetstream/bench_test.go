@@ -44,7 +44,7 @@ func BenchmarkSink(b *testing.B) {
 		s := sink(b, js)
 		next := int64(1)
 		for b.Loop() {
-			if err := s.Append(ctx, mk("run", next, batch)); err != nil {
+			if err := s.Append(ctx, "run", mk("run", next, batch)); err != nil {
 				b.Fatal(err)
 			}
 			next += batch

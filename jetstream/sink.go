@@ -153,7 +153,7 @@ func Token(runID string) string {
 // Append places the lines in the stream, in order. A line the stream already holds with the same bytes
 // is success; with other bytes, or without its predecessor, the error wraps outbox.ErrSinkRefused. Any
 // error forgets what the sink believed of the run, so that the next attempt starts from the server.
-func (s *Sink) Append(ctx context.Context, lines []outbox.EventLine) error {
+func (s *Sink) Append(ctx context.Context, runID string, lines []outbox.EventLine) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, l := range lines {

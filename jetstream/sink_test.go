@@ -127,7 +127,7 @@ func TestLinesArePublishedInOrderPerRunAndVerifyLikeAFile(t *testing.T) {
 	stream(t, js, time.Minute)
 	s := sink(t, js)
 	for _, batch := range [][]outbox.EventLine{lines("a", 1, 3, "x"), lines("b.with*odd>chars", 1, 2, "x"), lines("a", 4, 5, "x")} {
-		if err := s.Append(ctx, batch); err != nil {
+		if err := s.Append(ctx, "a", batch); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -143,17 +143,17 @@ func TestARedeliveryOfIdenticalBytesIsSuccessEvenAfterTheDedupeWindow(t *testing
 	js := startServer(t).connect(t)
 	stream(t, js, 100*time.Millisecond)
 	first := lines("a", 1, 6, "x")
-	if err := sink(t, js).Append(ctx, first); err != nil {
+	if err := sink(t, js).Append(ctx, "a", first); err != nil {
 		t.Fatal(err)
 	}
 	// Inside the window, from the same sink, and outside it, from a fresh one (a restarted relay that
 	// never recorded the batch): both succeed and store nothing again.
-	if err := sink(t, js).Append(ctx, first[2:]); err != nil {
+	if err := sink(t, js).Append(ctx, "a", first[2:]); err != nil {
 		t.Errorf("re-delivery inside the window: %v", err)
 	}
 	time.Sleep(300 * time.Millisecond)
 	s := sink(t, js)
-	if err := s.Append(ctx, append(first[3:], lines("a", 7, 8, "x")...)); err != nil {
+	if err := s.Append(ctx, "a", append(first[3:], lines("a", 7, 8, "x")...)); err != nil {
 		t.Errorf("re-delivery after the window, then new lines: %v", err)
 	}
 	if rep := verify(t, js); rep.Lines != 8 || rep.Duplicates != 0 || rep.Runs["a"].Last != 8 {
@@ -165,12 +165,12 @@ func TestARedeliveryWithOtherBytesIsAConflictThatStopsTheRun(t *testing.T) {
 	ctx := context.Background()
 	js := startServer(t).connect(t)
 	stream(t, js, 100*time.Millisecond)
-	if err := sink(t, js).Append(ctx, lines("a", 1, 3, "x")); err != nil {
+	if err := sink(t, js).Append(ctx, "a", lines("a", 1, 3, "x")); err != nil {
 		t.Fatal(err)
 	}
 	for _, wait := range []time.Duration{0, 300 * time.Millisecond} {
 		time.Sleep(wait)
-		err := sink(t, js).Append(ctx, lines("a", 2, 2, "other"))
+		err := sink(t, js).Append(ctx, "a", lines("a", 2, 2, "other"))
 		if !errors.Is(err, jetstream.ErrConflict) || !errors.Is(err, journal.ErrPayloadConflict) || !errors.Is(err, outbox.ErrSinkRefused) {
 			t.Errorf("after %v: %v, want a conflict refusal", wait, err)
 		}
@@ -185,19 +185,19 @@ func TestAGapIsRefusedAndAStaleSinkCannotCreateOne(t *testing.T) {
 	js := startServer(t).connect(t)
 	stream(t, js, time.Minute)
 	a := sink(t, js)
-	if err := a.Append(ctx, lines("r", 1, 1, "x")); err != nil {
+	if err := a.Append(ctx, "r", lines("r", 1, 1, "x")); err != nil {
 		t.Fatal(err)
 	}
-	err := a.Append(ctx, lines("r", 3, 3, "x"))
+	err := a.Append(ctx, "r", lines("r", 3, 3, "x"))
 	if !errors.Is(err, jetstream.ErrGap) || !errors.Is(err, journal.ErrStreamGap) || !errors.Is(err, outbox.ErrSinkRefused) {
 		t.Errorf("seq 3 after 1: %v, want a gap refusal", err)
 	}
 	// Another sink places seq 2: a, whose memory says the run ends at 1, is corrected by the server's
 	// expected-sequence check and places 3 after it.
-	if err := sink(t, js).Append(ctx, lines("r", 2, 2, "x")); err != nil {
+	if err := sink(t, js).Append(ctx, "r", lines("r", 2, 2, "x")); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Append(ctx, lines("r", 3, 4, "x")); err != nil {
+	if err := a.Append(ctx, "r", lines("r", 3, 4, "x")); err != nil {
 		t.Errorf("stale sink: %v", err)
 	}
 	if rep := verify(t, js); rep.Runs["r"].Last != 4 || rep.Lines != 4 {
@@ -222,14 +222,14 @@ func TestTheBrokerRefusesWhatAStaleSinkWouldMisplace(t *testing.T) {
 		conflict  bool
 	}{{"same", "x", false}, {"other", "changed", true}} {
 		stale := sink(t, js)
-		if err := stale.Append(ctx, lines(tc.run, 1, 1, "x")); err != nil {
+		if err := stale.Append(ctx, tc.run, lines(tc.run, 1, 1, "x")); err != nil {
 			t.Fatal(err)
 		}
-		if err := sink(t, js).Append(ctx, lines(tc.run, 2, 2, "x")); err != nil {
+		if err := sink(t, js).Append(ctx, tc.run, lines(tc.run, 2, 2, "x")); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(300 * time.Millisecond)
-		err := stale.Append(ctx, lines(tc.run, 2, 2, tc.kind))
+		err := stale.Append(ctx, tc.run, lines(tc.run, 2, 2, tc.kind))
 		if tc.conflict && !errors.Is(err, jetstream.ErrConflict) {
 			t.Errorf("%s: stale sink sending other bytes: %v, want ErrConflict", tc.run, err)
 		}
@@ -247,7 +247,7 @@ func TestVerifyFindsAGapPublishedAroundTheSink(t *testing.T) {
 	ctx := context.Background()
 	js := startServer(t).connect(t)
 	stream(t, js, time.Minute)
-	if err := sink(t, js).Append(ctx, lines("r", 1, 2, "x")); err != nil {
+	if err := sink(t, js).Append(ctx, "r", lines("r", 1, 2, "x")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := js.Publish(ctx, "outbox.r", lines("r", 4, 4, "x")[0].Line); err != nil {
@@ -266,19 +266,19 @@ func TestTheSinkGoesOnAfterTheServerRestarts(t *testing.T) {
 	js := ns.connect(t)
 	stream(t, js, time.Minute)
 	s := sink(t, js)
-	if err := s.Append(ctx, lines("r", 1, 10, "x")); err != nil {
+	if err := s.Append(ctx, "r", lines("r", 1, 10, "x")); err != nil {
 		t.Fatal(err)
 	}
 	ns.stop()
 	short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-	if err := s.Append(short, lines("r", 11, 12, "x")); err == nil || errors.Is(err, outbox.ErrSinkRefused) {
+	if err := s.Append(short, "r", lines("r", 11, 12, "x")); err == nil || errors.Is(err, outbox.ErrSinkRefused) {
 		t.Errorf("append with the server down: %v, want a retriable error", err)
 	}
 	cancel()
 	ns.start()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		err := s.Append(ctx, lines("r", 11, 20, "x"))
+		err := s.Append(ctx, "r", lines("r", 11, 20, "x"))
 		if err == nil {
 			break
 		}

@@ -30,7 +30,7 @@ func TestATornTailCutAtEveryByteOffsetIsRepairedAndTheStreamGoesOn(t *testing.T)
 		if err != nil {
 			t.Fatalf("cut %d: %v", cut, err)
 		}
-		if err := j.Append(context.Background(), []outbox.EventLine{{Seq: 2, Line: []byte(last)}}); err != nil {
+		if err := j.Append(context.Background(), "r", []outbox.EventLine{{Seq: 2, Line: []byte(last)}}); err != nil {
 			t.Fatalf("cut %d: append: %v", cut, err)
 		}
 		j.Close()
@@ -98,7 +98,7 @@ type reopening struct {
 	j    *File
 }
 
-func (r *reopening) Append(ctx context.Context, lines []outbox.EventLine) error {
+func (r *reopening) Append(ctx context.Context, runID string, lines []outbox.EventLine) error {
 	if r.j == nil {
 		j, err := openFile(r.path, r.ops)
 		if err != nil {
@@ -106,7 +106,7 @@ func (r *reopening) Append(ctx context.Context, lines []outbox.EventLine) error 
 		}
 		r.j = j
 	}
-	err := r.j.Append(ctx, lines)
+	err := r.j.Append(ctx, runID, lines)
 	if errors.Is(err, ErrFailed) || (err != nil && strings.Contains(err.Error(), "fdatasync")) {
 		r.j.Close()
 		r.j = nil

@@ -133,7 +133,7 @@ func (j *File) Path() string { return j.path }
 // (the kernel may have dropped the dirty pages and reported the error once): every later Append
 // returns ErrFailed until the file is reopened. A line that is empty or holds a newline is refused
 // before anything is written.
-func (j *File) Append(ctx context.Context, lines []outbox.EventLine) error {
+func (j *File) Append(ctx context.Context, runID string, lines []outbox.EventLine) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}

@@ -65,16 +65,16 @@ func TestAppendWritesWholeBatchesAndReadsBackExactly(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer j.Close()
-	if err := j.Append(context.Background(), lines("a", "b")); err != nil {
+	if err := j.Append(context.Background(), "r", lines("a", "b")); err != nil {
 		t.Fatal(err)
 	}
-	if err := j.Append(context.Background(), lines("c")); err != nil {
+	if err := j.Append(context.Background(), "r", lines("c")); err != nil {
 		t.Fatal(err)
 	}
 	if got := readFile(t, path); got != "a\nb\nc\n" {
 		t.Errorf("file = %q", got)
 	}
-	if err := j.Append(context.Background(), nil); err != nil {
+	if err := j.Append(context.Background(), "r", nil); err != nil {
 		t.Errorf("empty batch: %v", err)
 	}
 }
@@ -85,13 +85,13 @@ func TestAppendRefusesInvalidLinesBeforeWritingAnything(t *testing.T) {
 	j, _ := OpenFile(path)
 	defer j.Close()
 	for _, bad := range [][]outbox.EventLine{lines("ok", "bad\nline"), lines("ok", "")} {
-		if err := j.Append(context.Background(), bad); !errors.Is(err, outbox.ErrInvalidLine) {
+		if err := j.Append(context.Background(), "r", bad); !errors.Is(err, outbox.ErrInvalidLine) {
 			t.Errorf("err = %v, want ErrInvalidLine", err)
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := j.Append(ctx, lines("x")); !errors.Is(err, context.Canceled) {
+	if err := j.Append(ctx, "r", lines("x")); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled: %v", err)
 	}
 	if got := readFile(t, path); got != "" {
@@ -108,13 +108,13 @@ func TestAFailedOrShortWriteIsTruncatedBack(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		j.Append(context.Background(), lines("first"))
+		j.Append(context.Background(), "r", lines("first"))
 		ops.writeErr, ops.shortAfter = werr, ops.writes+1
 		if werr == nil {
 			// A short write without an error: the loop retries the rest, so the batch lands whole.
 			ops.writeErr = nil
 		}
-		err = j.Append(context.Background(), lines(strings.Repeat("x", 100), "second"))
+		err = j.Append(context.Background(), "r", lines(strings.Repeat("x", 100), "second"))
 		if werr != nil {
 			if !errors.Is(err, werr) {
 				t.Errorf("err = %v, want %v", err, werr)
@@ -124,7 +124,7 @@ func TestAFailedOrShortWriteIsTruncatedBack(t *testing.T) {
 			}
 			// The file is still usable: the next batch goes right after the first.
 			ops.shortAfter = 0
-			if err := j.Append(context.Background(), lines("third")); err != nil {
+			if err := j.Append(context.Background(), "r", lines("third")); err != nil {
 				t.Fatal(err)
 			}
 			if got := readFile(t, path); got != "first\nthird\n" {
@@ -145,13 +145,13 @@ func TestAfterAFailedFdatasyncTheFileIsNotTrustedUntilReopened(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	j.Append(context.Background(), lines("first"))
+	j.Append(context.Background(), "r", lines("first"))
 	ops.syncErr = syscall.EIO
-	if err := j.Append(context.Background(), lines("second")); !errors.Is(err, syscall.EIO) {
+	if err := j.Append(context.Background(), "r", lines("second")); !errors.Is(err, syscall.EIO) {
 		t.Fatalf("err = %v, want EIO", err)
 	}
 	ops.syncErr = nil
-	if err := j.Append(context.Background(), lines("third")); !errors.Is(err, ErrFailed) {
+	if err := j.Append(context.Background(), "r", lines("third")); !errors.Is(err, ErrFailed) {
 		t.Errorf("append after a failed fdatasync: %v, want ErrFailed", err)
 	}
 	j.Close()
@@ -160,7 +160,7 @@ func TestAfterAFailedFdatasyncTheFileIsNotTrustedUntilReopened(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer j.Close()
-	if err := j.Append(context.Background(), lines("second")); err != nil {
+	if err := j.Append(context.Background(), "r", lines("second")); err != nil {
 		t.Fatalf("append after reopening: %v", err)
 	}
 	if got := readFile(t, path); got != "first\nsecond\n" {
@@ -185,7 +185,7 @@ func TestOpenFileCutsATornTail(t *testing.T) {
 		if got := readFile(t, path); got != tc.after {
 			t.Errorf("%q opened as %q, want %q", tc.before, got, tc.after)
 		}
-		j.Append(context.Background(), lines("next"))
+		j.Append(context.Background(), "r", lines("next"))
 		if got := readFile(t, path); got != tc.after+"next\n" {
 			t.Errorf("%q then an append: %q", tc.before, got)
 		}
@@ -224,7 +224,7 @@ func TestASecondOpenFileGetsErrLocked(t *testing.T) {
 		t.Fatalf("OpenFile after Close: %v", err)
 	}
 	j2.Close()
-	if err := j2.Append(context.Background(), lines("x")); err == nil {
+	if err := j2.Append(context.Background(), "r", lines("x")); err == nil {
 		t.Error("Append after Close succeeded")
 	}
 	// The created file is in its directory.

@@ -229,7 +229,7 @@ type fileSink struct {
 	f    *os.File
 }
 
-func (s *fileSink) Append(_ context.Context, lines []outbox.EventLine) error {
+func (s *fileSink) Append(_ context.Context, _ string, lines []outbox.EventLine) error {
 	if s.f == nil {
 		f, err := os.OpenFile(s.path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 		if err != nil {

@@ -11,12 +11,17 @@ import (
 	"github.com/textmachine/outbox/internal/faultpoint"
 )
 
-// Sink receives projected lines, in seq order per run. Append must return nil only once every line of
-// the batch is durable, and must never leave part of a batch behind; on error the relay sends the same
-// lines again later, byte for byte, so a sink that cannot tell whether a failed batch landed may keep
-// it and accept the re-delivery as a duplicate. journal.File is the file sink.
+// Sink receives projected lines. Append gets a batch of one run's lines, runID's, in seq order; it
+// must return nil only once every line of the batch is durable, and must never leave part of a batch
+// behind. On error the relay sends the same lines again later, byte for byte, so a sink that cannot
+// tell whether a failed batch landed may keep it and accept the re-delivery as a duplicate.
+//
+// The store keeps lines opaque; the sink is where a line meets its key. A sink refuses, with an error
+// wrapping ErrSinkRefused, a line whose own engine_run_id is not runID or whose own seq is not its
+// EventLine.Seq, so that a builder that writes the wrong key cannot make an event vanish as a
+// "duplicate" of another. journal.File is the file sink.
 type Sink interface {
-	Append(ctx context.Context, lines []EventLine) error
+	Append(ctx context.Context, runID string, lines []EventLine) error
 }
 
 // ErrSinkRefused: a sink wraps it in an error that retrying cannot cure (the destination already holds
@@ -264,7 +269,7 @@ func (r *Relay) project(ctx context.Context, runID string, target int64) (int, e
 		if placed > 0 && ahead == nil && (target == 0 || last < target) {
 			ahead = r.startPrefetch(ctx, runID, last, target)
 		}
-		if err := r.sink.Append(ctx, lines); err != nil {
+		if err := r.sink.Append(ctx, runID, lines); err != nil {
 			return placed, &sinkError{err}
 		}
 		faultpoint.Hit(faultpoint.RelayAfterAppend)

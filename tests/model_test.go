@@ -34,11 +34,11 @@ type failingSink struct {
 	fail bool
 }
 
-func (f *failingSink) Append(ctx context.Context, lines []outbox.EventLine) error {
+func (f *failingSink) Append(ctx context.Context, runID string, lines []outbox.EventLine) error {
 	if f.fail {
 		return errors.New("sink down")
 	}
-	return f.j.Append(ctx, lines)
+	return f.j.Append(ctx, runID, lines)
 }
 
 // TestRandomOperationsAgreeWithASimpleModel runs a random sequence of enqueues, announcements, caller

@@ -32,7 +32,7 @@ type memSink struct {
 
 func newMemSink() *memSink { return &memSink{got: make(chan struct{}, 1000)} }
 
-func (m *memSink) Append(ctx context.Context, lines []outbox.EventLine) error {
+func (m *memSink) Append(ctx context.Context, runID string, lines []outbox.EventLine) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.tried = append(m.tried, len(lines))
@@ -414,7 +414,7 @@ func TestJournalBuilderRendersTheFormatAndStoresTheTime(t *testing.T) {
 
 type refusingSink struct{ calls int }
 
-func (s *refusingSink) Append(context.Context, []outbox.EventLine) error {
+func (s *refusingSink) Append(context.Context, string, []outbox.EventLine) error {
 	s.calls++
 	return fmt.Errorf("destination holds other bytes: %w", outbox.ErrSinkRefused)
 }
