@@ -36,6 +36,9 @@ const (
 	DefaultBusyTimeout  = 5 * time.Second
 	DefaultOpTimeout    = 30 * time.Second
 	DefaultReadPoolSize = 4
+	// DefaultMaxLineSize bounds one stored line (WithMaxLineSize). The journal's Append and Verify
+	// apply the same bound by default, so a line the store accepts is a line the journal accepts.
+	DefaultMaxLineSize = 16 << 20
 )
 
 type config struct {
