@@ -23,6 +23,8 @@ type VFS struct {
 	mu     sync.Mutex
 	Cut    int // 0: never
 	FailAt int // 0: never
+	// FailWith is the error of the FailAt call: an I/O error when nil, sqlite3.FULL for a full disk.
+	FailWith error
 	// BeforeSync, if set, is called with the file's name before each sync goes to the disk, outside
 	// the VFS's lock: a test can hold a sync there.
 	BeforeSync func(name string)
@@ -62,6 +64,9 @@ func (v *VFS) count() error {
 		v.off = true
 		return sqlite3.IOERR
 	case v.FailAt:
+		if v.FailWith != nil {
+			return v.FailWith
+		}
 		return sqlite3.IOERR
 	}
 	return nil
