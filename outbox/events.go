@@ -339,7 +339,8 @@ func (p *pendingReader) statement(s *Store) (*sqlite3.Stmt, error) {
 		return p.stmt, nil
 	}
 	u := url.URL{Scheme: "file", OmitHost: true, Path: s.path, RawQuery: s.query("mode=ro")}
-	c, err := sqlite3.OpenFlags(u.String(), sqlite3.OPEN_READONLY|sqlite3.OPEN_URI)
+	// mode=ro in the URI makes the connection read-only, whatever flags OpenContext adds.
+	c, err := sqlite3.OpenContext(sqlite3.WithMaxMemory(context.Background(), connMemory), u.String())
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"database/sql"
+	sqldriver "database/sql/driver"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -210,11 +211,35 @@ func (s *Store) query(q string) string {
 // callback, not the DSN, so no DSN spelling can make them silently ignored.
 func openDB(path, query string, init func(*sqlite3.Conn) error) (*sql.DB, error) {
 	u := url.URL{Scheme: "file", OmitHost: true, Path: path, RawQuery: query}
-	sqlDB, err := driver.Open(u.String(), init)
+	c, err := (&driver.SQLite{}).OpenConnector(u.String())
 	if err != nil {
 		return nil, fmt.Errorf("outbox: open %s: %w", path, err)
 	}
-	return sqlDB, nil
+	return sql.OpenDB(memConnector{c, init}), nil
+}
+
+// connMemory is the memory each SQLite connection may use. SQLite holds a line whole while it writes
+// or reads it, and a transaction's pages and a b-tree's neighbouring cells besides; the driver's
+// default of 256 MiB left a few large lines able to exhaust it, and the driver panics when SQLite runs
+// out. The space is reserved, not used: a connection commits memory only as it grows.
+const connMemory = 1 << 30
+
+// memConnector opens the driver's connections with connMemory and runs init on each.
+type memConnector struct {
+	sqldriver.Connector
+	init func(*sqlite3.Conn) error
+}
+
+func (m memConnector) Connect(ctx context.Context) (sqldriver.Conn, error) {
+	c, err := m.Connector.Connect(sqlite3.WithMaxMemory(ctx, connMemory))
+	if err != nil {
+		return nil, err
+	}
+	if err := m.init(c.(driver.Conn).Raw()); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
 }
 
 func syncDir(dir string) error {
