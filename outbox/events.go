@@ -139,7 +139,7 @@ func (s *Store) enqueue(ctx context.Context, tx *sql.Tx, runID, onceKey string, 
 	if err != nil {
 		return 0, err
 	}
-	line, err := build(next)
+	line, err := callUser(build, next)
 	if err != nil {
 		return 0, fmt.Errorf("outbox: build line %d of run %q: %w", next, runID, err)
 	}
