@@ -39,14 +39,10 @@ func freePorts(t testing.TB, n int) []int {
 	return ports
 }
 
-// TestAClusterLosesNothingWhenTheStreamLeaderDies runs three in-process servers with a three-replica
-// file-storage stream, projects a store into it, and shuts the stream's leader down mid-projection.
-// Settings: 3 replicas, file storage, default sync interval: an acknowledged line is on a majority.
-func TestAClusterLosesNothingWhenTheStreamLeaderDies(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a three-server cluster")
-	}
-	ctx := context.Background()
+// startCluster starts three in-process servers in one cluster, each with its own store directory, and
+// returns them by name and a JetStream context on a connection to all three.
+func startCluster(t testing.TB) (map[string]*server.Server, njs.JetStream) {
+	t.Helper()
 	ports := freePorts(t, 6) // client and route port of each server
 	var routes []string
 	for i := 0; i < 3; i++ {
@@ -70,28 +66,52 @@ func TestAClusterLosesNothingWhenTheStreamLeaderDies(t *testing.T) {
 		servers[name] = srv
 		urls = append(urls, fmt.Sprintf("nats://127.0.0.1:%d", ports[i]))
 	}
-	nc, err := nats.Connect(strings.Join(urls, ","), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
+	return servers, connectAll(t, urls)
+}
+
+// connectAll returns a JetStream context on a connection to any of urls that reconnects for as long
+// as the test runs.
+func connectAll(t testing.TB, urls []string, opts ...njs.JetStreamOpt) njs.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(strings.Join(urls, ","), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond),
+		nats.RetryOnFailedConnect(true)) // server processes may not listen yet
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer nc.Close()
-	js, err := njs.New(nc)
+	t.Cleanup(nc.Close)
+	js, err := njs.New(nc, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The cluster elects its meta leader first; until then stream creation fails.
-	var stream njs.Stream
+	return js
+}
+
+// createR3 creates the stream EVENTS with three replicas through CreateStream, once the cluster has
+// elected its meta leader (until then stream creation fails).
+func createR3(t testing.TB, js njs.JetStream) njs.Stream {
+	t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); ; {
-		stream, err = js.CreateStream(ctx, njs.StreamConfig{Name: "EVENTS", Subjects: []string{"outbox.>"},
-			Storage: njs.FileStorage, Replicas: 3, Duplicates: time.Minute})
+		stream, err := jetstream.CreateStream(context.Background(), js, "EVENTS", jetstream.WithReplicas(3))
 		if err == nil {
-			break
+			return stream
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("create the stream: %v", err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// TestAClusterLosesNothingWhenTheStreamLeaderDies runs three in-process servers with a three-replica
+// file-storage stream, projects a store into it, and shuts the stream's leader down mid-projection.
+// Settings: 3 replicas, file storage, default sync interval: an acknowledged line is on a majority.
+func TestAClusterLosesNothingWhenTheStreamLeaderDies(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a three-server cluster")
+	}
+	ctx := context.Background()
+	servers, js := startCluster(t)
+	stream := createR3(t, js)
 	s := sink(t, js, jetstream.WithMinReplicas(3))
 
 	store, err := outbox.Open(ctx, filepath.Join(t.TempDir(), "book.db"))
