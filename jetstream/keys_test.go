@@ -202,3 +202,38 @@ func TestVerifyRefusesAMessageWhoseRunIsNotItsSubjects(t *testing.T) {
 		t.Errorf("Verify: (%+v, %v), want malformed naming subject and sequence", rep, err)
 	}
 }
+
+// TestCancellingAppendAtAnyMomentLeavesNoGapAndNoDuplicate: a relay's context may end at any point of
+// an Append: before the publication, while the batch is sent, while its acknowledgement is awaited,
+// while lines are read back. The next Append with a live context must still place every line once.
+func TestCancellingAppendAtAnyMomentLeavesNoGapAndNoDuplicate(t *testing.T) {
+	forModes(t, func(t *testing.T, m mode) {
+		ctx := context.Background()
+		js := startServer(t).connect(t)
+		stream(t, js, 100*time.Millisecond, m)
+		s := sink(t, js)
+		next, cancelled := int64(1), 0
+		for i := 0; i < 60; i++ {
+			// The batch starts at or before the next line: a re-delivery of what may have landed.
+			from := max(1, next-int64(i%3))
+			short, cancel := context.WithTimeout(ctx, time.Duration(i%16)*500*time.Microsecond)
+			err := s.Append(short, "r", lines("r", from, next+7, "x"))
+			cancel()
+			switch {
+			case err == nil:
+				next += 8
+			case errors.Is(err, outbox.ErrSinkRefused):
+				t.Fatalf("append %d cancelled: %v, a refusal", i, err)
+			default:
+				cancelled++
+			}
+		}
+		if err := s.Append(ctx, "r", lines("r", 1, next+7, "x")); err != nil {
+			t.Fatalf("the final append: %v", err)
+		}
+		if rep := verify(t, js); rep.Lines != int(next+7) || rep.Runs["r"].Last != next+7 || rep.Duplicates != 0 {
+			t.Errorf("after %d cancelled appends: %+v, want %d lines once each", cancelled, rep, next+7)
+		}
+		t.Logf("%d of 60 appends cancelled", cancelled)
+	})
+}

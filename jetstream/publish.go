@@ -46,6 +46,9 @@ func (s *Sink) publish(ctx context.Context, run, subject string, lines []outbox.
 func (s *Sink) publishBatches(ctx context.Context, run, subject string, lines []outbox.EventLine, last placed) (int, error) {
 	done := 0
 	for done < len(lines) {
+		if err := ctx.Err(); err != nil {
+			return done, err // before the first message: a batch never committed holds the server's staging until it times out
+		}
 		chunk := lines[done:min(len(lines), done+s.limit)]
 		msgs := make([]*nats.Msg, len(chunk))
 		for i, l := range chunk {
