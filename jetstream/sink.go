@@ -5,10 +5,10 @@
 //
 // Each run's lines go to their own subject, <prefix>.<token>, where the token is the run id with every
 // byte but letters, digits, '-' and '_' written as '~' and two hex digits (Token). Every line is
-// published with Nats-Msg-Id "<token>:<seq>", and each publication carries
-// Nats-Expected-Last-Subject-Sequence set to the stream sequence of the run's previous line, so the
-// server itself refuses a line whose predecessor is not the one the sink placed: no gap can enter the
-// stream, whatever the sink believes.
+// published with Nats-Msg-Id "<token>:<seq>", and each publication (one line, or an atomic batch's
+// first line) carries Nats-Expected-Last-Subject-Sequence set to the stream sequence of the run's
+// previous line, so the server itself refuses a line whose predecessor is not the one the sink placed:
+// no gap can enter the stream, whatever the sink believes.
 //
 // On a stream with atomic publish (nats-server 2.12 or later, stream setting AllowAtomicPublish, which
 // CreateStream sets), each Append is published as atomic batches of up to the server's batch limit
