@@ -39,32 +39,54 @@ func freePorts(t testing.TB, n int) []int {
 	return ports
 }
 
-// startCluster starts three in-process servers in one cluster, each with its own store directory, and
-// returns them by name and a JetStream context on a connection to all three.
+// node is one server of a test cluster: its name, client and route ports, and store directory.
+type node struct {
+	name              string
+	port, clusterPort int
+	dir               string
+}
+
+func (n node) url() string { return fmt.Sprintf("nats://127.0.0.1:%d", n.port) }
+
+// options are the server options of n in a cluster whose route list is routes. File storage, the
+// default sync interval.
+func (n node) options(routes string) *server.Options {
+	return &server.Options{
+		ServerName: n.name, Host: "127.0.0.1", Port: n.port, JetStream: true,
+		StoreDir: n.dir, NoLog: true, NoSigs: true,
+		Cluster: server.ClusterOpts{Name: "outbox", Host: "127.0.0.1", Port: n.clusterPort},
+		Routes:  server.RoutesFromStr(routes),
+	}
+}
+
+// planCluster picks three nodes on free loopback ports, each with a store directory of its own, and
+// the route list all of them are given.
+func planCluster(t testing.TB) (nodes []node, routes string, urls []string) {
+	ports := freePorts(t, 6) // client and route port of each server
+	var rs []string
+	for i := 0; i < 3; i++ {
+		nodes = append(nodes, node{name: fmt.Sprintf("n%d", i), port: ports[i], clusterPort: ports[3+i],
+			dir: filepath.Join(t.TempDir(), fmt.Sprintf("n%d", i))})
+		rs = append(rs, fmt.Sprintf("nats://127.0.0.1:%d", ports[3+i]))
+		urls = append(urls, nodes[i].url())
+	}
+	return nodes, strings.Join(rs, ","), urls
+}
+
+// startCluster starts three in-process servers in one cluster and returns them by name and a
+// JetStream context on a connection to all three.
 func startCluster(t testing.TB) (map[string]*server.Server, njs.JetStream) {
 	t.Helper()
-	ports := freePorts(t, 6) // client and route port of each server
-	var routes []string
-	for i := 0; i < 3; i++ {
-		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", ports[3+i]))
-	}
+	nodes, routes, urls := planCluster(t)
 	servers := map[string]*server.Server{}
-	var urls []string
-	for i := 0; i < 3; i++ {
-		name := fmt.Sprintf("n%d", i)
-		srv, err := server.NewServer(&server.Options{
-			ServerName: name, Host: "127.0.0.1", Port: ports[i], JetStream: true,
-			StoreDir: filepath.Join(t.TempDir(), name), NoLog: true, NoSigs: true,
-			Cluster: server.ClusterOpts{Name: "outbox", Host: "127.0.0.1", Port: ports[3+i]},
-			Routes:  server.RoutesFromStr(strings.Join(routes, ",")),
-		})
+	for _, n := range nodes {
+		srv, err := server.NewServer(n.options(routes))
 		if err != nil {
 			t.Fatal(err)
 		}
 		srv.Start()
 		t.Cleanup(srv.Shutdown)
-		servers[name] = srv
-		urls = append(urls, fmt.Sprintf("nats://127.0.0.1:%d", ports[i]))
+		servers[n.name] = srv
 	}
 	return servers, connectAll(t, urls)
 }

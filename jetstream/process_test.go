@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -29,12 +28,8 @@ import (
 func natsServerChild() int {
 	port, _ := strconv.Atoi(os.Getenv("PORT"))
 	clusterPort, _ := strconv.Atoi(os.Getenv("CLUSTER_PORT"))
-	srv, err := server.NewServer(&server.Options{
-		ServerName: os.Getenv("NAME"), Host: "127.0.0.1", Port: port, JetStream: true,
-		StoreDir: os.Getenv("STORE_DIR"), NoLog: true, NoSigs: true,
-		Cluster: server.ClusterOpts{Name: "outbox", Host: "127.0.0.1", Port: clusterPort},
-		Routes:  server.RoutesFromStr(os.Getenv("ROUTES")),
-	})
+	n := node{name: os.Getenv("NAME"), port: port, clusterPort: clusterPort, dir: os.Getenv("STORE_DIR")}
+	srv, err := server.NewServer(n.options(os.Getenv("ROUTES")))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "server:", err)
 		return 1
@@ -84,22 +79,15 @@ func TestAClusterOfServerProcessesLosesNothingWhenTheLeaderIsKilled(t *testing.T
 		t.Skip("a cluster of three server processes")
 	}
 	ctx := context.Background()
-	ports := freePorts(t, 6)
-	var routes []string
-	for i := 0; i < 3; i++ {
-		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", ports[3+i]))
-	}
+	nodes, routes, urls := planCluster(t)
 	procs := map[string]*serverProcess{}
-	var urls []string
-	for i := 0; i < 3; i++ {
-		name := fmt.Sprintf("n%d", i)
-		p := &serverProcess{name: name, env: []string{"OUTBOX_NATS_CHILD=server", "NAME=" + name,
-			"PORT=" + strconv.Itoa(ports[i]), "CLUSTER_PORT=" + strconv.Itoa(ports[3+i]),
-			"STORE_DIR=" + filepath.Join(t.TempDir(), name), "ROUTES=" + strings.Join(routes, ",")}}
+	for _, n := range nodes {
+		p := &serverProcess{name: n.name, env: []string{"OUTBOX_NATS_CHILD=server", "NAME=" + n.name,
+			"PORT=" + strconv.Itoa(n.port), "CLUSTER_PORT=" + strconv.Itoa(n.clusterPort),
+			"STORE_DIR=" + n.dir, "ROUTES=" + routes}}
 		p.start(t)
 		t.Cleanup(p.kill)
-		procs[name] = p
-		urls = append(urls, fmt.Sprintf("nats://127.0.0.1:%d", ports[i]))
+		procs[n.name] = p
 	}
 	// Requests wait for an answer 1s instead of the default 5s: a publication in flight when the
 	// leader dies is never answered, and the time it waits is added to the failover.
