@@ -30,10 +30,11 @@ fuzz:
 	go test -run '^$$' -fuzz '^FuzzParseLine$$' -fuzztime $(FUZZTIME) ./journal/
 	go test -run '^$$' -fuzz '^FuzzParseShaped$$' -fuzztime $(FUZZTIME) ./journal/
 	go test -run '^$$' -fuzz '^FuzzMatchSteps$$' -fuzztime $(FUZZTIME) ./journal/
+	go test -run '^$$' -fuzz '^FuzzToken$$' -fuzztime $(FUZZTIME) ./jetstream/
 
 ## reliability: the long form of the fault campaigns: many crash seeds, longer fuzzing.
 reliability:
-	OUTBOX_CRASH_SEEDS=25 go test -race -count=1 -run 'Crash' -v ./tests/ ./jetstream/
+	OUTBOX_CRASH_SEEDS=25 go test -race -count=1 -run 'Crash|ServerProcesses' -v ./tests/ ./jetstream/
 	go test -race -count=1 -run 'IOErrors|TornTail|PowerLoss' -v ./journal/
 	go test -race -count=1 -run 'PowerLossOfTheDatabase|SQLiteIOError' -v ./tests/
 	OUTBOX_MODEL_STEPS=3000 go test -count=5 -run 'RandomOperations' -v ./tests/
@@ -66,4 +67,4 @@ migrate:
 ## bench: the benchmarks, each beside its baseline (see docs/BENCHMARKS.md).
 bench:
 	go test -run '^$$' -bench . -benchtime 2s -count 3 ./... ./bench/...
-	go test -run '^$$' -bench . -benchtime 20x -count 4 ./jetstream/...
+	go test -run '^$$' -bench . -benchtime 5x -count 3 ./jetstream/...

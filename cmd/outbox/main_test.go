@@ -75,7 +75,7 @@ func fileDigest(t *testing.T, paths ...string) string {
 
 func TestHelpForEveryCommandExitsZero(t *testing.T) {
 	for name := range commands {
-		if code, _, errOut := cli(t, name, "--help"); code != exitOK || !strings.Contains(errOut, "usage: outbox "+name) {
+		if code, out, errOut := cli(t, name, "--help"); code != exitOK || !strings.Contains(out+errOut, "usage: outbox "+name) {
 			t.Errorf("%s --help: exit %d, %q", name, code, errOut)
 		}
 	}
