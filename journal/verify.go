@@ -10,10 +10,9 @@ import (
 	"sync"
 )
 
-// Errors of the journal package. Verify's errors are *Error values that wrap one of the last three.
+// Errors of Verify and Check, which return them as *Error values. File.Append refuses a batch that would
+// leave a gap with ErrStreamGap too, and a line that is not a journal line with ErrMalformed.
 var (
-	// ErrLocked: another File, in this process or another, has the journal open.
-	ErrLocked = errors.New("journal: file is locked by another writer")
 	// ErrStreamGap: a run's line is not the one after its last (a run must start at seq 1). The reader
 	// cannot continue past a gap.
 	ErrStreamGap = errors.New("journal: stream gap")
