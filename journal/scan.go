@@ -40,6 +40,8 @@ const (
 	whyRunTwice
 	whyRunNotString
 	whySeqTwice
+	whyRunSurrogate
+	whyTooLong
 )
 
 var whyText = [...]string{
@@ -58,6 +60,8 @@ var whyText = [...]string{
 	whyRunTwice:      `"engine_run_id" given twice`,
 	whyRunNotString:  `"engine_run_id" is not a string`,
 	whySeqTwice:      `"seq" given twice`,
+	whyRunSurrogate:  `"engine_run_id" holds an escape that is not a character (a lone surrogate)`,
+	whyTooLong:       "line too long",
 }
 
 func (w why) String() string { return whyText[w] }
@@ -121,6 +125,9 @@ func (s *scanner) parse(b []byte) (runID []byte, seq int64, reason why) {
 					note(whyRunTwice)
 				case val[0] != '"':
 					note(whyRunNotString)
+				case s.esc && !validEscapes(val[1:len(val)-1]):
+					// Decoded, a lone surrogate becomes U+FFFD: two different run ids would be one.
+					note(whyRunSurrogate)
 				default:
 					runID = val[1 : len(val)-1]
 					s.runAt = v0 + 1
@@ -295,6 +302,52 @@ func scanString(b []byte, i int) (end int, esc bool) {
 			i += n
 		}
 	}
+}
+
+// validEscapes reports whether the \u escapes of a string body (one scanString accepted) are
+// characters: each high surrogate followed by an escaped low one, and no low surrogate alone.
+func validEscapes(body []byte) bool {
+	for i := 0; i < len(body); i++ {
+		if body[i] != '\\' {
+			continue
+		}
+		i++
+		if body[i] != 'u' {
+			continue
+		}
+		r := hex4(body[i+1 : i+5])
+		i += 4
+		switch {
+		case r >= 0xdc00 && r <= 0xdfff:
+			return false
+		case r >= 0xd800 && r <= 0xdbff:
+			if i+6 >= len(body) || body[i+1] != '\\' || body[i+2] != 'u' {
+				return false
+			}
+			if lo := hex4(body[i+3 : i+7]); lo < 0xdc00 || lo > 0xdfff {
+				return false
+			}
+			i += 6
+		}
+	}
+	return true
+}
+
+// hex4 reads four hex digits that scanString has checked.
+func hex4(b []byte) rune {
+	var r rune
+	for _, c := range b {
+		switch {
+		case c <= '9':
+			c -= '0'
+		case c >= 'a':
+			c -= 'a' - 10
+		default:
+			c -= 'A' - 10
+		}
+		r = r<<4 | rune(c)
+	}
+	return r
 }
 
 // number scans a JSON number at s.b[s.i].

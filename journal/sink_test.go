@@ -68,9 +68,9 @@ func TestAppendRefusesABatchThatWouldLeaveAGap(t *testing.T) {
 		run   string
 		lines []outbox.EventLine
 	}{
-		"seqs not consecutive in the batch":   {"r", skip},
-		"a seq repeated in the batch":         {"r", append(batch(3, "c"), batch(3, "c")...)},
-		"more than one past the last":         {"r", batch(4, "d")},
+		"seqs not consecutive in the batch":    {"r", skip},
+		"a seq repeated in the batch":          {"r", append(batch(3, "c"), batch(3, "c")...)},
+		"more than one past the last":          {"r", batch(4, "d")},
 		"a run the journal does not hold at 2": {"s", []outbox.EventLine{{Seq: 2, Line: []byte(`{"engine_run_id":"s","seq":2}`)}}},
 	} {
 		err := j.Append(ctx, tc.run, tc.lines)

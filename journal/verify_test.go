@@ -196,6 +196,7 @@ func FuzzVerify(f *testing.F) {
 	f.Add([]byte(ln("a", 1, `,"x":1`) + ln("a", 1, `,"x":2`)))
 	f.Add([]byte(`{"engine_run_id":"a","seq":1,"d":{"seq":2}}` + "\n" + `{"engine_run_id":"a","se`))
 	f.Add([]byte(`{"engine\u005frun_id":"a","seq":1}` + "\n"))
+	f.Add([]byte(`{"engine_run_id":"\ud800","seq":1}` + "\n" + `{"engine_run_id":"\udfff","seq":2}` + "\n"))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		rep, err := journal.Verify(bytes.NewReader(in))
 		// A stream that cannot be read back is checked by digest instead of by re-reading: the same
@@ -244,6 +245,40 @@ func FuzzVerify(f *testing.F) {
 			t.Fatalf("report says %d lines, the model %d", rep.Lines, total)
 		}
 	})
+}
+
+// TestRunIDsThatAreNotCharactersAreMalformed: decoded, a lone surrogate becomes U+FFFD, so runs
+// "\ud800", "\udfff" and "\ufffd" would be one run; they are refused instead, in Verify (by the
+// full parser and by a learnt shape alike) and in LineKey.
+func TestRunIDsThatAreNotCharactersAreMalformed(t *testing.T) {
+	t.Parallel()
+	for _, run := range []string{`\ud800`, `\udfff`, `r\ud800n`, `\ud800\u0041`, `\udc00\ud800`, `\ud800\ud800`, `\ud83d`} {
+		line := `{"engine_run_id":"` + run + `","seq":1}`
+		// After a line of the same shape, and as the first line.
+		for _, in := range []string{ln("ok", 1, "") + line + "\n", `{"engine_run_id":"x","seq":1}` + "\n" + line + "\n"} {
+			_, err := verifyString(in)
+			var ve *journal.Error
+			if !errors.Is(err, journal.ErrMalformed) || !errors.As(err, &ve) || ve.Line != 2 || !strings.Contains(ve.Reason, "surrogate") {
+				t.Errorf("%s: %v, want ErrMalformed at line 2", line, err)
+			}
+		}
+		if _, _, err := journal.LineKey([]byte(line)); !errors.Is(err, journal.ErrMalformed) {
+			t.Errorf("LineKey(%s): %v, want ErrMalformed", line, err)
+		}
+	}
+	// Three lines that once passed as one dense run.
+	in := `{"engine_run_id":"\ud800","seq":1}` + "\n" + `{"engine_run_id":"\udfff","seq":2}` + "\n" + `{"engine_run_id":"\ufffd","seq":3}` + "\n"
+	if rep, err := verifyString(in); !errors.Is(err, journal.ErrMalformed) {
+		t.Errorf("(%+v, %v), want ErrMalformed", rep, err)
+	}
+	// A pair is one character, the same run as the character written out.
+	rep, err := verifyString(`{"engine_run_id":"\ud83d\ude00","seq":1}` + "\n" + `{"engine_run_id":"😀","seq":2}` + "\n")
+	if err != nil || rep.Runs["😀"].Last != 2 {
+		t.Errorf("a surrogate pair: (%+v, %v)", rep, err)
+	}
+	if run, _, err := journal.LineKey([]byte(`{"engine_run_id":"\ud83d\ude00","seq":1}`)); err != nil || run != "😀" {
+		t.Errorf("LineKey of a surrogate pair: (%q, %v)", run, err)
+	}
 }
 
 func TestLineKeyReadsTheKeyWithVerifysRules(t *testing.T) {
