@@ -201,3 +201,60 @@ func TestAWriteRefusedForLackOfSpaceIsNamedAndCutBack(t *testing.T) {
 		t.Errorf("the file holds %q", got)
 	}
 }
+
+// noSyncOps skips fdatasync, so that fuzzing OpenFile is not bound by the disk.
+type noSyncOps struct{ osOps }
+
+func (noSyncOps) Datasync(*os.File) error { return nil }
+
+// FuzzOpenFile: OpenFile either refuses a file with ErrNotJournal and leaves it as it was, or opens
+// one whose first and last complete lines are journal lines, cutting no more than a torn tail that
+// begins with '{'.
+func FuzzOpenFile(f *testing.F) {
+	f.Add([]byte(text(1, "a", "b") + `{"engine_run_id":"r","se`))
+	f.Add([]byte("SQLite format 3\x00\x10\x00"))
+	f.Add([]byte("a\nb\n"))
+	f.Add([]byte(`{"engine_run_id":"\ud800","seq":1}` + "\n"))
+	f.Add([]byte(text(1, "a") + "\x00\x00"))
+	path := filepath.Join(f.TempDir(), "j.jsonl")
+	f.Fuzz(func(t *testing.T, in []byte) {
+		if err := os.WriteFile(path, in, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		j, err := openFile(path, noSyncOps{})
+		got, rerr := os.ReadFile(path)
+		if rerr != nil {
+			t.Fatal(rerr)
+		}
+		if err != nil {
+			if !errors.Is(err, ErrNotJournal) {
+				t.Fatalf("%v, want ErrNotJournal", err)
+			}
+			if !bytes.Equal(got, in) {
+				t.Fatalf("a refused file was changed: %q to %q", in, got)
+			}
+			return
+		}
+		defer j.Close()
+		complete := bytes.LastIndexByte(in, '\n') + 1
+		if !bytes.Equal(got, in[:complete]) {
+			t.Fatalf("%q opened as %q", in, got)
+		}
+		if torn := in[complete:]; len(torn) > 0 && (torn[0] != '{' || bytes.IndexByte(torn, 0) >= 0) {
+			t.Fatalf("the torn tail %q was cut", torn)
+		}
+		if complete == 0 {
+			return
+		}
+		lines := bytes.Split(got[:complete-1], []byte("\n"))
+		for _, l := range [][]byte{lines[0], lines[len(lines)-1]} {
+			if _, _, err := LineKey(l); err != nil || bytes.IndexByte(l, 0) >= 0 {
+				t.Fatalf("opened with the line %q: %v", l, err)
+			}
+		}
+		run, seq, _ := LineKey(lines[len(lines)-1])
+		if last, err := j.LastSeq(run); err != nil || last < seq {
+			t.Fatalf("LastSeq(%q) = (%d, %v), the last line is seq %d", run, last, err, seq)
+		}
+	})
+}

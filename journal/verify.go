@@ -8,6 +8,8 @@ import (
 	"io"
 	"runtime"
 	"sync"
+
+	"github.com/textmachine/outbox/outbox"
 )
 
 // Errors of Verify and Check, which return them as *Error values. File.Append refuses a batch that would
@@ -46,6 +48,8 @@ type Error struct {
 	Seq      int64  // the line's seq, when it could be read
 	Expected int64  // for a gap: the seq that should have come
 	Reason   string // for a malformed line: what is wrong with it
+	Length   int64  // for a line too long: its length, or as much of it as was read before Verify stopped
+	Limit    int    // for a line too long: the longest line allowed (WithMaxLineSize)
 	Err      error
 }
 
@@ -56,6 +60,9 @@ func (e *Error) Error() string {
 	case ErrPayloadConflict:
 		return fmt.Sprintf("journal: line %d: payload conflict in run %q at seq %d: same seq, other bytes", e.Line, e.Run, e.Seq)
 	}
+	if e.Limit > 0 {
+		return fmt.Sprintf("journal: line %d: malformed line: %s (at least %d bytes; the limit is %d)", e.Line, e.Reason, e.Length, e.Limit)
+	}
 	return fmt.Sprintf("journal: line %d: malformed line: %s", e.Line, e.Reason)
 }
 
@@ -64,6 +71,9 @@ func (e *Error) Unwrap() error { return e.Err }
 // Verifier checks a journal line by line. Verify reads a whole stream with one; a reader of another
 // transport (a broker's stream) feeds its lines to Check. Use NewVerifier.
 type Verifier struct {
+	maxLine int
+	err     error // an invalid option
+
 	line  int
 	lines int
 	dups  int
@@ -88,7 +98,9 @@ type runState struct {
 }
 
 // chunked is an append-only list kept in chunks: a run that grows to millions of lines never copies
-// what it has, and each chunk is a small allocation.
+// more than a chunk, and each chunk is a small allocation. The first chunk starts with room for one
+// entry and doubles up to chunkLen, so that a journal of many short runs costs a few bytes per run
+// rather than a chunk (16 KiB of offsets, 64 KiB of digests) each.
 type chunked[T any] struct {
 	chunks [][]T
 }
@@ -97,9 +109,17 @@ const chunkLen = 2048
 
 func (c *chunked[T]) add(v T) {
 	n := len(c.chunks)
-	if n == 0 || len(c.chunks[n-1]) == chunkLen {
+	switch {
+	case n == 0:
+		c.chunks = [][]T{make([]T, 0, 1)}
+		n = 1
+	case len(c.chunks[n-1]) == chunkLen:
 		c.chunks = append(c.chunks, make([]T, 0, chunkLen))
 		n++
+	case len(c.chunks[n-1]) == cap(c.chunks[n-1]):
+		grown := make([]T, len(c.chunks[n-1]), min(2*cap(c.chunks[n-1]), chunkLen))
+		copy(grown, c.chunks[n-1])
+		c.chunks[n-1] = grown
 	}
 	c.chunks[n-1] = append(c.chunks[n-1], v)
 }
@@ -117,13 +137,54 @@ type parsed struct {
 	runEsc     bool
 }
 
+// VerifyOption configures Verify and NewVerifier.
+type VerifyOption func(*verifyConfig) error
+
+type verifyConfig struct {
+	maxLine int
+}
+
+// MaxLineSizeLimit is the largest limit WithMaxLineSize takes: the verifier holds a line whole to
+// parse it, and addresses the lines of a block of input with 32-bit offsets.
+const MaxLineSizeLimit = 1 << 30
+
+// WithMaxLineSize sets the longest line, without its newline, that Verify and Check accept; the
+// default is outbox.DefaultMaxLineSize, the longest line the store and File take. A longer line is
+// ErrMalformed with Reason "line too long"; Verify finds it while reading, holding no more than about
+// n bytes of it. n must be from 1 to MaxLineSizeLimit; another value makes Verify, and every Check of
+// the Verifier, return an error.
+func WithMaxLineSize(n int) VerifyOption {
+	return func(c *verifyConfig) error {
+		if n < 1 || n > MaxLineSizeLimit {
+			return fmt.Errorf("journal: WithMaxLineSize(%d): the limit must be from 1 to %d", n, MaxLineSizeLimit)
+		}
+		c.maxLine = n
+		return nil
+	}
+}
+
 // NewVerifier returns a Verifier with nothing seen.
-func NewVerifier() *Verifier { return &Verifier{runs: map[string]*runState{}} }
+func NewVerifier(opts ...VerifyOption) *Verifier {
+	c := verifyConfig{maxLine: outbox.DefaultMaxLineSize}
+	var err error
+	for _, o := range opts {
+		if err == nil && o != nil {
+			err = o(&c)
+		}
+	}
+	return &Verifier{maxLine: c.maxLine, err: err, runs: map[string]*runState{}}
+}
 
 // Check checks the next complete line (without its newline). It returns an *Error for a gap, a
 // conflict or a malformed line; the line is then not counted, and the Verifier's state is what it
 // was before it.
 func (v *Verifier) Check(line []byte) error {
+	if v.err != nil {
+		return v.err
+	}
+	if len(line) > v.maxLine {
+		return v.accept(line, -1, nil, 0, whyTooLong, nil)
+	}
 	run, seq, w := v.scan.parseShaped(line)
 	var digest [sha256.Size]byte
 	if w == whyNone {
@@ -136,6 +197,9 @@ func (v *Verifier) Check(line []byte) error {
 // v.src (-1 without one); digest is its SHA-256 when there is no src.
 func (v *Verifier) accept(line []byte, off int64, run []byte, seq int64, w why, digest *[sha256.Size]byte) error {
 	v.line++
+	if w == whyTooLong {
+		return &Error{Line: v.line, Reason: w.String(), Length: int64(len(line)), Limit: v.maxLine, Err: ErrMalformed}
+	}
 	if w != whyNone {
 		return &Error{Line: v.line, Run: string(run), Seq: seq, Reason: w.String(), Err: ErrMalformed}
 	}
@@ -211,11 +275,25 @@ func (v *Verifier) Report() Report {
 // shape of a recent one (the same members in the same order, other scalar values) is checked against
 // that shape, with the same verdict as a full parse.
 //
+// A line longer than the limit (WithMaxLineSize, by default outbox.DefaultMaxLineSize) is
+// ErrMalformed "line too long", found while reading: Verify holds no more of it than the limit and a
+// block of input.
+//
 // Memory grows with the journal: when r is also an io.ReaderAt and an io.Seeker (an *os.File), a
 // re-delivery is compared with the first copy by reading it back, and Verify keeps 8 bytes per
-// accepted line (its offset); otherwise it keeps each line's SHA-256, 32 bytes.
-func Verify(r io.Reader) (Report, error) {
-	v := NewVerifier()
+// accepted line (its offset); otherwise it keeps each line's SHA-256, 32 bytes. Each run costs a
+// small constant besides, about 200 bytes (BenchmarkVerifyManyRuns).
+func Verify(r io.Reader, opts ...VerifyOption) (Report, error) {
+	v, err := verify(r, opts)
+	return v.Report(), err
+}
+
+// verify is Verify, returning the Verifier.
+func verify(r io.Reader, opts []VerifyOption) (*Verifier, error) {
+	v := NewVerifier(opts...)
+	if v.err != nil {
+		return v, v.err
+	}
 	off := int64(-1)
 	// A file can be read back: re-deliveries are then compared byte for byte and nothing is hashed.
 	if ra, ok := r.(io.ReaderAt); ok {
@@ -225,8 +303,7 @@ func Verify(r io.Reader) (Report, error) {
 			}
 		}
 	}
-	err := v.run(r, off)
-	return v.Report(), err
+	return v, v.run(r, off)
 }
 
 // blockSize is how much input a parse job covers; a longer line makes its block longer. At 1 MiB a
@@ -241,6 +318,7 @@ type block struct {
 	lines   []parsed
 	escaped [][]byte            // decoded run ids of lines whose run id holds an escape
 	digests [][sha256.Size]byte // by line, when there is no src
+	tooLong int64               // after the lines: a line of at least this many bytes, over the limit
 	done    chan struct{}
 }
 
@@ -258,7 +336,7 @@ func (v *Verifier) run(r io.Reader, off int64) error {
 			defer wg.Done()
 			var s scanner
 			for b := range jobs {
-				parseBlock(&s, b, v.src == nil)
+				parseBlock(&s, b, v.src == nil, v.maxLine)
 				close(b.done)
 			}
 		}()
@@ -267,7 +345,7 @@ func (v *Verifier) run(r io.Reader, off int64) error {
 	go func() {
 		defer close(ordered)
 		defer close(jobs)
-		readErr <- readBlocks(r, off, free, func(b *block) bool {
+		readErr <- readBlocks(r, off, v.maxLine, free, func(b *block) bool {
 			select {
 			case ordered <- b:
 			case <-quit:
@@ -300,6 +378,11 @@ func (v *Verifier) run(r io.Reader, off int64) error {
 				close(quit)
 			}
 		}
+		if err == nil && b.tooLong > 0 {
+			v.line++
+			err = &Error{Line: v.line, Reason: whyTooLong.String(), Length: b.tooLong, Limit: v.maxLine, Err: ErrMalformed}
+			close(quit)
+		}
 		select {
 		case free <- b:
 		default:
@@ -313,8 +396,12 @@ func (v *Verifier) run(r io.Reader, off int64) error {
 }
 
 // readBlocks cuts r into blocks of whole lines and hands each to emit; the bytes after the last
-// newline are the torn tail. Blocks come from free when one is there.
-func readBlocks(r io.Reader, off int64, free chan *block, emit func(*block) bool, torn *bool) error {
+// newline are the torn tail. Blocks come from free when one is there. A line longer than maxLine ends
+// the reading: the block before it is emitted with tooLong set, and no more of the line is read.
+func readBlocks(r io.Reader, off int64, maxLine int, free chan *block, emit func(*block) bool, torn *bool) error {
+	// The most a block holds: a line of the limit, its newline, and a block's worth after it. It keeps
+	// the offsets in a block within 32 bits (MaxLineSizeLimit).
+	most := maxLine + 1 + blockSize
 	var carry []byte
 	for {
 		var b *block
@@ -323,20 +410,38 @@ func readBlocks(r io.Reader, off int64, free chan *block, emit func(*block) bool
 		default:
 			b = &block{}
 		}
-		if need := max(blockSize, 2*len(carry)); cap(b.buf) < need {
+		// A buffer grown for a long line is not kept for the blocks after it.
+		if need := len(carry) + blockSize; cap(b.buf) < need || cap(b.buf) > 4*need {
 			b.buf = make([]byte, need)
 		}
-		buf := b.buf[:cap(b.buf)]
+		buf := b.buf[:min(cap(b.buf), most)]
 		copy(buf, carry)
-		n, err := io.ReadFull(r, buf[len(carry):])
-		buf = buf[:len(carry)+n]
+		n, err := len(carry), error(nil)
+		for {
+			var m int
+			m, err = io.ReadFull(r, buf[n:])
+			n += m
+			if err != nil || n > maxLine || bytes.IndexByte(buf[n-m:n], '\n') >= 0 || len(buf) >= most {
+				break
+			}
+			// One line fills the block: grow it, up to what the limit allows.
+			grown := make([]byte, min(2*len(buf), most))
+			copy(grown, buf[:n])
+			buf, b.buf = grown, grown
+		}
+		buf = buf[:n]
 		end := bytes.LastIndexByte(buf, '\n') + 1
-		// The tail is kept apart before the block is handed on: the block may come back through free
-		// and be overwritten while the tail is still needed.
-		carry = append(carry[:0], buf[end:]...)
-		if end > 0 {
+		b.tooLong = 0
+		if n-end > maxLine {
+			b.tooLong = int64(n - end)
+		} else {
+			// The tail is kept apart before the block is handed on: the block may come back through
+			// free and be overwritten while the tail is still needed.
+			carry = append(carry[:0], buf[end:]...)
+		}
+		if end > 0 || b.tooLong > 0 {
 			b.data, b.off, b.done = buf[:end], off, make(chan struct{})
-			if !emit(b) {
+			if !emit(b) || b.tooLong > 0 {
 				return nil
 			}
 			if off >= 0 {
@@ -353,11 +458,14 @@ func readBlocks(r io.Reader, off int64, free chan *block, emit func(*block) bool
 	}
 }
 
-func parseBlock(s *scanner, b *block, digests bool) {
+func parseBlock(s *scanner, b *block, digests bool, maxLine int) {
 	b.lines, b.escaped, b.digests = b.lines[:0], b.escaped[:0], b.digests[:0]
 	data := b.data
 	for start := 0; start < len(data); {
 		n, run, seq, w := s.parseNext(data[start:])
+		if n > maxLine {
+			run, w = nil, whyTooLong
+		}
 		i := start + n
 		line := data[start:i]
 		p := parsed{start: int32(start), end: int32(i), seq: seq, why: w, runLen: int32(len(run))}

@@ -205,6 +205,20 @@ func FuzzVerify(f *testing.F) {
 		if (err == nil) != (streamErr == nil) || !cmp.Equal(rep, streamRep) {
 			t.Fatalf("file mode (%+v, %v) and stream mode (%+v, %v) disagree", rep, err, streamRep, streamErr)
 		}
+		// With a small line limit, the two modes agree too, and nothing longer passes.
+		const limit = 40
+		small, smallErr := journal.Verify(bytes.NewReader(in), journal.WithMaxLineSize(limit))
+		smallStream, smallStreamErr := journal.Verify(struct{ io.Reader }{bytes.NewReader(in)}, journal.WithMaxLineSize(limit))
+		if (smallErr == nil) != (smallStreamErr == nil) || !cmp.Equal(small, smallStream) {
+			t.Fatalf("with a limit, file mode (%+v, %v) and stream mode (%+v, %v) disagree", small, smallErr, smallStream, smallStreamErr)
+		}
+		if smallErr == nil {
+			for _, l := range bytes.Split(in, []byte("\n")) {
+				if len(l) > limit {
+					t.Fatalf("a line of %d bytes passed a limit of %d", len(l), limit)
+				}
+			}
+		}
 		if rep.Lines < 0 || rep.Duplicates < 0 {
 			t.Fatalf("negative counts %+v", rep)
 		}
