@@ -90,7 +90,7 @@ func openFile(path string, ops fileOps) (*File, error) {
 	// Looked at before the lock too, so that a file that is not a journal is never locked.
 	if _, err := inspect(f); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("journal: open %s: %w", path, err)
+		return nil, inspectError(path, err)
 	}
 	if err := lock(f); err != nil {
 		f.Close()
@@ -109,7 +109,7 @@ func openFile(path string, ops fileOps) (*File, error) {
 	end, err := inspect(f)
 	if err != nil {
 		unlock(f)
-		return nil, fmt.Errorf("journal: open %s: %w", path, err)
+		return nil, inspectError(path, err)
 	}
 	if end.size != end.complete {
 		if err := ops.Truncate(f, end.complete); err != nil {
@@ -127,6 +127,14 @@ func openFile(path string, ops fileOps) (*File, error) {
 		j.runs.note(end.lastRun, end.lastSeq)
 	}
 	return j, nil
+}
+
+func inspectError(path string, err error) error {
+	var nj *notJournal
+	if errors.As(err, &nj) {
+		return fmt.Errorf("%w: %s: %s", ErrNotJournal, path, nj.reason)
+	}
+	return fmt.Errorf("journal: read the ends of %s: %w", path, err)
 }
 
 // Path returns the file's path.

@@ -20,7 +20,7 @@ type fileEnd struct {
 }
 
 // inspect reads the first and the last complete line of f and what follows the last newline, and
-// refuses (ErrNotJournal) a file that is not a journal. It reads at most a few lines' worth, whatever
+// refuses (a *notJournal) a file that is not a journal. It reads at most a few lines' worth, whatever
 // the file's length: each line it looks for is found within outbox.DefaultMaxLineSize bytes, or the
 // file is not a journal the File wrote.
 func inspect(f *os.File) (fileEnd, error) {
@@ -29,7 +29,7 @@ func inspect(f *os.File) (fileEnd, error) {
 		return fileEnd{}, err
 	}
 	if !st.Mode().IsRegular() {
-		return fileEnd{}, fmt.Errorf("%w: not a regular file (%s)", ErrNotJournal, st.Mode().Type())
+		return fileEnd{}, notJournalf("not a regular file (%s)", st.Mode().Type())
 	}
 	size := st.Size()
 	if size == 0 {
@@ -43,21 +43,21 @@ func inspect(f *os.File) (fileEnd, error) {
 			return fileEnd{}, err
 		}
 		if bytes.IndexByte(buf, 0) >= 0 {
-			return fileEnd{}, fmt.Errorf("%w: a NUL byte within its last %d bytes", ErrNotJournal, w)
+			return fileEnd{}, notJournalf("a NUL byte within its last %d bytes", w)
 		}
 		p := bytes.LastIndexByte(buf, '\n')
 		if p < 0 && base > 0 {
 			if w > limit {
-				return fileEnd{}, fmt.Errorf("%w: no newline in its last %d bytes", ErrNotJournal, w)
+				return fileEnd{}, notJournalf("no newline in its last %d bytes", w)
 			}
 			continue
 		}
 		torn := buf[p+1:]
 		if len(torn) > 0 && torn[0] != '{' {
-			return fileEnd{}, fmt.Errorf("%w: its last line has no newline and does not begin with '{'", ErrNotJournal)
+			return fileEnd{}, notJournalf("its last line has no newline and does not begin with '{'")
 		}
 		if len(torn) > limit {
-			return fileEnd{}, fmt.Errorf("%w: its last line has no newline and is longer than %d bytes", ErrNotJournal, limit)
+			return fileEnd{}, notJournalf("its last line has no newline and is longer than %d bytes", limit)
 		}
 		end := fileEnd{size: size, complete: base + int64(p) + 1}
 		if p < 0 {
@@ -66,7 +66,7 @@ func inspect(f *os.File) (fileEnd, error) {
 		q := bytes.LastIndexByte(buf[:p], '\n')
 		if q < 0 && base > 0 {
 			if p > limit {
-				return fileEnd{}, fmt.Errorf("%w: its last complete line is longer than %d bytes", ErrNotJournal, limit)
+				return fileEnd{}, notJournalf("its last complete line is longer than %d bytes", limit)
 			}
 			continue
 		}
@@ -74,7 +74,7 @@ func inspect(f *os.File) (fileEnd, error) {
 		end.tail = append([]byte(nil), buf[max(0, p+1-tailLen):p+1]...)
 		run, seq, err := journalLine(buf[q+1 : p])
 		if err != nil {
-			return fileEnd{}, fmt.Errorf("%w: its last complete line (at byte %d) %v", ErrNotJournal, end.lastStart, err)
+			return fileEnd{}, notJournalf("its last complete line (at byte %d) %v", end.lastStart, err)
 		}
 		end.lastRun, end.lastSeq = run, seq
 		if end.lastStart > 0 {
@@ -95,20 +95,29 @@ func checkFirstLine(f *os.File, upTo int64) error {
 			return err
 		}
 		if bytes.IndexByte(buf, 0) >= 0 {
-			return fmt.Errorf("%w: a NUL byte within its first %d bytes", ErrNotJournal, w)
+			return notJournalf("a NUL byte within its first %d bytes", w)
 		}
 		i := bytes.IndexByte(buf, '\n')
 		if i < 0 {
 			if w > limit || w == upTo {
-				return fmt.Errorf("%w: its first line is longer than %d bytes", ErrNotJournal, limit)
+				return notJournalf("its first line is longer than %d bytes", limit)
 			}
 			continue
 		}
 		if _, _, err := journalLine(buf[:i]); err != nil {
-			return fmt.Errorf("%w: its first line %v", ErrNotJournal, err)
+			return notJournalf("its first line %v", err)
 		}
 		return nil
 	}
+}
+
+// notJournal is why inspect refuses a file; OpenFile names the file and ErrNotJournal with it.
+type notJournal struct{ reason string }
+
+func (e *notJournal) Error() string { return e.reason }
+
+func notJournalf(format string, args ...any) error {
+	return &notJournal{fmt.Sprintf(format, args...)}
 }
 
 // journalLine reads a line's key with the verifier's rules.

@@ -33,7 +33,7 @@ func (j *File) checkKeys(runID string, lines []outbox.EventLine, buf []byte) err
 		start += n + 1
 		switch {
 		case w != whyNone:
-			return fmt.Errorf("journal: run %q seq %d: %w: %s: %w", runID, l.Seq, ErrMalformed, w, outbox.ErrSinkRefused)
+			return fmt.Errorf("%w: run %q seq %d: %s: %w", ErrMalformed, runID, l.Seq, w, outbox.ErrSinkRefused)
 		case n != len(l.Line):
 			// Cannot happen: the line holds no newline, and parseNext ends a line at one.
 			return fmt.Errorf("journal: run %q seq %d: the line was read as %d bytes of %d: %w", runID, l.Seq, n, len(l.Line), outbox.ErrSinkRefused)
@@ -41,8 +41,8 @@ func (j *File) checkKeys(runID string, lines []outbox.EventLine, buf []byte) err
 			return fmt.Errorf("journal: run %q seq %d: the line says engine_run_id %q, seq %d: %w",
 				runID, l.Seq, run, seq, outbox.ErrSinkRefused)
 		case i > 0 && l.Seq != lines[i-1].Seq+1:
-			return fmt.Errorf("journal: run %q: seq %d follows seq %d in one batch: %w: %w",
-				runID, l.Seq, lines[i-1].Seq, ErrStreamGap, outbox.ErrSinkRefused)
+			return fmt.Errorf("%w: run %q: seq %d follows seq %d in one batch: %w",
+				ErrStreamGap, runID, l.Seq, lines[i-1].Seq, outbox.ErrSinkRefused)
 		}
 	}
 	return nil
@@ -62,11 +62,11 @@ func (j *File) checkContinues(runID string, first int64) error {
 		return nil
 	}
 	if last == 0 {
-		return fmt.Errorf("journal: run %q: the batch starts at seq %d, and %s holds no line of the run: %w: %w",
-			runID, first, j.path, ErrStreamGap, outbox.ErrSinkRefused)
+		return fmt.Errorf("%w: run %q: the batch starts at seq %d, and %s holds no line of the run: %w",
+			ErrStreamGap, runID, first, j.path, outbox.ErrSinkRefused)
 	}
-	return fmt.Errorf("journal: run %q: the batch starts at seq %d, and %s holds the run up to seq %d: %w: %w",
-		runID, first, j.path, last, ErrStreamGap, outbox.ErrSinkRefused)
+	return fmt.Errorf("%w: run %q: the batch starts at seq %d, and %s holds the run up to seq %d: %w",
+		ErrStreamGap, runID, first, j.path, last, outbox.ErrSinkRefused)
 }
 
 // runIndex knows the highest seq of each run in the part of the file read so far: the file from
