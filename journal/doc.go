@@ -36,10 +36,11 @@
 //     file system after a power cut) is ErrNotJournal, left as it was and never locked.
 //   - OpenFile cuts a torn last line (one without its newline, never acknowledged), syncs the
 //     directory of a file it creates, and holds an exclusive flock, so two Files cannot interleave.
-//   - Before each append the File checks that the file still ends where its last append left it (its
-//     length and its last bytes). A program that appended to it or truncated it makes Append refuse
-//     (ErrModified, wrapping outbox.ErrSinkRefused) without writing, so its bytes are not overwritten
-//     and no hole of NUL bytes is left.
+//   - Before each append the File checks that its path still names the file and that the file still
+//     ends where its last append left it (its length and its last bytes). A program that appended to
+//     it, truncated it or moved it away makes Append refuse (ErrModified, wrapping
+//     outbox.ErrSinkRefused) without writing, so its bytes are not overwritten, no hole of NUL bytes
+//     is left, and no line goes to a file the path no longer names.
 //
 // # Verify
 //

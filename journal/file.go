@@ -24,7 +24,8 @@ var (
 	// or what OpenFile reads of it holds a NUL byte. OpenFile leaves such a file as it was, unlocked.
 	ErrNotJournal = errors.New("journal: not a journal file")
 	// ErrModified is returned by Append when the file no longer ends where this File's last append left
-	// it: another program appended to it or truncated it. Nothing is written. It comes wrapped with
+	// it (another program appended to it or truncated it), or when its path now names another file or
+	// none (it was renamed or removed). Nothing is written. It comes wrapped with
 	// outbox.ErrSinkRefused, so a relay stops instead of writing after lines it does not know.
 	ErrModified = errors.New("journal: file modified by another program")
 	// ErrFailed is returned by Append after an earlier Append failed in a way that leaves the file's
@@ -248,6 +249,11 @@ func (j *File) checkUnmodified() error {
 	st, err := j.f.Stat()
 	if err != nil {
 		return fmt.Errorf("journal: stat %s: %w", j.path, err)
+	}
+	// A journal moved away (a log rotation that renames and creates) would take the lines the reader
+	// of the path is waiting for.
+	if pst, err := os.Stat(j.path); err != nil || !os.SameFile(st, pst) {
+		return fmt.Errorf("%w: %s no longer names the file this File appends to: %w", ErrModified, j.path, outbox.ErrSinkRefused)
 	}
 	if st.Size() != j.size {
 		return fmt.Errorf("%w: %s is %d bytes long, the last append left it at %d: %w",
