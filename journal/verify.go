@@ -416,22 +416,19 @@ func readBlocks(r io.Reader, off int64, maxLine int, free chan *block, emit func
 		}
 		buf := b.buf[:min(cap(b.buf), most)]
 		copy(buf, carry)
-		n, err := len(carry), error(nil)
-		for {
-			var m int
-			m, err = io.ReadFull(r, buf[n:])
-			n += m
-			if err != nil || n > maxLine || bytes.IndexByte(buf[n-m:n], '\n') >= 0 || len(buf) >= most {
-				break
-			}
-			// One line fills the block: grow it, up to what the limit allows.
-			grown := make([]byte, min(2*len(buf), most))
-			copy(grown, buf[:n])
-			buf, b.buf = grown, grown
-		}
-		buf = buf[:n]
-		end := bytes.LastIndexByte(buf, '\n') + 1
+		m, err := io.ReadFull(r, buf[len(carry):])
+		n := len(carry) + m
 		b.tooLong = 0
+		if err == nil && n < most && bytes.IndexByte(buf[len(carry):n], '\n') < 0 {
+			// One line fills the block: read on in pieces, to its end or past the limit.
+			var long []byte
+			long, n, err = readLong(r, buf[:n], maxLine, most)
+			if long != nil {
+				buf, b.buf = long, long
+			}
+		}
+		buf = buf[:min(n, len(buf))]
+		end := bytes.LastIndexByte(buf, '\n') + 1
 		if n-end > maxLine {
 			b.tooLong = int64(n - end)
 		} else {
@@ -456,6 +453,37 @@ func readBlocks(r io.Reader, off int64, maxLine int, free chan *block, emit func
 			return err
 		}
 	}
+}
+
+// readLong reads on after head, a part of one line that fills a block, in pieces as long as all that
+// came before, until a newline, the end of r, or more than maxLine bytes without a newline. Nothing is
+// copied while it reads, so a line refused as too long costs about the limit in memory, not a
+// doubling buffer's three or four times. A line that ends within the limit is joined into one buffer,
+// returned with its length; for one that does not, it returns nil and the count of bytes read.
+func readLong(r io.Reader, head []byte, maxLine, most int) ([]byte, int, error) {
+	pieces := [][]byte{head}
+	total := len(head)
+	var err error
+	for total <= maxLine {
+		p := make([]byte, min(total, most-total))
+		var m int
+		m, err = io.ReadFull(r, p)
+		pieces, total = append(pieces, p[:m]), total+m
+		if err != nil || bytes.IndexByte(p[:m], '\n') >= 0 {
+			break
+		}
+	}
+	if err != nil && err != io.EOF && err != io.ErrUnexpectedEOF {
+		return nil, total, err
+	}
+	if total > maxLine && bytes.IndexByte(pieces[len(pieces)-1], '\n') < 0 {
+		return nil, total, err // too long: no need to join it
+	}
+	joined := make([]byte, 0, total)
+	for _, p := range pieces {
+		joined = append(joined, p...)
+	}
+	return joined, total, err
 }
 
 func parseBlock(s *scanner, b *block, digests bool, maxLine int) {

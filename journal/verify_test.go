@@ -186,6 +186,15 @@ func TestVerifyHandlesLinesLongerThanItsBuffer(t *testing.T) {
 	if err != nil || rep.Lines != 2 || rep.Duplicates != 1 {
 		t.Errorf("(%+v, %v)", rep, err)
 	}
+	// Starting inside a block, after lines of their own, and ending one byte short of a newline.
+	pad := strings.Repeat(ln("p", 1, "")+ln("p", 1, ""), 10_000)
+	in = ln("p", 1, "") + pad + ln("a", 1, `,"big":"`+big+`"`) + pad + ln("a", 2, "") + ln("a", 1, `,"big":"`+big+`"`) + strings.TrimSuffix(ln("a", 3, `,"big":"`+big), "\n")
+	for _, r := range []io.Reader{strings.NewReader(in), struct{ io.Reader }{strings.NewReader(in)}} {
+		rep, err := journal.Verify(r)
+		if err != nil || rep.Lines != 3 || rep.Duplicates != 1+40_000 || !rep.TornTail {
+			t.Errorf("(%+v, %v)", rep, err)
+		}
+	}
 }
 
 // FuzzVerify: Verify never panics, and whenever it accepts its input, an independent reading of the
