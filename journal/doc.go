@@ -33,7 +33,9 @@
 //   - OpenFile opens only a journal: an empty or new file, or one whose first and last complete lines
 //     are journal lines, whose torn tail (if any) begins with '{', and where what it reads holds no
 //     NUL byte. Anything else (a database, a log, a file of NUL bytes left by a copytruncate, or by a
-//     file system after a power cut) is ErrNotJournal, left as it was and never locked.
+//     file system after a power cut) is ErrNotJournal, left as it was and never locked: what is not
+//     a journal line is for an operator to look at and cut, not for the File to guess about. So that
+//     a torn line can be told from one, Append takes only lines that begin with '{'.
 //   - OpenFile cuts a torn last line (one without its newline, never acknowledged), syncs the
 //     directory of a file it creates, and holds an exclusive flock, so two Files cannot interleave.
 //   - Before each append the File checks that its path still names the file and that the file still
