@@ -112,6 +112,13 @@ func TestTheFastPathTakesLinesWithRoomToSpare(t *testing.T) {
 	if _, res := matchSteps([]byte(line), sh.line[:cap(sh.line)], sh.fast, vals[:]); res != resUnsure {
 		t.Errorf("a line with no room after it: %d, want %d", res, resUnsure)
 	}
+	// An escape is never decided here: the Go match decodes the run id and checks its surrogates.
+	for _, run := range []string{`"\ud800"`, `"r\u0041"`, `"\ud83d\ude00"`} {
+		esc := strings.Replace(shapeTemplate, `"run-1"`, run, 1)
+		if _, res := matchSteps([]byte(esc+"\n"+strings.Repeat(" ", 16)), sh.line[:cap(sh.line)], sh.fast, vals[:]); res != resUnsure {
+			t.Errorf("a run id %s: %d, want %d", run, res, resUnsure)
+		}
+	}
 }
 
 // TestAShapeReadsNothingPastItsInput cuts a line short at every byte, inside a buffer that goes on
