@@ -22,7 +22,7 @@ test: fmt-check vet check-generated
 	go test -short -run '^$$' -bench . -benchtime 1x $(MODULES)
 	$(MAKE) fuzz
 
-## fuzz: every fuzz target for FUZZTIME inputs (60,000, 5-15 s each, in make test; make reliability
+## fuzz: every fuzz target for FUZZTIME inputs (60,000, 5-70 s each, in make test; make reliability
 ## runs 1,000,000, about 2 minutes each).
 fuzz:
 	go test -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME) ./journal/
