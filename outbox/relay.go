@@ -353,12 +353,13 @@ func (r *Relay) project(ctx context.Context, runID string, target int64) (int, e
 		}
 	}()
 	for len(lines) > 0 {
+		held := lineBytes(lines) // before contiguous: what the reader ahead counted
 		if lines, err = contiguous(runID, cursor, lines); err != nil {
 			return placed, err
 		}
 		last := lines[len(lines)-1].Seq
 		if placed > 0 && ahead == nil && (target == 0 || last < target) {
-			ahead = r.startPrefetch(ctx, runID, last, target, lineBytes(lines))
+			ahead = r.startPrefetch(ctx, runID, last, target, held)
 		}
 		if err := r.place(ctx, turn, runID, lines, toMark); err != nil {
 			return placed, err
@@ -366,7 +367,7 @@ func (r *Relay) project(ctx context.Context, runID string, target int64) (int, e
 		placed += len(lines)
 		cursor = last
 		if ahead != nil {
-			ahead.release(lineBytes(lines))
+			ahead.release(held)
 		}
 		switch {
 		case target > 0 && cursor >= target:

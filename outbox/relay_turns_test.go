@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -333,5 +335,87 @@ func TestAnotherRelayRecordsABatchWhoseRecordFailedInsteadOfSendingItAgain(t *te
 	}
 	if rep := verifyFile(t, path); rep.Lines != len(builds) || rep.Duplicates != 0 {
 		t.Fatalf("the journal holds %d lines and %d duplicates, want %d and 0", rep.Lines, rep.Duplicates, len(builds))
+	}
+}
+
+// closeRounds is how many drains TestCloseAtAnyMomentOfADrainLeavesNothingToSendAgain closes: a dozen in
+// make test, OUTBOX_RELAY_CLOSE_ROUNDS in make reliability.
+func closeRounds(t *testing.T) int {
+	if v := os.Getenv("OUTBOX_RELAY_CLOSE_ROUNDS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("OUTBOX_RELAY_CLOSE_ROUNDS=%q", v)
+		}
+		return n
+	}
+	return 12
+}
+
+// Close at a random moment of a drain, by Run or by Flush, with or without another relay of the run:
+// after Close returns nothing more reaches the sink, and the next process's Flush completes the
+// journal with no line sent twice.
+func TestCloseAtAnyMomentOfADrainLeavesNothingToSendAgain(t *testing.T) {
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(1, 2))
+	for round := range closeRounds(t) {
+		dir := t.TempDir()
+		dbPath, path := filepath.Join(dir, "book.db"), filepath.Join(dir, "journal.jsonl")
+		s, err := outbox.Open(ctx, dbPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		builds := make([]outbox.EventBuilder, 300)
+		for i := range builds {
+			builds[i] = journal.Builder("run", "spend", map[string]int{"i": i})
+		}
+		if _, err := s.EnqueueEvents(ctx, "run", builds); err != nil {
+			t.Fatal(err)
+		}
+		j, err := journal.OpenFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sink := newGatedSink(j, 0)
+		var wg sync.WaitGroup
+		for k := range 1 + round%2 {
+			r := outbox.NewRelay(s, sink, "run", outbox.WithBatchSize(5+rng.IntN(20)))
+			wg.Go(func() {
+				var err error
+				if (round+k)%3 == 0 {
+					err = r.Run(ctx)
+				} else {
+					err = r.Flush(ctx)
+				}
+				if err != nil && !errors.Is(err, outbox.ErrClosed) {
+					t.Errorf("round %d: relay: %v", round, err)
+				}
+			})
+		}
+		time.Sleep(time.Duration(rng.IntN(30_000)) * time.Microsecond)
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		sink.closed.Store(true)
+		if n := sink.active.Load(); n != 0 {
+			t.Fatalf("round %d: %d appends running after Close returned", round, n)
+		}
+		wg.Wait()
+		if n := sink.late.Load(); n != 0 {
+			t.Fatalf("round %d: %d appends began after Close returned", round, n)
+		}
+
+		s2, err := outbox.Open(ctx, dbPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := outbox.NewRelay(s2, j, "run").Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		s2.Close()
+		j.Close()
+		if rep := verifyFile(t, path); rep.Lines != len(builds) || rep.Duplicates != 0 {
+			t.Fatalf("round %d: the journal holds %d lines and %d duplicates, want %d and 0",
+				round, rep.Lines, rep.Duplicates, len(builds))
+		}
 	}
 }
