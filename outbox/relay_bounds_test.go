@@ -183,15 +183,19 @@ func relayPeakHeap(tb testing.TB, lines, lineSize int, opts ...outbox.RelayOptio
 
 // relayMemoryLines is how many 1 MiB lines the memory test drains: a few dozen in make test,
 // OUTBOX_RELAY_MEMORY_LINES in make reliability.
-func relayMemoryLines(t *testing.T) int {
-	if v := os.Getenv("OUTBOX_RELAY_MEMORY_LINES"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			t.Fatalf("OUTBOX_RELAY_MEMORY_LINES=%q", v)
-		}
-		return n
+func relayMemoryLines(t *testing.T) int { return envCount(t, "OUTBOX_RELAY_MEMORY_LINES", 48) }
+
+// envCount reads a positive count from the environment variable name, or returns def when it is unset.
+func envCount(t *testing.T, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
 	}
-	return 48
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		t.Fatalf("%s=%q, want a count of at least 1", name, v)
+	}
+	return n
 }
 
 // A relay's memory follows WithBatchBytes, not the backlog: draining lines of 1 MiB, the heap stays

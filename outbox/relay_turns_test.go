@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,6 +15,29 @@ import (
 	"github.com/textmachine/outbox/journal"
 	"github.com/textmachine/outbox/outbox"
 )
+
+// openWithBacklog opens a store at path holding n lines of run "run".
+func openWithBacklog(t testing.TB, path string, n int) *outbox.Store {
+	t.Helper()
+	s, err := outbox.Open(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enqueueSpends(t, s, n)
+	return s
+}
+
+// enqueueSpends enqueues n journal lines of run "run" in one transaction.
+func enqueueSpends(t testing.TB, s *outbox.Store, n int) {
+	t.Helper()
+	builds := make([]outbox.EventBuilder, n)
+	for i := range builds {
+		builds[i] = journal.Builder("run", "spend", map[string]int{"i": i})
+	}
+	if _, err := s.EnqueueEvents(context.Background(), "run", builds); err != nil {
+		t.Fatal(err)
+	}
+}
 
 func openJournal(t testing.TB, path string) *journal.File {
 	t.Helper()
@@ -149,17 +171,8 @@ func TestCloseDuringADrainWaitsForTheBatchInFlightAndNothingIsSentAgain(t *testi
 	ctx := context.Background()
 	dir := t.TempDir()
 	dbPath, path := filepath.Join(dir, "book.db"), filepath.Join(dir, "journal.jsonl")
-	s, err := outbox.Open(ctx, dbPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	builds := make([]outbox.EventBuilder, 2000)
-	for i := range builds {
-		builds[i] = journal.Builder("run", "spend", map[string]int{"i": i})
-	}
-	if _, err := s.EnqueueEvents(ctx, "run", builds); err != nil {
-		t.Fatal(err)
-	}
+	const backlog = 2000
+	s := openWithBacklog(t, dbPath, backlog)
 	j := openJournal(t, path)
 	sink := newGatedSink(j, 3)
 	flushed := make(chan error, 1)
@@ -195,11 +208,11 @@ func TestCloseDuringADrainWaitsForTheBatchInFlightAndNothingIsSentAgain(t *testi
 	if err := outbox.NewRelay(s2, after, "run").Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := sent+after.lines.Load(), int64(len(builds)); got != want {
+	if got, want := sent+after.lines.Load(), int64(backlog); got != want {
 		t.Errorf("the sink got %d lines before Close and %d after reopening: %d in all, want %d", sent, after.lines.Load(), got, want)
 	}
-	if rep := verifyFile(t, path); rep.Lines != len(builds) || rep.Duplicates != 0 {
-		t.Fatalf("the journal holds %d lines and %d duplicates, want %d and 0", rep.Lines, rep.Duplicates, len(builds))
+	if rep := verifyFile(t, path); rep.Lines != backlog || rep.Duplicates != 0 {
+		t.Fatalf("the journal holds %d lines and %d duplicates, want %d and 0", rep.Lines, rep.Duplicates, backlog)
 	}
 }
 
@@ -311,13 +324,8 @@ func TestAnotherRelayRecordsABatchWhoseRecordFailedInsteadOfSendingItAgain(t *te
 	s := openStore(t)
 	path := filepath.Join(t.TempDir(), "journal.jsonl")
 	j := openJournal(t, path)
-	builds := make([]outbox.EventBuilder, 50)
-	for i := range builds {
-		builds[i] = journal.Builder("run", "spend", map[string]int{"i": i})
-	}
-	if _, err := s.EnqueueEvents(ctx, "run", builds); err != nil {
-		t.Fatal(err)
-	}
+	const backlog = 50
+	enqueueSpends(t, s, backlog)
 	first, cancel := context.WithCancel(ctx)
 	sink := &cancelAfterAppend{j: j, cancel: cancel}
 	if err := outbox.NewRelay(s, sink, "run", outbox.WithBatchSize(20)).Flush(first); !errors.Is(err, context.Canceled) {
@@ -330,26 +338,17 @@ func TestAnotherRelayRecordsABatchWhoseRecordFailedInsteadOfSendingItAgain(t *te
 	if err := outbox.NewRelay(s, second, "run", outbox.WithBatchSize(20)).Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := sink.lines.Load() + second.lines.Load(); got != int64(len(builds)) {
-		t.Errorf("the sinks got %d lines in all, want %d", got, len(builds))
+	if got := sink.lines.Load() + second.lines.Load(); got != int64(backlog) {
+		t.Errorf("the sinks got %d lines in all, want %d", got, backlog)
 	}
-	if rep := verifyFile(t, path); rep.Lines != len(builds) || rep.Duplicates != 0 {
-		t.Fatalf("the journal holds %d lines and %d duplicates, want %d and 0", rep.Lines, rep.Duplicates, len(builds))
+	if rep := verifyFile(t, path); rep.Lines != backlog || rep.Duplicates != 0 {
+		t.Fatalf("the journal holds %d lines and %d duplicates, want %d and 0", rep.Lines, rep.Duplicates, backlog)
 	}
 }
 
 // closeRounds is how many drains TestCloseAtAnyMomentOfADrainLeavesNothingToSendAgain closes: a dozen in
 // make test, OUTBOX_RELAY_CLOSE_ROUNDS in make reliability.
-func closeRounds(t *testing.T) int {
-	if v := os.Getenv("OUTBOX_RELAY_CLOSE_ROUNDS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			t.Fatalf("OUTBOX_RELAY_CLOSE_ROUNDS=%q", v)
-		}
-		return n
-	}
-	return 12
-}
+func closeRounds(t *testing.T) int { return envCount(t, "OUTBOX_RELAY_CLOSE_ROUNDS", 12) }
 
 // Close at a random moment of a drain, by Run or by Flush, with or without another relay of the run:
 // after Close returns nothing more reaches the sink, and the next process's Flush completes the
@@ -360,17 +359,8 @@ func TestCloseAtAnyMomentOfADrainLeavesNothingToSendAgain(t *testing.T) {
 	for round := range closeRounds(t) {
 		dir := t.TempDir()
 		dbPath, path := filepath.Join(dir, "book.db"), filepath.Join(dir, "journal.jsonl")
-		s, err := outbox.Open(ctx, dbPath)
-		if err != nil {
-			t.Fatal(err)
-		}
-		builds := make([]outbox.EventBuilder, 300)
-		for i := range builds {
-			builds[i] = journal.Builder("run", "spend", map[string]int{"i": i})
-		}
-		if _, err := s.EnqueueEvents(ctx, "run", builds); err != nil {
-			t.Fatal(err)
-		}
+		const backlog = 300
+		s := openWithBacklog(t, dbPath, backlog)
 		j, err := journal.OpenFile(path)
 		if err != nil {
 			t.Fatal(err)
@@ -413,9 +403,9 @@ func TestCloseAtAnyMomentOfADrainLeavesNothingToSendAgain(t *testing.T) {
 		}
 		s2.Close()
 		j.Close()
-		if rep := verifyFile(t, path); rep.Lines != len(builds) || rep.Duplicates != 0 {
+		if rep := verifyFile(t, path); rep.Lines != backlog || rep.Duplicates != 0 {
 			t.Fatalf("round %d: the journal holds %d lines and %d duplicates, want %d and 0",
-				round, rep.Lines, rep.Duplicates, len(builds))
+				round, rep.Lines, rep.Duplicates, backlog)
 		}
 	}
 }
