@@ -233,9 +233,10 @@ func (s *stuckSink) Append(ctx context.Context, _ string, _ []outbox.EventLine) 
 	}
 }
 
-// Close waits for a batch in flight only up to the operation timeout: a sink that never answers
-// cannot hang it.
-func TestCloseWaitsForAStuckSinkOnlyUpToTheOpTimeout(t *testing.T) {
+// stuckRelay opens a store with an operation timeout of 200 ms and one line of run "run", and starts a
+// relay's Flush into a stuckSink; it returns once the sink holds the batch. Close the sink's free.
+func stuckRelay(t *testing.T) (*outbox.Store, *stuckSink, <-chan error) {
+	t.Helper()
 	ctx := context.Background()
 	s, err := outbox.Open(ctx, filepath.Join(t.TempDir(), "book.db"), outbox.WithOpTimeout(200*time.Millisecond))
 	if err != nil {
@@ -245,10 +246,17 @@ func TestCloseWaitsForAStuckSinkOnlyUpToTheOpTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	sink := &stuckSink{entered: make(chan struct{}), free: make(chan struct{})}
-	defer close(sink.free)
 	flushed := make(chan error, 1)
 	go func() { flushed <- outbox.NewRelay(s, sink, "run").Flush(ctx) }()
 	<-sink.entered
+	return s, sink, flushed
+}
+
+// Close waits for a batch in flight only up to the operation timeout: a sink that never answers
+// cannot hang it.
+func TestCloseWaitsForAStuckSinkOnlyUpToTheOpTimeout(t *testing.T) {
+	s, sink, flushed := stuckRelay(t)
+	defer close(sink.free)
 	if err := s.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
@@ -262,17 +270,8 @@ func TestCloseWaitsForAStuckSinkOnlyUpToTheOpTimeout(t *testing.T) {
 // its own context ends, and a relay waiting when Close begins returns ErrClosed.
 func TestARelayWaitingForItsTurnGivesUpWithItsContextOrWhenTheStoreCloses(t *testing.T) {
 	ctx := context.Background()
-	s, err := outbox.Open(ctx, filepath.Join(t.TempDir(), "book.db"), outbox.WithOpTimeout(200*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.EnqueueEvent(ctx, "run", journal.Handshake("run", nil)); err != nil {
-		t.Fatal(err)
-	}
-	sink := &stuckSink{entered: make(chan struct{}), free: make(chan struct{})}
+	s, sink, _ := stuckRelay(t)
 	defer close(sink.free)
-	go outbox.NewRelay(s, sink, "run").Flush(ctx)
-	<-sink.entered
 
 	waiting := outbox.NewRelay(s, &batchSink{}, "run")
 	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
