@@ -29,6 +29,13 @@
 //     the append is retried alone, never by appending the batch again. Relay.Recover projects what
 //     earlier processes committed and drops only rows whose lines the sink has; it never touches a run
 //     this Store has enqueued to.
+//   - One projection at a time per run. Relays of one Store that project the same run take turns
+//     (a waiting relay gives up when its context ends), so no line is appended twice by them, and a
+//     batch whose record failed is recorded by whichever relay takes the run next, not appended again.
+//   - Memory bounded by configuration. A relay holds at most WithBatchBytes (4 MiB by default) of
+//     lines, the batch it appends and the batches it reads ahead together, plus one line: a batch
+//     always holds at least one line, so a longer line goes alone. WithBatchSize bounds a batch's
+//     lines as well.
 //   - No number reused. A run's next seq follows the highest it was ever given, also after its rows
 //     were dropped (ForgetEvents, Recover): the reader would take a second line under a seq it has as
 //     a conflict.
@@ -79,7 +86,10 @@
 // dropped the pages it could not write. A sink that fails is retried with backoff
 // (Run never gives up; Flush and Recover return the sink's error after their attempts); a sink that
 // refuses a batch for good (ErrSinkRefused) stops the relay, and so does a record of a batch that the
-// ledger refuses (ErrAnnounceConflict): the sink then holds the batch exactly once.
+// ledger refuses (ErrAnnounceConflict): the sink then holds the batch exactly once. Close waits for a
+// relay's batch in flight to be recorded, up to the operation timeout, and no relay starts another
+// append once Close has begun (ErrClosed): a clean shutdown leaves nothing to send again, unless a
+// sink takes longer than that wait.
 //
 // The store logs nothing unless given a logger (WithLogger). The schema is created and evolved by the
 // goose migrations in package migrations, which Open applies. Network file systems are not

@@ -290,21 +290,22 @@ func (s *Store) PendingEvents(ctx context.Context, runID string, after int64, li
 	if limit < 1 {
 		return nil, ErrInvalidLimit
 	}
-	lines, _, err := s.pending(ctx, runID, after, limit)
+	lines, _, err := s.pending(ctx, runID, after, limit, math.MaxInt)
 	return lines, err
 }
 
 // pending is PendingEvents for the relay: it also returns the seqs whose announce key is not yet in the
-// ledger, so that recording the batch touches those rows only.
+// ledger, so that recording the batch touches those rows only, and it stops at maxBytes of lines (see
+// readPending).
 //
 // It reads through the driver's own statement API rather than database/sql, whose per-row conversions
 // (each column into a driver.Value, then again into the scan target, two copies of every line) cost
 // more than SQLite's own work here: this read is most of a relay's CPU (BenchmarkPendingEvents,
 // BenchmarkRelayDrain). The lines are copied once, into one buffer per batch. The SQL is still sqlc's,
 // and its plan is asserted.
-func (s *Store) pending(ctx context.Context, runID string, after int64, limit int) (out []EventLine, toMark []int64, err error) {
+func (s *Store) pending(ctx context.Context, runID string, after int64, limit, maxBytes int) (out []EventLine, toMark []int64, err error) {
 	err = s.read(ctx, func(ctx context.Context) error {
-		if out, toMark, err = s.readPendingRows(ctx, runID, after, limit); err != nil {
+		if out, toMark, err = s.readPendingRows(ctx, runID, after, limit, maxBytes); err != nil {
 			return err
 		}
 		// Lines leave the process only once durable: a line projected and then lost to power
@@ -320,11 +321,11 @@ func (s *Store) pending(ctx context.Context, runID string, after int64, limit in
 
 // readPendingRows runs the pending read on the store's own connection and statement when they are
 // free; another relay reading at the same time takes a connection from the pool and prepares its own.
-func (s *Store) readPendingRows(ctx context.Context, runID string, after int64, limit int) (out []EventLine, toMark []int64, err error) {
+func (s *Store) readPendingRows(ctx context.Context, runID string, after int64, limit, maxBytes int) (out []EventLine, toMark []int64, err error) {
 	if s.pr.mu.TryLock() {
 		defer s.pr.mu.Unlock()
 		if stmt, err := s.pr.statement(s); err == nil {
-			return readPending(ctx, s.pr.conn, stmt, runID, after, limit)
+			return readPending(ctx, s.pr.conn, stmt, runID, after, limit, maxBytes)
 		}
 	}
 	conn, err := s.r.Conn(ctx)
@@ -339,7 +340,7 @@ func (s *Store) readPendingRows(ctx context.Context, runID string, after int64, 
 			return err
 		}
 		defer stmt.Close()
-		out, toMark, err = readPending(ctx, c, stmt, runID, after, limit)
+		out, toMark, err = readPending(ctx, c, stmt, runID, after, limit, maxBytes)
 		return err
 	})
 	return out, toMark, err
@@ -392,7 +393,11 @@ func (p *pendingReader) close() error {
 // maxPendingGuess bounds the buffer a pending read sizes in advance.
 const maxPendingGuess = 4 << 20
 
-func readPending(ctx context.Context, c *sqlite3.Conn, stmt *sqlite3.Stmt, runID string, after int64, limit int) (out []EventLine, toMark []int64, err error) {
+// readPending reads at most limit lines, and stops before the line that would take the batch past
+// maxBytes of lines, so that a batch of large lines holds a few of them, not limit; a first line longer
+// than maxBytes is returned alone. The row it stops at has been stepped and is read again by the next
+// batch: SQLite loads a row's line when it steps to it, so that costs one line's read per full batch.
+func readPending(ctx context.Context, c *sqlite3.Conn, stmt *sqlite3.Stmt, runID string, after int64, limit, maxBytes int) (out []EventLine, toMark []int64, err error) {
 	old := c.SetInterrupt(ctx)
 	defer c.SetInterrupt(old)
 	defer stmt.Reset()
@@ -406,17 +411,24 @@ func readPending(ctx context.Context, c *sqlite3.Conn, stmt *sqlite3.Stmt, runID
 	for stmt.Step() {
 		seq := stmt.ColumnInt64(0)
 		line := stmt.ColumnRawBlob(1)
+		if len(out) > 0 && len(line) > maxBytes-len(buf) {
+			break
+		}
 		if buf == nil {
 			// Sized from the first line, so that a batch of lines of about its length is copied
-			// into the buffer without growing it; but never guessed past maxPendingGuess, since one
-			// long line says nothing about the rest (a 64 MiB first line would ask for 80 GB).
-			buf = make([]byte, 0, min((len(line)+len(line)/4+16)*rows, max(len(line), maxPendingGuess)))
+			// into the buffer without growing it; but never guessed past maxPendingGuess or the
+			// batch's bound, since one long line says nothing about the rest (a 64 MiB first line
+			// would ask for 80 GB).
+			buf = make([]byte, 0, min((len(line)+len(line)/4+16)*rows, max(len(line), min(maxPendingGuess, maxBytes))))
 		}
-		buf = append(buf, line...)
+		buf = appendBounded(buf, line, maxBytes)
 		ends = append(ends, len(buf))
 		out = append(out, EventLine{Seq: seq})
 		if stmt.ColumnInt64(2) != 0 {
 			toMark = append(toMark, seq)
+		}
+		if len(buf) >= maxBytes {
+			break
 		}
 	}
 	if err := stmt.Err(); err != nil {
@@ -430,6 +442,18 @@ func readPending(ctx context.Context, c *sqlite3.Conn, stmt *sqlite3.Stmt, runID
 		start = end
 	}
 	return out, toMark, nil
+}
+
+// appendBounded appends line to buf, growing buf no further than bound (or than buf and line need).
+// append's own growth, up to twice what is needed, is kept while that stays under the bound.
+func appendBounded(buf, line []byte, bound int) []byte {
+	need := len(buf) + len(line)
+	if need <= cap(buf) || need <= bound/2 {
+		return append(buf, line...)
+	}
+	grown := make([]byte, len(buf), min(max(2*cap(buf), need), max(bound, need)))
+	copy(grown, buf)
+	return append(grown, line...)
 }
 
 // EventsUsed reports whether runID has any row, buffered or in the ledger. A run id is a stream

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/textmachine/outbox/internal/faultpoint"
@@ -37,6 +38,7 @@ var ErrRowsMissing = errors.New("outbox: stored lines are not contiguous")
 // Relay defaults.
 const (
 	DefaultBatchSize     = 256
+	DefaultBatchBytes    = 4 << 20
 	DefaultMinBackoff    = 10 * time.Millisecond
 	DefaultMaxBackoff    = 5 * time.Second
 	DefaultFlushAttempts = 5
@@ -45,6 +47,7 @@ const (
 
 type relayConfig struct {
 	batch         int
+	batchBytes    int
 	minBackoff    time.Duration
 	maxBackoff    time.Duration
 	flushAttempts int
@@ -56,14 +59,29 @@ type relayConfig struct {
 // RelayOption configures NewRelay. An invalid value makes the relay's methods return an error.
 type RelayOption func(*relayConfig) error
 
-// WithBatchSize sets how many lines a relay reads and appends at a time. The default is 256. While
-// draining, a relay holds up to three batches in memory: the one being appended and two read ahead.
+// WithBatchSize sets how many lines a relay reads and appends at a time, at most. The default is 256.
+// WithBatchBytes bounds a batch too.
 func WithBatchSize(n int) RelayOption {
 	return func(c *relayConfig) error {
 		if n < 1 {
 			return fmt.Errorf("outbox: relay batch size %d, need at least 1", n)
 		}
 		c.batch = n
+		return nil
+	}
+}
+
+// WithBatchBytes bounds the bytes of lines a relay holds: a batch ends before the line that would
+// take it past n bytes, and the batches read ahead while one is appended share the same n with it. A
+// batch always holds at least one line, so a line longer than n is read and appended alone. So a
+// relay holds at most n bytes of lines plus one line, whatever the lines' size; a sink may copy the
+// batch it is given (journal.File does, once). The default is DefaultBatchBytes (4 MiB).
+func WithBatchBytes(n int) RelayOption {
+	return func(c *relayConfig) error {
+		if n < 1 {
+			return fmt.Errorf("outbox: relay batch bytes %d, need at least 1", n)
+		}
+		c.batchBytes = n
 		return nil
 	}
 }
@@ -132,7 +150,9 @@ func WithRelayLogger(l *slog.Logger) RelayOption {
 // skips one.
 //
 // A relay serves one run, its own (runID), and Recover serves the runs of earlier processes. Its
-// methods are safe for concurrent use; batches are projected one at a time.
+// methods are safe for concurrent use; batches are projected one at a time. Relays of one Store that
+// project the same run take turns, so none appends a line another has appended; a relay waiting for
+// its turn gives up when its context ends.
 type Relay struct {
 	s     *Store
 	sink  Sink
@@ -140,12 +160,8 @@ type Relay struct {
 	cfg   relayConfig
 	err   error // from the options or the arguments; returned by every method
 
-	mu      sync.Mutex // one batch at a time; guards failing and unrecorded
+	mu      sync.Mutex // one batch at a time; guards failing
 	failing error      // the error of the last failed batch, until a batch succeeds
-	// unrecorded is a batch the sink has and the store has not recorded yet: its record failed. It
-	// is retried alone before anything else is appended, so a failure after an append never sends
-	// the batch again.
-	unrecorded *batchRecord
 }
 
 // batchRecord is what recording a batch writes: the run's new position and the once keys to move
@@ -162,6 +178,7 @@ type batchRecord struct {
 func NewRelay(s *Store, sink Sink, runID string, opts ...RelayOption) *Relay {
 	r := &Relay{s: s, sink: sink, runID: runID, cfg: relayConfig{
 		batch:         DefaultBatchSize,
+		batchBytes:    DefaultBatchBytes,
 		minBackoff:    DefaultMinBackoff,
 		maxBackoff:    DefaultMaxBackoff,
 		flushAttempts: DefaultFlushAttempts,
@@ -206,19 +223,35 @@ const readAhead = 2
 
 // prefetch reads a run's batches in order on a goroutine of its own, up to readAhead ahead of the
 // relay, starting after seq after, and stops at an empty batch, an error, or target.
+//
+// The batch being appended and the batches read ahead share the relay's byte bound: the reader reads
+// only into the room they leave (held counts them), and waits for room when they fill it. Batches of
+// small lines leave room for two more; batches of large ones are read one after another.
 type prefetch struct {
-	ch   chan fetched
-	stop chan struct{}
-	done chan struct{}
+	ch    chan fetched
+	stop  chan struct{}
+	done  chan struct{}
+	held  atomic.Int64  // bytes of lines read and not yet released by the relay
+	freed chan struct{} // a token after each release, for a reader waiting for room
 }
 
-func (r *Relay) startPrefetch(ctx context.Context, runID string, after, target int64) *prefetch {
-	p := &prefetch{ch: make(chan fetched, readAhead-1), stop: make(chan struct{}), done: make(chan struct{})}
+func (r *Relay) startPrefetch(ctx context.Context, runID string, after, target int64, appending int64) *prefetch {
+	p := &prefetch{ch: make(chan fetched, readAhead-1), stop: make(chan struct{}), done: make(chan struct{}),
+		freed: make(chan struct{}, 1)}
+	p.held.Store(appending)
+	limit := int64(r.cfg.batchBytes)
 	go func() {
 		defer close(p.done)
 		defer close(p.ch)
+		last := appending
 		for {
-			l, m, err := r.s.pending(ctx, runID, after, r.cfg.batch)
+			room, ok := p.room(limit, min(last, limit))
+			if !ok {
+				return
+			}
+			l, m, err := r.s.pending(ctx, runID, after, r.cfg.batch, int(room))
+			last = lineBytes(l)
+			p.held.Add(last)
 			select {
 			case p.ch <- fetched{l, m, err}:
 			case <-p.stop:
@@ -236,6 +269,31 @@ func (r *Relay) startPrefetch(ctx context.Context, runID string, after, target i
 	return p
 }
 
+// room waits until the relay holds at most limit-want bytes and returns the room left; a want of
+// about the last batch's size keeps the reader from cutting batches short. ok is false when the
+// reader is stopped.
+func (p *prefetch) room(limit, want int64) (room int64, ok bool) {
+	for {
+		if room = limit - p.held.Load(); room >= max(want, 1) {
+			return room, true
+		}
+		select {
+		case <-p.freed:
+		case <-p.stop:
+			return 0, false
+		}
+	}
+}
+
+// release gives back the room of a batch the relay no longer holds.
+func (p *prefetch) release(n int64) {
+	p.held.Add(-n)
+	select {
+	case p.freed <- struct{}{}:
+	default:
+	}
+}
+
 // next returns the next batch read; ok is false when the reader has stopped without one.
 func (p *prefetch) next() (f fetched, ok bool) {
 	f, ok = <-p.ch
@@ -248,8 +306,19 @@ func (p *prefetch) close() {
 	<-p.done
 }
 
+func lineBytes(lines []EventLine) int64 {
+	n := 0
+	for _, l := range lines {
+		n += len(l.Line)
+	}
+	return int64(n)
+}
+
 // project projects runID from its recorded position, batch after batch, until nothing is pending or
 // the position reaches target (0: no target). It returns how many lines it placed.
+//
+// It holds the run's turn throughout (see projections): the position it starts from and the batches
+// it reads ahead stay valid only while no other relay of the store appends the run's lines.
 //
 // Each batch is appended to the sink and recorded before the next one is appended, so a crash leaves
 // at most one batch in the sink that is not recorded: K crashes re-send at most K batches. (Recording
@@ -260,14 +329,19 @@ func (p *prefetch) close() {
 func (r *Relay) project(ctx context.Context, runID string, target int64) (int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if err := r.record(ctx); err != nil {
+	turn, err := r.s.proj.acquire(ctx, runID)
+	if err != nil {
+		return 0, err
+	}
+	defer r.s.proj.release(runID, turn)
+	if err := r.record(ctx, turn); err != nil {
 		return 0, err
 	}
 	cursor, err := r.s.Projected(ctx, runID)
 	if err != nil || (target > 0 && cursor >= target) {
 		return 0, err
 	}
-	lines, toMark, err := r.s.pending(ctx, runID, cursor, r.cfg.batch)
+	lines, toMark, err := r.s.pending(ctx, runID, cursor, r.cfg.batch, r.cfg.batchBytes)
 	if err != nil {
 		return 0, err
 	}
@@ -279,23 +353,22 @@ func (r *Relay) project(ctx context.Context, runID string, target int64) (int, e
 		}
 	}()
 	for len(lines) > 0 {
+		held := lineBytes(lines) // before contiguous: what the reader ahead counted
 		if lines, err = contiguous(runID, cursor, lines); err != nil {
 			return placed, err
 		}
 		last := lines[len(lines)-1].Seq
 		if placed > 0 && ahead == nil && (target == 0 || last < target) {
-			ahead = r.startPrefetch(ctx, runID, last, target)
+			ahead = r.startPrefetch(ctx, runID, last, target, held)
 		}
-		if err := r.sink.Append(ctx, runID, lines); err != nil {
-			return placed, &sinkError{err}
-		}
-		faultpoint.Hit(faultpoint.RelayAfterAppend)
-		r.unrecorded = &batchRecord{runID: runID, last: last, toMark: marksUpTo(toMark, last), lines: len(lines)}
-		if err := r.record(ctx); err != nil {
+		if err := r.place(ctx, turn, runID, lines, toMark); err != nil {
 			return placed, err
 		}
 		placed += len(lines)
 		cursor = last
+		if ahead != nil {
+			ahead.release(held)
+		}
 		switch {
 		case target > 0 && cursor >= target:
 			return placed, nil
@@ -310,7 +383,7 @@ func (r *Relay) project(ctx context.Context, runID string, target int64) (int, e
 			// The reader stopped short of the cursor (a batch cut at a hole): read from it.
 			fallthrough
 		default:
-			if lines, toMark, err = r.s.pending(ctx, runID, cursor, r.cfg.batch); err != nil {
+			if lines, toMark, err = r.s.pending(ctx, runID, cursor, r.cfg.batch, r.cfg.batchBytes); err != nil {
 				return placed, err
 			}
 		}
@@ -318,16 +391,33 @@ func (r *Relay) project(ctx context.Context, runID string, target int64) (int, e
 	return placed, nil
 }
 
-// record records the batch the sink has and the store has not, if there is one. Call it with mu held.
-func (r *Relay) record(ctx context.Context) error {
-	b := r.unrecorded
+// place appends one batch to the sink and records it, as one batch in flight that Close waits for.
+// A closing store refuses it before the append (ErrClosed).
+func (r *Relay) place(ctx context.Context, turn *runTurn, runID string, lines []EventLine, toMark []int64) error {
+	if err := r.s.proj.begin(); err != nil {
+		return err
+	}
+	defer r.s.proj.end()
+	if err := r.sink.Append(ctx, runID, lines); err != nil {
+		return &sinkError{err}
+	}
+	faultpoint.Hit(faultpoint.RelayAfterAppend)
+	last := lines[len(lines)-1].Seq
+	turn.unrecorded = &batchRecord{runID: runID, last: last, toMark: marksUpTo(toMark, last), lines: len(lines)}
+	return r.record(ctx, turn)
+}
+
+// record records the batch the sink has and the store has not, if there is one. Call it holding the
+// run's turn, and mu.
+func (r *Relay) record(ctx context.Context, turn *runTurn) error {
+	b := turn.unrecorded
 	if b == nil {
 		return nil
 	}
 	if err := r.s.recordProjected(ctx, b.runID, b.last, b.toMark); err != nil {
 		return fmt.Errorf("outbox: record lines up to %d of run %q as projected: %w", b.last, b.runID, err)
 	}
-	r.unrecorded = nil
+	turn.unrecorded = nil
 	if r.failing != nil {
 		// The change of state is the first batch that gets through, not the end of a drain.
 		r.cfg.log.Info("outbox: relay recovered", "run", b.runID, "after", r.failing)

@@ -38,6 +38,7 @@ type Store struct {
 	group    *committer // the group committer and the prepared statements; nil when read-only
 	dur      *durability
 	pr       pendingReader
+	proj     projections // the relays' turns per run, and the batches Close waits for
 
 	// wconn is the writer connection as the driver has it, kept to ask SQLite whether a transaction is
 	// still open (an interrupted write statement rolls the whole transaction back). The store never
@@ -259,8 +260,11 @@ func syncDir(dir string) error {
 func (s *Store) Path() string { return s.path }
 
 // Close waits for operations in flight, closes the connections and releases the writer lock. Calls
-// after Close return ErrClosed; Close itself may be called again and returns nil.
+// after Close return ErrClosed; Close itself may be called again and returns nil. A relay's batch that
+// the sink is appending when Close begins is waited for until it is recorded, for up to the operation
+// timeout (WithOpTimeout; DefaultOpTimeout when that is 0); no relay starts another append.
 func (s *Store) Close() error {
+	s.proj.shutdown(s.closeWait())
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
