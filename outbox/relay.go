@@ -59,8 +59,16 @@ type relayConfig struct {
 // RelayOption configures NewRelay. An invalid value makes the relay's methods return an error.
 type RelayOption func(*relayConfig) error
 
-// WithBatchSize sets how many lines a relay reads and appends at a time, at most. The default is 256.
-// WithBatchBytes bounds a batch too.
+// BatchSizer is a Sink that says how many lines a batch should hold for it: a broker that stores a
+// batch atomically is faster with larger ones than a file that syncs each. NewRelay takes that size
+// unless WithBatchSize is given.
+type BatchSizer interface {
+	BatchSize() int
+}
+
+// WithBatchSize sets how many lines a relay reads and appends at a time, at most. The default is the
+// sink's BatchSize when it is a BatchSizer, otherwise DefaultBatchSize (256). WithBatchBytes bounds a
+// batch too.
 func WithBatchSize(n int) RelayOption {
 	return func(c *relayConfig) error {
 		if n < 1 {
@@ -192,9 +200,11 @@ func NewRelay(s *Store, sink Sink, runID string, opts ...RelayOption) *Relay {
 		r.err = errors.New("outbox: relay with a nil sink")
 	default:
 		r.err = checkRunID(runID)
-		r.cfg.log = s.log
 	}
 	r.cfg.log = s.log
+	if b, ok := sink.(BatchSizer); ok && b.BatchSize() > 0 {
+		r.cfg.batch = b.BatchSize()
+	}
 	for _, o := range opts {
 		if o == nil || r.err != nil {
 			continue

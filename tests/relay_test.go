@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -445,5 +446,36 @@ func TestASinksRefusalStopsTheRelayWithoutRetrying(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run kept retrying a refused batch")
+	}
+}
+
+// sizedSink is a memSink that asks for batches of its own size.
+type sizedSink struct {
+	*memSink
+	size int
+}
+
+func (s sizedSink) BatchSize() int { return s.size }
+
+// TestARelayTakesTheBatchSizeItsSinkAsksFor: a sink that is a BatchSizer gets batches of its size
+// unless WithBatchSize says otherwise.
+func TestARelayTakesTheBatchSizeItsSinkAsksFor(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := setup(t)
+	for run, tc := range map[string]struct {
+		opts []outbox.RelayOption
+		want int
+	}{"asked": {nil, 3}, "told": {[]outbox.RelayOption{outbox.WithBatchSize(4)}, 4}} {
+		if _, err := s.EnqueueEvents(ctx, run, slices.Repeat([]outbox.EventBuilder{lineOf("x")}, 10)); err != nil {
+			t.Fatal(err)
+		}
+		sink := sizedSink{newMemSink(), 3}
+		if err := fastRelay(s, sink, run, tc.opts...).Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := sink.tried; len(got) == 0 || got[0] != tc.want {
+			t.Errorf("%s: batches %v, want the first of %d lines", run, got, tc.want)
+		}
 	}
 }
