@@ -353,10 +353,13 @@ func (q *Queries) EventsPending(ctx context.Context, db DBTX, arg EventsPendingP
 
 const EventsRunUsed = `-- name: EventsRunUsed :one
 SELECT CAST(EXISTS (
-    SELECT 1 FROM events_outbox WHERE engine_run_id = ?1
+    SELECT 1 FROM events_outbox WHERE engine_run_id = CAST(?1 AS TEXT)
+) OR EXISTS (
+    SELECT 1 FROM outbox_progress WHERE engine_run_id = CAST(?1 AS TEXT)
 ) AS INTEGER) AS used
 `
 
+// A run is used once it has a row, or a progress row: projected, or its rows forgotten (migrations/00003).
 func (q *Queries) EventsRunUsed(ctx context.Context, db DBTX, engineRunID string) (int64, error) {
 	row := db.QueryRowContext(ctx, EventsRunUsed, engineRunID)
 	var used int64

@@ -26,8 +26,8 @@ const benchLines = 5120
 //     orders nor checks anything (the baseline);
 //   - atomic-256, atomic-1000: the sink's atomic path, Append in batches of 256 and of 1,000;
 //   - each-256: the sink's one-at-a-time path, on a second stream without atomic publish;
-//   - relay-default, relay-batch: a relay projecting a store through the sink with every default, and
-//     with outbox.WithBatchSize(sink.BatchSize()).
+//   - relay-default, relay-batch: a relay projecting a store through the sink with every default (it
+//     takes the sink's BatchSize), and with outbox.WithBatchSize(sink.BatchSize()) said explicitly.
 //
 // Each path's rate is reported in lines/s and as a ratio of async's in the same iterations. R1 is one
 // server with a one-replica file stream; R3 a three-server cluster with a three-replica stream (skipped

@@ -192,7 +192,7 @@ func (j *File) Append(ctx context.Context, runID string, lines []outbox.EventLin
 	if err := j.checkUnmodified(); err != nil {
 		return err
 	}
-	if err := j.checkContinues(runID, lines[0].Seq); err != nil {
+	if err := j.checkContinues(runID, lines); err != nil {
 		return err
 	}
 	if err := j.write(buf); err != nil {

@@ -2,6 +2,7 @@ package journal
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -58,6 +59,14 @@ func inspect(f *os.File) (fileEnd, error) {
 		}
 		if len(torn) > limit {
 			return fileEnd{}, notJournalf("its last line has no newline and is longer than %d bytes", limit)
+		}
+		if len(torn) > 0 && json.Valid(torn) {
+			// Whole, not torn: a line cut short by a crash is never valid JSON. A complete journal
+			// line that missed its newline was never acknowledged and goes; anything else is some
+			// other file's content (a one-line JSON document), which is not ours to cut.
+			if _, _, err := journalLine(torn); err != nil {
+				return fileEnd{}, notJournalf("its last line has no newline and is not a journal line: %v", err)
+			}
 		}
 		end := fileEnd{size: size, complete: base + int64(p) + 1}
 		if p < 0 {

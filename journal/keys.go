@@ -50,13 +50,22 @@ func (j *File) checkKeys(runID string, lines []outbox.EventLine, buf []byte) err
 
 // checkContinues refuses a batch of runID that starts more than one past the run's last seq in the
 // journal. A batch that starts at 1 needs no look.
-func (j *File) checkContinues(runID string, first int64) error {
+func (j *File) checkContinues(runID string, lines []outbox.EventLine) error {
+	first := lines[0].Seq
 	if first <= 1 {
+		// A run's first batch needs no look back, which for a new run would read the whole file:
+		// it is compared with the run's lines only when the part of the file read so far holds some.
+		if last := j.runs.last[runID]; last >= 1 {
+			return j.checkRedelivery(runID, lines, last)
+		}
 		return nil
 	}
 	last, err := j.runs.lastAtLeast(j, runID, first-1)
 	if err != nil {
 		return err
+	}
+	if last >= first {
+		return j.checkRedelivery(runID, lines, last)
 	}
 	if last >= first-1 {
 		return nil
@@ -143,4 +152,66 @@ func (x *runIndex) stepBack(j *File) error {
 		}
 		return nil
 	}
+}
+
+// checkRedelivery compares the lines of a batch that the run already has in the file (seqs up to
+// last, its highest) with their copies there: a re-delivery after a crash carries the same bytes, and
+// a line under a key the file holds with other bytes is a payload conflict, which the reader would
+// quarantine the run for; a seq the file skips is a gap. The copies are found reading back from the
+// end, where a re-delivered batch's lines were appended, until every one is found.
+func (j *File) checkRedelivery(runID string, lines []outbox.EventLine, last int64) error {
+	want := map[int64][]byte{}
+	for _, l := range lines {
+		if l.Seq <= last {
+			want[l.Seq] = l.Line
+		}
+	}
+	if len(want) == 0 {
+		return nil
+	}
+	found := map[int64]bool{}
+	var chunk []byte
+	for end := j.size; end > 0 && len(found) < len(want); {
+		start := max(0, end-scanChunk)
+		for {
+			if int64(cap(chunk)) < end-start {
+				chunk = make([]byte, end-start)
+			}
+			b := chunk[:end-start]
+			if _, err := j.f.ReadAt(b, start); err != nil {
+				return fmt.Errorf("journal: read %s back from byte %d: %w", j.path, start, err)
+			}
+			from := 0
+			if start > 0 {
+				i := bytes.IndexByte(b, '\n')
+				if i < 0 {
+					start = max(0, end-2*(end-start)) // one line longer than the chunk
+					continue
+				}
+				from = i + 1
+			}
+			for rest := b[from:]; len(rest) > 0; {
+				n, run, seq, w := j.scan.parseNext(rest)
+				if w == whyNone && string(run) == runID && !found[seq] {
+					if line, ok := want[seq]; ok {
+						if !bytes.Equal(rest[:n], line) {
+							return fmt.Errorf("%w: run %q seq %d: %s holds the line with other bytes: %w",
+								ErrPayloadConflict, runID, seq, j.path, outbox.ErrSinkRefused)
+						}
+						found[seq] = true
+					}
+				}
+				rest = rest[min(n+1, len(rest)):]
+			}
+			end = start + int64(from)
+			break
+		}
+	}
+	for seq := range want {
+		if !found[seq] {
+			return fmt.Errorf("%w: run %q: %s holds the run up to seq %d but not seq %d: %w",
+				ErrStreamGap, runID, j.path, last, seq, outbox.ErrSinkRefused)
+		}
+	}
+	return nil
 }

@@ -49,6 +49,8 @@ func TestOpenFileRefusesAFileThatIsNotAJournal(t *testing.T) {
 		"NUL bytes at the end":                  append([]byte(good), make([]byte, 512)...),
 		"a journal line with a NUL in the tail": []byte(good + `{"engine_run_id":"r","seq":3,"x":"` + "\x00"),
 		"a torn tail longer than a line":        []byte(good + "{" + strings.Repeat("x", outbox.DefaultMaxLineSize)),
+		"one JSON object, no newline":           []byte(`{"database":"prod","user":"admin","password":"x"}`),
+		"a whole JSON object as the tail":       []byte(good + `{"database":"prod"}`),
 	} {
 		path := filepath.Join(dir, strings.ReplaceAll(name, " ", "-"))
 		if err := os.WriteFile(path, content, 0o644); err != nil {

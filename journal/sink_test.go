@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -260,5 +261,61 @@ func TestAppendRefusesALineThatDoesNotBeginAsAJournalLine(t *testing.T) {
 	}
 	if got := readFile(t, path); got != "" {
 		t.Errorf("the file holds %q", got)
+	}
+}
+
+// TestARedeliveryWithOtherBytesIsAConflict: a batch that repeats lines the file holds is appended
+// only when it carries the same bytes; a line under a key the file holds with other bytes is refused
+// as a payload conflict, which the reader would quarantine the run for, and nothing is written.
+func TestARedeliveryWithOtherBytesIsAConflict(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "j.jsonl")
+	j, err := OpenFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	ctx := context.Background()
+	mk := func(seq int64, what string) outbox.EventLine {
+		return outbox.EventLine{Seq: seq, Line: fmt.Appendf(nil, `{"engine_run_id":"r","seq":%d,"what":%q}`, seq, what)}
+	}
+	if err := j.Append(ctx, "r", []outbox.EventLine{mk(1, "a"), mk(2, "b"), mk(3, "c")}); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadFile(path)
+	for name, batch := range map[string][]outbox.EventLine{
+		"from seq 2":            {mk(2, "other"), mk(3, "c"), mk(4, "d")},
+		"from seq 1":            {mk(1, "a"), mk(2, "b"), mk(3, "other")},
+		"the last line, longer": {mk(3, "c and more")},
+	} {
+		err := j.Append(ctx, "r", batch)
+		if !errors.Is(err, ErrPayloadConflict) || !errors.Is(err, outbox.ErrSinkRefused) {
+			t.Errorf("%s: %v, want ErrPayloadConflict and ErrSinkRefused", name, err)
+		}
+	}
+	if after, _ := os.ReadFile(path); !bytes.Equal(before, after) {
+		t.Errorf("a refused re-delivery changed the file")
+	}
+	// The same bytes again are a re-delivery, as after a crash, and go on from there; after a reopen
+	// too.
+	if err := j.Append(ctx, "r", []outbox.EventLine{mk(2, "b"), mk(3, "c"), mk(4, "d")}); err != nil {
+		t.Fatalf("an identical re-delivery: %v", err)
+	}
+	j.Close()
+	j2, err := OpenFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j2.Close()
+	if err := j2.Append(ctx, "r", []outbox.EventLine{mk(4, "other")}); !errors.Is(err, ErrPayloadConflict) {
+		t.Errorf("a conflicting re-delivery after a reopen: %v", err)
+	}
+	if err := j2.Append(ctx, "r", []outbox.EventLine{mk(4, "d"), mk(5, "e")}); err != nil {
+		t.Errorf("an identical re-delivery after a reopen: %v", err)
+	}
+	raw, _ := os.ReadFile(path)
+	rep, err := Verify(bytes.NewReader(raw))
+	if err != nil || rep.Runs["r"].Last != 5 {
+		t.Errorf("Verify: (%+v, %v)", rep, err)
 	}
 }

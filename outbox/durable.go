@@ -86,6 +86,12 @@ func (s *Store) attachWriter(ctx context.Context) error {
 	err = conn.Raw(func(dc any) error {
 		c := dc.(driver.Conn).Raw()
 		s.wconn = c
+		// Only the store commits on its writer connection. A caller's function given a transaction
+		// could otherwise commit part of it: by calling tx.Commit itself, or by going on after one of
+		// its statements was interrupted, when SQLite has rolled the transaction back and each later
+		// statement commits on its own. Such a commit is turned into a rollback, so that an error
+		// from WriteTx means nothing of it is stored.
+		c.CommitHook(s.committing.Load)
 		if s.cfg.durability != DurabilityFull {
 			return nil
 		}

@@ -456,8 +456,9 @@ func appendBounded(buf, line []byte, bound int) []byte {
 	return append(grown, line...)
 }
 
-// EventsUsed reports whether runID has any row, buffered or in the ledger. A run id is a stream
-// identity and must be fresh: a process that reused one would continue the earlier stream's numbers.
+// EventsUsed reports whether runID has ever been used in this book: it has a row, buffered or in the
+// ledger, or was projected, or its rows were forgotten. A run id is a stream identity and must be
+// fresh: a process that reused one would continue the earlier stream's numbers.
 func (s *Store) EventsUsed(ctx context.Context, runID string) (bool, error) {
 	if err := checkRunID(runID); err != nil {
 		return false, err

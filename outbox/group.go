@@ -45,8 +45,9 @@ const maxGroupBytes = 1 << 20
 
 // Request states: a caller whose context ends may withdraw its request until the committer takes it.
 const (
-	reqQueued int32 = iota
-	reqTaken
+	reqQueued  int32 = iota
+	reqTaken         // in a group; the caller may still withdraw it until the committer runs it
+	reqRunning       // the committer is running it: its outcome is on its way
 	reqWithdrawn
 )
 
@@ -164,6 +165,8 @@ func (s *Store) submit(ctx context.Context, runID, onceKey string, build EventBu
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
+	ctx, cancel := s.opContext(ctx)
+	defer cancel()
 	r := &request{ctx: ctx, runID: runID, onceKey: onceKey, build: build, done: make(chan result, 1)}
 	select {
 	case s.group.queue <- r:
@@ -174,10 +177,10 @@ func (s *Store) submit(ctx context.Context, runID, onceKey string, build EventBu
 	select {
 	case res = <-r.done:
 	case <-ctx.Done():
-		if r.state.CompareAndSwap(reqQueued, reqWithdrawn) {
+		if r.state.CompareAndSwap(reqQueued, reqWithdrawn) || r.state.CompareAndSwap(reqTaken, reqWithdrawn) {
 			return 0, ctx.Err()
 		}
-		// Taken: the outcome, durable or not, is on its way and must be reported as it is.
+		// Running: the outcome, durable or not, is on its way and must be reported as it is.
 		res = <-r.done
 	}
 	if res.panicked {
@@ -262,6 +265,11 @@ func (c *committer) write(taken []*request, results []result) (n int) {
 	lastSeq, onceFound := tx.StmtContext(ctx, c.lastSeq), tx.StmtContext(ctx, c.onceFound)
 	insert := c.inserts(ctx, tx)
 	for i, r := range taken {
+		if !r.state.CompareAndSwap(reqTaken, reqRunning) {
+			// Withdrawn while the group waited (for the writer, or for the calls before it).
+			results[i] = result{err: context.Canceled}
+			continue
+		}
 		var fatal error
 		var size int
 		results[i], size, fatal = c.one(ctx, r, last, lastSeq, insert, onceFound)

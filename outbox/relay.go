@@ -198,6 +198,9 @@ func NewRelay(s *Store, sink Sink, runID string, opts ...RelayOption) *Relay {
 		return r
 	case sink == nil:
 		r.err = errors.New("outbox: relay with a nil sink")
+	case s.readOnly:
+		// It could append but never record: every attempt would send its batch again.
+		r.err = fmt.Errorf("outbox: relay on a read-only store: %w", ErrReadOnly)
 	default:
 		r.err = checkRunID(runID)
 	}

@@ -47,6 +47,9 @@ type Store struct {
 	// current is the transaction txOn has open, so that EnqueueTx can tell the store's own transaction
 	// from a foreign one.
 	current atomic.Pointer[sql.Tx]
+	// committing is true while the store itself commits on the writer connection; any other commit
+	// there is refused (see attachWriter).
+	committing atomic.Bool
 
 	liveMu sync.Mutex
 	live   map[string]struct{} // runs enqueued to since Open: Recover leaves them alone
@@ -429,8 +432,23 @@ func (s *Store) txOn(ctx context.Context, fn func(ctx context.Context, tx *sql.T
 	defer s.recoverDriver(&err)
 	ctx, cancel := s.opContext(ctx)
 	defer cancel()
-	tx, err := s.w.BeginTx(context.WithoutCancel(ctx), nil)
+	// The wait for the writer connection, held by another transaction, is the caller's and ends
+	// with its context; the transaction begun on it is not (see above).
+	conn, err := s.w.Conn(ctx)
 	if err != nil {
+		return fmt.Errorf("outbox: wait for the writer: %w", mapErr(ctx, err))
+	}
+	// Given back once the transaction has ended; after a panic inside the driver it is kept, since
+	// giving back a connection in a transaction that never ended would wait forever.
+	ended := false
+	defer func() {
+		if ended {
+			conn.Close()
+		}
+	}()
+	tx, err := conn.BeginTx(context.WithoutCancel(ctx), nil)
+	if err != nil {
+		ended = true
 		return fmt.Errorf("outbox: begin: %w", mapErr(ctx, err))
 	}
 	s.current.Store(tx)
@@ -447,10 +465,12 @@ func (s *Store) txOn(ctx context.Context, fn func(ctx context.Context, tx *sql.T
 				panic(v)
 			}
 			s.rollback(tx)
+			ended = true
 			panic(v)
 		}
 		// Runs on every error, so the writer connection is never left inside a transaction.
 		s.rollback(tx)
+		ended = true
 	}()
 	if err := fn(ctx, tx); err != nil {
 		return err
@@ -471,6 +491,7 @@ func (s *Store) txOn(ctx context.Context, fn func(ctx context.Context, tx *sql.T
 		ticket = s.dur.issue()
 	}
 	err = s.commit(tx, ticket)
+	ended = true
 	if err != nil {
 		return fmt.Errorf("outbox: commit: %w", mapErr(ctx, err))
 	}
@@ -494,7 +515,7 @@ func (s *Store) txLost() error {
 	return nil
 }
 
-var errTxLost = errors.New("outbox: the transaction was rolled back by SQLite (a statement in it was interrupted or failed); nothing of it is stored")
+var errTxLost = errors.New("outbox: the transaction ended before the store committed it (a statement in it was interrupted or failed, or it was committed or rolled back inside the function); nothing of it is stored")
 
 // markLive records that runID was enqueued to through this store, so that Recover never takes it for
 // an earlier process's run.
@@ -519,12 +540,16 @@ func (s *Store) commit(tx *sql.Tx, ticket uint64) error {
 	if ticket != 0 {
 		defer s.dur.done(ticket, 0)
 	}
+	s.committing.Store(true)
+	defer s.committing.Store(false)
 	return tx.Commit()
 }
 
 // commitGroup is commit for the group committer: its ticket covers calls callers.
 func (s *Store) commitGroup(tx *sql.Tx, ticket uint64, calls int) error {
 	defer s.dur.done(ticket, calls)
+	s.committing.Store(true)
+	defer s.committing.Store(false)
 	return tx.Commit()
 }
 

@@ -90,8 +90,11 @@ ORDER BY seq
 LIMIT sqlc.arg(max_rows);
 
 -- name: EventsRunUsed :one
+-- A run is used once it has a row, or a progress row: projected, or its rows forgotten (migrations/00003).
 SELECT CAST(EXISTS (
-    SELECT 1 FROM events_outbox WHERE engine_run_id = sqlc.arg(engine_run_id)
+    SELECT 1 FROM events_outbox WHERE engine_run_id = CAST(sqlc.arg(engine_run_id) AS TEXT)
+) OR EXISTS (
+    SELECT 1 FROM outbox_progress WHERE engine_run_id = CAST(sqlc.arg(engine_run_id) AS TEXT)
 ) AS INTEGER) AS used;
 
 -- name: EventsLastSeq :one

@@ -152,7 +152,9 @@ func TestAnEnqueueTxAfterAnInterruptedStatementStoresNothing(t *testing.T) {
 		if ierr == nil {
 			t.Skip("the statement finished before its deadline")
 		}
-		// A careless caller ignores that error and goes on.
+		// A careless caller ignores that error and goes on: its own statement would commit on its
+		// own, and the store refuses that commit.
+		tx.ExecContext(ctx, `INSERT INTO spend (cents) VALUES (7)`)
 		_, err := s.EnqueueTx(ctx, tx, "r", lineOf("x"))
 		if err == nil {
 			t.Error("EnqueueTx in a transaction SQLite rolled back returned nil")
@@ -165,7 +167,59 @@ func TestAnEnqueueTxAfterAnInterruptedStatementStoresNothing(t *testing.T) {
 	if n := len(allLines(t, s, "r")); n != 0 {
 		t.Errorf("%d lines stored by a transaction SQLite rolled back", n)
 	}
+	if n := spendRows(t, s); n != 0 {
+		t.Errorf("%d of the caller's rows stored by a WriteTx that returned an error", n)
+	}
 	checkUsable(t, s, "r")
+}
+
+func spendRows(t *testing.T, s *outbox.Store) int {
+	t.Helper()
+	var n int
+	if err := s.WriteTx(context.Background(), func(tx *sql.Tx) error {
+		return tx.QueryRow(`SELECT count(*) FROM spend`).Scan(&n)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestAWriteTxFunctionThatCommitsItselfStoresNothing: the transaction is the store's to commit; a
+// function that commits it itself gets an error from WriteTx, and nothing of it is stored, so a
+// retry cannot enqueue the event twice.
+func TestAWriteTxFunctionThatCommitsItselfStoresNothing(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t)
+	ctx := context.Background()
+	if err := s.WriteTx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.Exec(`CREATE TABLE spend (id INTEGER PRIMARY KEY, cents INTEGER)`)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	err := s.WriteTx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.Exec(`INSERT INTO spend (cents) VALUES (1)`); err != nil {
+			return err
+		}
+		if _, err := s.EnqueueTx(ctx, tx, "r", lineOf("x")); err != nil {
+			return err
+		}
+		tx.Commit()
+		return nil
+	})
+	if err == nil {
+		t.Error("WriteTx whose function committed the transaction itself returned nil")
+	}
+	if n := len(allLines(t, s, "r")); n != 0 {
+		t.Errorf("%d lines stored by a WriteTx that returned an error", n)
+	}
+	if n := spendRows(t, s); n != 0 {
+		t.Errorf("%d of the caller's rows stored by a WriteTx that returned an error", n)
+	}
+	checkUsable(t, s, "r")
+	if got := seqsOf(allLines(t, s, "r"))[0]; got != 1 {
+		t.Errorf("first seq %d, want 1", got)
+	}
 }
 
 // TestRandomCancellationsNeverLoseOrDuplicateAnEvent runs thousands of calls of every write method on
@@ -842,5 +896,127 @@ func TestARunOutOfSeqsFailsAloneInItsGroup(t *testing.T) {
 	}
 	if got := seqsOf(allLines(t, s, "ok")); len(got) != 30 || got[29] != 30 {
 		t.Errorf("run ok: %v, want 1..30", got)
+	}
+}
+
+// TestAWaitForTheWriterEndsWithTheCallersContext: while a WriteTx holds the one writer connection,
+// every write method called with a short deadline, or with none under WithOpTimeout, returns its
+// context's error instead of waiting for the writer, with group commit on and off; a call made
+// inside the WriteTx function itself (the documented misuse) does the same instead of wedging the
+// store; and the store goes on once the WriteTx ends.
+func TestAWaitForTheWriterEndsWithTheCallersContext(t *testing.T) {
+	t.Parallel()
+	for _, group := range []bool{true, false} {
+		s, _ := setup(t, outbox.WithGroupCommit(group), outbox.WithOpTimeout(2*time.Second))
+		ctx := context.Background()
+		mustEnqueue(t, s, "r")
+		release := make(chan struct{})
+		holding := make(chan struct{})
+		held := make(chan error, 1)
+		// A deadline of its own, so the operation timeout does not end the holder first.
+		long, cancelLong := context.WithTimeout(ctx, time.Minute)
+		defer cancelLong()
+		go func() {
+			held <- s.WriteTx(long, func(tx *sql.Tx) error {
+				close(holding)
+				<-release
+				return nil
+			})
+		}()
+		<-holding
+		calls := map[string]func(context.Context) error{
+			"EnqueueEvent": func(c context.Context) error { _, err := s.EnqueueEvent(c, "r", lineOf("x")); return err },
+			"EnqueueOnce":  func(c context.Context) error { _, _, err := s.EnqueueOnce(c, "r", "k", lineOf("x")); return err },
+			"EnqueueEvents": func(c context.Context) error {
+				_, err := s.EnqueueEvents(c, "r", []outbox.EventBuilder{lineOf("x")})
+				return err
+			},
+			"MarkAnnounced": func(c context.Context) error { return s.MarkAnnounced(c, "r", map[int64]string{1: "k1"}) },
+			"WriteTx":       func(c context.Context) error { return s.WriteTx(c, func(*sql.Tx) error { return nil }) },
+			"ForgetEvents":  func(c context.Context) error { _, err := s.ForgetEvents(c, "r"); return err },
+		}
+		for name, call := range calls {
+			short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+			done := make(chan error, 1)
+			go func() { done <- call(short) }()
+			select {
+			case err := <-done:
+				if !errors.Is(err, context.DeadlineExceeded) {
+					t.Errorf("group %v: %s behind a held writer: %v, want DeadlineExceeded", group, name, err)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatalf("group %v: %s waited for the writer past its deadline", group, name)
+			}
+			cancel()
+		}
+		// No deadline of its own: the operation timeout ends the wait.
+		if err := calls["EnqueueEvent"](ctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("group %v: EnqueueEvent with no deadline behind a held writer: %v, want the operation timeout", group, err)
+		}
+		close(release)
+		if err := <-held; err != nil {
+			t.Fatal(err)
+		}
+		// The misuse: a write method called from inside a WriteTx function.
+		err := s.WriteTx(ctx, func(tx *sql.Tx) error {
+			_, err := s.EnqueueEvent(ctx, "r", lineOf("inner"))
+			return err
+		})
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("group %v: EnqueueEvent inside a WriteTx function: %v, want the operation timeout", group, err)
+		}
+		checkUsable(t, s, "r")
+		if got := seqsOf(allLines(t, s, "r")); got[1] != 2 {
+			t.Errorf("group %v: seqs after the waits: %v", group, got)
+		}
+	}
+}
+
+// TestARunIDStaysUsedAfterItsRowsAreForgotten: EventsUsed, the freshness check of a run id, still
+// says a run was used after Recover or ForgetEvents dropped its rows.
+func TestARunIDStaysUsedAfterItsRowsAreForgotten(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := setup(t)
+	mustEnqueue(t, s, "projected")
+	mustEnqueue(t, s, "forgotten")
+	if err := fastRelay(s, newMemSink(), "projected").Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s = reopen(t, s)
+	if err := fastRelay(s, newMemSink(), "new").Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ForgetEvents(ctx, "new"); err != nil {
+		t.Fatal(err)
+	}
+	for _, run := range []string{"projected", "forgotten"} {
+		if used, err := s.EventsUsed(ctx, run); err != nil || !used {
+			t.Errorf("EventsUsed(%s) after its rows were dropped: (%v, %v), want true", run, used, err)
+		}
+	}
+	if used, _ := s.EventsUsed(ctx, "never"); used {
+		t.Error("EventsUsed of a run never used: true")
+	}
+}
+
+// TestARelayOnAReadOnlyStoreIsRefused: it could append but never record, so every attempt would send
+// its batch again.
+func TestARelayOnAReadOnlyStoreIsRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, path := setup(t)
+	mustEnqueue(t, s, "r")
+	ro, err := outbox.OpenReadOnly(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	sink := newMemSink()
+	if err := fastRelay(ro, sink, "r").Flush(ctx); !errors.Is(err, outbox.ErrReadOnly) {
+		t.Errorf("Flush of a relay on a read-only store: %v, want ErrReadOnly", err)
+	}
+	if len(sink.all()) != 0 {
+		t.Error("a relay on a read-only store appended")
 	}
 }
