@@ -134,7 +134,9 @@ const MaxLineSizeLimit = 64 << 20
 
 // WithMaxLineSize bounds the length of one line, in bytes, in every enqueue method: a longer line is
 // ErrInvalidLine, checked before it is written, and nothing of the call is stored. The default is
-// DefaultMaxLineSize (16 MiB); at most MaxLineSizeLimit. The journal applies the same default.
+// DefaultMaxLineSize (16 MiB); at most MaxLineSizeLimit. journal.File refuses a line over
+// DefaultMaxLineSize whatever this says, and a relay stops at such a line (ErrSinkRefused): raise the
+// limit only for a sink that takes larger lines.
 func WithMaxLineSize(n int) Option {
 	return func(c *config) error {
 		if n < 1 || n > MaxLineSizeLimit {
