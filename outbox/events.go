@@ -295,6 +295,9 @@ func (p *pendingReader) statement(s *Store) (*sqlite3.Stmt, error) {
 	if p.stmt != nil {
 		return p.stmt, nil
 	}
+	if s.readOnly {
+		return nil, ErrReadOnly // a read-only store reads through its pool only (see readonly.go)
+	}
 	u := url.URL{Scheme: "file", OmitHost: true, Path: s.path, RawQuery: s.query("mode=ro")}
 	c, err := sqlite3.OpenFlags(u.String(), sqlite3.OPEN_READONLY|sqlite3.OPEN_URI)
 	if err != nil {
