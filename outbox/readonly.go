@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"context"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -73,6 +74,32 @@ func (s *Store) openReadOnlyPool() (*sql.DB, error) {
 		return nil, err
 	}
 	r.SetMaxIdleConns(0)
+	return r, nil
+}
+
+// OpenReadOnlyDB opens the SQLite database at path for reading through database/sql, the way a
+// Store from OpenReadOnly reads it: it creates no file beside the database, works where the caller
+// cannot write, and sees what a running writer has committed; a read that meets a writer opening a
+// closed book fails with ErrBookOpened. It checks that path is a database, and nothing of its schema,
+// so it serves tools that inspect a book of any version. Every operation takes a connection of its
+// own; close the *sql.DB when done.
+func OpenReadOnlyDB(ctx context.Context, path string, opts ...Option) (*sql.DB, error) {
+	s, err := newStore(path, opts)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("outbox: open %s: %w", path, err)
+	}
+	r, err := s.openReadOnlyPool()
+	if err != nil {
+		return nil, err
+	}
+	var n int
+	if err := r.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema`).Scan(&n); err != nil {
+		r.Close()
+		return nil, fmt.Errorf("outbox: open %s: %w", path, mapErr(ctx, err))
+	}
 	return r, nil
 }
 
