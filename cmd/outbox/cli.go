@@ -41,7 +41,7 @@ func printFlags(w io.Writer, fs *flag.FlagSet) {
 			line += " " + strings.ToUpper(value)
 		}
 		def := ""
-		if f.DefValue != "" && f.DefValue != "0" && f.DefValue != "false" {
+		if f.DefValue != "" && f.DefValue != "0" && f.DefValue != "0s" && f.DefValue != "false" {
 			def = fmt.Sprintf(" (default %s)", f.DefValue)
 		}
 		fmt.Fprintf(w, "%s\n      %s%s\n", line, usage, def)
