@@ -34,13 +34,60 @@ func (q *Queries) EventInsert(ctx context.Context, db DBTX, arg EventInsertParam
 	return err
 }
 
+const EventKeyHolder = `-- name: EventKeyHolder :one
+SELECT engine_run_id, seq
+FROM events_outbox
+WHERE once_key = CAST(?1 AS TEXT) AND once_key <> ''
+UNION ALL
+SELECT engine_run_id, seq
+FROM events_outbox
+WHERE announce_key = CAST(?1 AS TEXT) AND announce_key <> ''
+LIMIT 1
+`
+
+type EventKeyHolderRow struct {
+	EngineRunID string
+	Seq         int64
+}
+
+// The row that holds a key, in the ledger or pending, to name it in a conflict.
+func (q *Queries) EventKeyHolder(ctx context.Context, db DBTX, onceKey string) (EventKeyHolderRow, error) {
+	row := db.QueryRowContext(ctx, EventKeyHolder, onceKey)
+	var i EventKeyHolderRow
+	err := row.Scan(&i.EngineRunID, &i.Seq)
+	return i, err
+}
+
+const EventLastSeq = `-- name: EventLastSeq :one
+SELECT CAST(max(
+    COALESCE((SELECT MAX(seq) FROM events_outbox WHERE engine_run_id = CAST(?1 AS TEXT)), 0),
+    COALESCE((SELECT last_seq FROM outbox_progress WHERE engine_run_id = CAST(?1 AS TEXT)), 0)
+) AS INTEGER) AS last_seq
+`
+
+// The highest seq the run was ever given: its highest stored row, or the number recorded when its rows
+// were forgotten (migrations/00003), whichever is higher. The next seq is one more, computed in Go so
+// that a run at 2^63-1 is refused instead of wrapping.
+func (q *Queries) EventLastSeq(ctx context.Context, db DBTX, engineRunID string) (int64, error) {
+	row := db.QueryRowContext(ctx, EventLastSeq, engineRunID)
+	var last_seq int64
+	err := row.Scan(&last_seq)
+	return last_seq, err
+}
+
 const EventMarkAnnounced = `-- name: EventMarkAnnounced :execrows
 UPDATE events_outbox
 SET once_key = CAST(?1 AS TEXT)
-WHERE engine_run_id = ?2
-  AND seq = ?3
+WHERE engine_run_id = CAST(?2 AS TEXT)
+  AND seq = CAST(?3 AS INTEGER)
   AND once_key IN ('', CAST(?1 AS TEXT))
   AND announce_key IN ('', CAST(?1 AS TEXT))
+  AND NOT EXISTS (
+      SELECT 1 FROM events_outbox AS other
+      WHERE other.announce_key = CAST(?1 AS TEXT) AND other.announce_key <> ''
+        AND (other.engine_run_id <> CAST(?2 AS TEXT)
+             OR other.seq <> CAST(?3 AS INTEGER))
+  )
 `
 
 type EventMarkAnnouncedParams struct {
@@ -50,8 +97,9 @@ type EventMarkAnnouncedParams struct {
 }
 
 // Matches a row that holds no key yet or already holds this one (in the ledger or as its pending
-// announce key), so re-marking is a no-op that still counts the row; a row holding another key is
-// left alone and counts zero.
+// announce key), so re-marking is a no-op that still counts the row; a row holding another key, or a
+// key that another row holds pending, is left alone and counts zero. A key another row holds in the
+// ledger fails on the unique index.
 func (q *Queries) EventMarkAnnounced(ctx context.Context, db DBTX, arg EventMarkAnnouncedParams) (int64, error) {
 	result, err := db.ExecContext(ctx, EventMarkAnnounced, arg.OnceKey, arg.EngineRunID, arg.Seq)
 	if err != nil {
@@ -79,19 +127,6 @@ func (q *Queries) EventMarkProjected(ctx context.Context, db DBTX, arg EventMark
 		return 0, err
 	}
 	return result.RowsAffected()
-}
-
-const EventNextSeq = `-- name: EventNextSeq :one
-SELECT CAST(COALESCE(MAX(seq), 0) + 1 AS INTEGER) AS next_seq
-FROM events_outbox
-WHERE engine_run_id = ?1
-`
-
-func (q *Queries) EventNextSeq(ctx context.Context, db DBTX, engineRunID string) (int64, error) {
-	row := db.QueryRowContext(ctx, EventNextSeq, engineRunID)
-	var next_seq int64
-	err := row.Scan(&next_seq)
-	return next_seq, err
 }
 
 const EventOnceKey = `-- name: EventOnceKey :one
@@ -164,6 +199,26 @@ func (q *Queries) EventsForget(ctx context.Context, db DBTX, engineRunID string)
 	return result.RowsAffected()
 }
 
+const EventsForgetProjected = `-- name: EventsForgetProjected :execrows
+DELETE FROM events_outbox
+WHERE engine_run_id = ?1 AND seq <= ?2 AND once_key = ''
+`
+
+type EventsForgetProjectedParams struct {
+	EngineRunID string
+	Projected   int64
+}
+
+// Drops a run's buffered rows up to its projected position, the ones whose lines the sink holds.
+// Recovery's deletion: it can never drop a line that has not been projected.
+func (q *Queries) EventsForgetProjected(ctx context.Context, db DBTX, arg EventsForgetProjectedParams) (int64, error) {
+	result, err := db.ExecContext(ctx, EventsForgetProjected, arg.EngineRunID, arg.Projected)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
+}
+
 const EventsLastSeq = `-- name: EventsLastSeq :one
 SELECT CAST(COALESCE(MAX(seq), 0) AS INTEGER) AS last_seq
 FROM events_outbox
@@ -175,6 +230,20 @@ func (q *Queries) EventsLastSeq(ctx context.Context, db DBTX, engineRunID string
 	var last_seq int64
 	err := row.Scan(&last_seq)
 	return last_seq, err
+}
+
+const EventsLedgerSize = `-- name: EventsLedgerSize :one
+SELECT CAST(count(*) AS INTEGER) AS keys
+FROM events_outbox
+WHERE once_key <> ''
+`
+
+// How many keys the ledger holds, counted along its partial index without loading it.
+func (q *Queries) EventsLedgerSize(ctx context.Context, db DBTX) (int64, error) {
+	row := db.QueryRowContext(ctx, EventsLedgerSize)
+	var keys int64
+	err := row.Scan(&keys)
+	return keys, err
 }
 
 const EventsOldestAfter = `-- name: EventsOldestAfter :one
@@ -282,10 +351,16 @@ SELECT engine_run_id,
        CAST(MAX(seq) AS INTEGER) AS last_seq,
        CAST(COALESCE(SUM(once_key <> ''), 0) AS INTEGER) AS ledger_lines
 FROM events_outbox
+WHERE engine_run_id > ?1
 GROUP BY engine_run_id
 ORDER BY engine_run_id
-LIMIT ?1
+LIMIT ?2
 `
+
+type EventsRunsParams struct {
+	AfterRun string
+	MaxRuns  int64
+}
 
 type EventsRunsRow struct {
 	EngineRunID string
@@ -294,10 +369,11 @@ type EventsRunsRow struct {
 	LedgerLines int64
 }
 
-// Every run with rows, with what the CLI's stats and recovery need. One pass over the table, run by
-// run along the primary key; bounded by the number of runs, which ForgetEvents keeps small.
-func (q *Queries) EventsRuns(ctx context.Context, db DBTX, maxRuns int64) ([]EventsRunsRow, error) {
-	rows, err := db.QueryContext(ctx, EventsRuns, maxRuns)
+// One page of the runs that have rows, after a run id (keyset paging along the primary key), with
+// what recovery and the command's stats need. Each page is a bounded query of its own, so listing a
+// book of any number of runs holds neither a long read transaction nor the whole list.
+func (q *Queries) EventsRuns(ctx context.Context, db DBTX, arg EventsRunsParams) ([]EventsRunsRow, error) {
+	rows, err := db.QueryContext(ctx, EventsRuns, arg.AfterRun, arg.MaxRuns)
 	if err != nil {
 		return nil, err
 	}

@@ -16,4 +16,5 @@ type EventsOutbox struct {
 type OutboxProgress struct {
 	EngineRunID string
 	Projected   int64
+	LastSeq     int64
 }

@@ -9,34 +9,58 @@ import (
 	"context"
 )
 
-const ProgressForgetOrphans = `-- name: ProgressForgetOrphans :execrows
-DELETE FROM outbox_progress
-WHERE NOT EXISTS (
-    SELECT 1 FROM events_outbox WHERE events_outbox.engine_run_id = outbox_progress.engine_run_id
-)
-`
-
-// Drops the progress of runs that have no row left; a run with rows keeps its progress, or a restart
-// would re-send its ledger rows.
-func (q *Queries) ProgressForgetOrphans(ctx context.Context, db DBTX) (int64, error) {
-	result, err := db.ExecContext(ctx, ProgressForgetOrphans)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected()
-}
-
 const ProgressGet = `-- name: ProgressGet :one
-SELECT CAST(COALESCE(MAX(projected), 0) AS INTEGER) AS projected
+SELECT CAST(COALESCE(MAX(projected), 0) AS INTEGER) AS projected,
+       CAST(COALESCE(MAX(last_seq), 0) AS INTEGER) AS last_seq
 FROM outbox_progress
 WHERE engine_run_id = ?1
 `
 
-func (q *Queries) ProgressGet(ctx context.Context, db DBTX, engineRunID string) (int64, error) {
+type ProgressGetRow struct {
+	Projected int64
+	LastSeq   int64
+}
+
+// A run's projected position and the highest seq recorded for it when its rows were forgotten; zeros
+// for a run without a progress row.
+func (q *Queries) ProgressGet(ctx context.Context, db DBTX, engineRunID string) (ProgressGetRow, error) {
 	row := db.QueryRowContext(ctx, ProgressGet, engineRunID)
-	var projected int64
-	err := row.Scan(&projected)
-	return projected, err
+	var i ProgressGetRow
+	err := row.Scan(&i.Projected, &i.LastSeq)
+	return i, err
+}
+
+const ProgressKeepLastSeq = `-- name: ProgressKeepLastSeq :exec
+INSERT INTO outbox_progress (engine_run_id, projected, last_seq)
+VALUES (?1, 0, ?2)
+ON CONFLICT (engine_run_id) DO UPDATE SET last_seq = max(last_seq, excluded.last_seq)
+`
+
+type ProgressKeepLastSeqParams struct {
+	EngineRunID string
+	LastSeq     int64
+}
+
+// The same for one run, before recovery drops its projected rows.
+func (q *Queries) ProgressKeepLastSeq(ctx context.Context, db DBTX, arg ProgressKeepLastSeqParams) error {
+	_, err := db.ExecContext(ctx, ProgressKeepLastSeq, arg.EngineRunID, arg.LastSeq)
+	return err
+}
+
+const ProgressKeepLastSeqs = `-- name: ProgressKeepLastSeqs :exec
+INSERT INTO outbox_progress (engine_run_id, projected, last_seq)
+SELECT engine_run_id, 0, MAX(seq)
+FROM events_outbox
+WHERE engine_run_id <> CAST(?1 AS TEXT) AND once_key = ''
+GROUP BY engine_run_id
+ON CONFLICT (engine_run_id) DO UPDATE SET last_seq = max(last_seq, excluded.last_seq)
+`
+
+// Records, before ForgetEvents drops them, the highest seq of every other run's buffered rows, so that
+// no run reuses a number after its rows are gone.
+func (q *Queries) ProgressKeepLastSeqs(ctx context.Context, db DBTX, engineRunID string) error {
+	_, err := db.ExecContext(ctx, ProgressKeepLastSeqs, engineRunID)
+	return err
 }
 
 const ProgressSet = `-- name: ProgressSet :exec

@@ -14,8 +14,11 @@ import (
 	"context"
 	"database/sql"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
+	"strings"
 
 	"github.com/pressly/goose/v3"
 )
@@ -43,14 +46,183 @@ func NewProvider(db *sql.DB, opts ...goose.ProviderOption) (*goose.Provider, err
 	return p, nil
 }
 
-// Up applies every pending migration to db.
+// ErrSchemaMismatch is returned when a database's outbox schema is not one this module can work
+// with: its version table names a version newer than the module knows (written by a newer release),
+// or a table, column or index the protocol relies on is missing.
+var ErrSchemaMismatch = errors.New("outbox: schema mismatch")
+
+// Up applies every pending migration to db, after checking that the database holds no version newer
+// than the module knows, and checks the schema it leaves (see Check).
 func Up(ctx context.Context, db *sql.DB) error {
+	if err := checkVersions(ctx, db); err != nil {
+		return err
+	}
 	p, err := NewProvider(db)
 	if err != nil {
 		return err
 	}
 	if _, err := p.Up(ctx); err != nil {
 		return fmt.Errorf("migrations: up: %w", err)
+	}
+	return Check(ctx, db)
+}
+
+// Known returns the versions of the embedded migrations, in order.
+func Known() []int64 {
+	var out []int64
+	entries, _ := fs.ReadDir(files, ".")
+	for _, e := range entries {
+		var v int64
+		if _, err := fmt.Sscanf(e.Name(), "%d_", &v); err == nil {
+			out = append(out, v)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Applied returns the versions the database's version table records as applied, in order; none when
+// the table does not exist.
+func Applied(ctx context.Context, db *sql.DB) ([]int64, error) {
+	var n int
+	if err := db.QueryRowContext(ctx,
+		`SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = ?`, TableName).Scan(&n); err != nil {
+		return nil, fmt.Errorf("migrations: read the version table: %w", err)
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	// goose records each step as a row, and a migration rolled back as a second row with is_applied
+	// false; the latest row of a version says whether it stands.
+	rows, err := db.QueryContext(ctx, `SELECT version_id FROM `+TableName+` AS v
+		WHERE version_id > 0 AND is_applied
+		  AND id = (SELECT MAX(id) FROM `+TableName+` WHERE version_id = v.version_id)
+		ORDER BY version_id`)
+	if err != nil {
+		return nil, fmt.Errorf("migrations: read the version table: %w", err)
+	}
+	defer rows.Close()
+	var out []int64
+	for rows.Next() {
+		var v int64
+		if err := rows.Scan(&v); err != nil {
+			return nil, fmt.Errorf("migrations: read the version table: %w", err)
+		}
+		out = append(out, v)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("migrations: read the version table: %w", err)
+	}
+	return out, nil
+}
+
+// Unknown returns the applied versions that the module does not know: a newer release migrated the
+// database.
+func Unknown(ctx context.Context, db *sql.DB) ([]int64, error) {
+	applied, err := Applied(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	known := Known()
+	var out []int64
+	for _, v := range applied {
+		if !slices.Contains(known, v) {
+			out = append(out, v)
+		}
+	}
+	return out, nil
+}
+
+func checkVersions(ctx context.Context, db *sql.DB) error {
+	unknown, err := Unknown(ctx, db)
+	if err != nil {
+		return err
+	}
+	if len(unknown) > 0 {
+		known := Known()
+		return fmt.Errorf("%w: the database is at version %d, which this release does not know (it knows up to %d): open it with the release that migrated it",
+			ErrSchemaMismatch, unknown[len(unknown)-1], known[len(known)-1])
+	}
+	return nil
+}
+
+// required is what the protocol relies on in the schema of the latest version: each table with its
+// columns, and each index with whether it must be unique and the partial condition that makes it a
+// ledger of non-empty keys.
+var required = struct {
+	tables  map[string][]string
+	indexes map[string]string // name -> table; all unique and partial
+}{
+	tables: map[string][]string{
+		"events_outbox":   {"engine_run_id", "seq", "line", "once_key", "announce_key", "enqueued_at"},
+		"outbox_progress": {"engine_run_id", "projected", "last_seq"},
+	},
+	indexes: map[string]string{
+		"events_outbox_once_key":     "events_outbox",
+		"events_outbox_announce_key": "events_outbox",
+	},
+}
+
+// Check returns an error wrapping ErrSchemaMismatch when the database holds a version newer than the
+// module knows, is not migrated to the latest known version, or lacks a table, column or unique index
+// the protocol relies on. It names what is wrong.
+func Check(ctx context.Context, db *sql.DB) error {
+	if err := checkVersions(ctx, db); err != nil {
+		return err
+	}
+	applied, err := Applied(ctx, db)
+	if err != nil {
+		return err
+	}
+	known := Known()
+	if latest := known[len(known)-1]; len(applied) == 0 || applied[len(applied)-1] < latest {
+		at := int64(0)
+		if len(applied) > 0 {
+			at = applied[len(applied)-1]
+		}
+		return fmt.Errorf("%w: the database is at version %d, this release needs %d: migrate it up", ErrSchemaMismatch, at, latest)
+	}
+	var missing []string
+	for table, cols := range required.tables {
+		have := map[string]bool{}
+		rows, err := db.QueryContext(ctx, `SELECT name FROM pragma_table_info(?)`, table)
+		if err != nil {
+			return fmt.Errorf("migrations: read the schema: %w", err)
+		}
+		for rows.Next() {
+			var name string
+			if err := rows.Scan(&name); err != nil {
+				rows.Close()
+				return fmt.Errorf("migrations: read the schema: %w", err)
+			}
+			have[name] = true
+		}
+		rows.Close()
+		if len(have) == 0 {
+			missing = append(missing, "table "+table)
+			continue
+		}
+		for _, c := range cols {
+			if !have[c] {
+				missing = append(missing, "column "+table+"."+c)
+			}
+		}
+	}
+	for index, table := range required.indexes {
+		var unique, partial int
+		err := db.QueryRowContext(ctx, `SELECT "unique", partial FROM pragma_index_list(?) WHERE name = ?`, table, index).Scan(&unique, &partial)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			missing = append(missing, "unique index "+index)
+		case err != nil:
+			return fmt.Errorf("migrations: read the schema: %w", err)
+		case unique != 1:
+			missing = append(missing, "uniqueness of index "+index)
+		}
+	}
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		return fmt.Errorf("%w: missing %s", ErrSchemaMismatch, strings.Join(missing, ", "))
 	}
 	return nil
 }

@@ -59,9 +59,10 @@ func baselineEnqueue(ctx context.Context, d *sql.DB, runID string) error {
 	}
 	defer tx.Rollback()
 	var next int64
-	if err := tx.QueryRowContext(ctx, db.EventNextSeq, runID).Scan(&next); err != nil {
+	if err := tx.QueryRowContext(ctx, db.EventLastSeq, runID).Scan(&next); err != nil {
 		return err
 	}
+	next++
 	if _, err := tx.ExecContext(ctx, db.EventInsert, runID, next, benchLine, "", time.Now().UnixMilli()); err != nil {
 		return err
 	}
@@ -112,9 +113,10 @@ func BenchmarkEnqueueOnce(b *testing.B) {
 					return err
 				}
 				var next int64
-				if err := tx.QueryRowContext(ctx, db.EventNextSeq, "run").Scan(&next); err != nil {
+				if err := tx.QueryRowContext(ctx, db.EventLastSeq, "run").Scan(&next); err != nil {
 					return err
 				}
+				next++
 				if _, err := tx.ExecContext(ctx, db.EventInsert, "run", next, benchLine, key, time.Now().UnixMilli()); err != nil {
 					return err
 				}

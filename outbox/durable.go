@@ -71,19 +71,24 @@ func newDurability() *durability {
 	return d
 }
 
-// attachWAL finds the writer connection's WAL file and syncs it once, so that whatever an earlier
-// process committed without a sync is durable before this store projects any of it. The handle is
-// valid for the connection's life, and the store never replaces its writer connection: the driver
-// never reports a connection as bad, so database/sql keeps the one it opened.
-func (s *Store) attachWAL(ctx context.Context) error {
+// attachWriter keeps the writer connection's driver handle and, at DurabilityFull, finds its WAL file
+// and syncs it once, so that whatever an earlier process committed without a sync is durable before
+// this store projects any of it. Both are valid for the connection's life, and the store never lets
+// that connection go: it has one, never idle-closed, and no context of a caller's ever reaches a
+// transaction on it (see txOn), which is what makes database/sql discard a connection.
+func (s *Store) attachWriter(ctx context.Context) error {
 	conn, err := s.w.Conn(ctx)
 	if err != nil {
-		return fmt.Errorf("outbox: find the WAL: %w", mapErr(ctx, err))
+		return fmt.Errorf("find the WAL: %w", mapErr(ctx, err))
 	}
 	defer conn.Close()
 	var wal vfs.File
 	err = conn.Raw(func(dc any) error {
 		c := dc.(driver.Conn).Raw()
+		s.wconn = c
+		if s.cfg.durability != DurabilityFull {
+			return nil
+		}
 		h, err := c.FileControl("main", sqlite3.FCNTL_JOURNAL_POINTER)
 		if err != nil {
 			return err
@@ -101,7 +106,7 @@ func (s *Store) attachWAL(ctx context.Context) error {
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("outbox: find the WAL: %w", err)
+		return fmt.Errorf("find the WAL: %w", err)
 	}
 	if wal == nil {
 		return nil
@@ -144,14 +149,17 @@ func (d *durability) groupEnd() {
 	d.mu.Unlock()
 }
 
-// broken returns the error of a failed sync, if one has failed.
+// broken returns ErrSyncFailed once a sync has failed: a write that has not begun must not begin.
 func (d *durability) broken() error {
 	if d.wal == nil {
 		return nil
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.err
+	if d.err != nil {
+		return fmt.Errorf("%w (%w)", ErrSyncFailed, d.err.(*notDurable).err)
+	}
+	return nil
 }
 
 // wait returns once the commit holding ticket t is durable. It does not take a context: the commit
@@ -189,7 +197,7 @@ func (d *durability) wait(t uint64) error {
 		d.mu.Lock()
 		d.syncing = false
 		if err != nil {
-			d.err = fmt.Errorf("%w: %w", ErrNotDurable, err)
+			d.err = &notDurable{err}
 		} else if upTo > d.synced {
 			d.synced = upTo
 			d.released.Store(calls - d.syncedCalls)
@@ -199,6 +207,12 @@ func (d *durability) wait(t uint64) error {
 	}
 	return d.err
 }
+
+// notDurable is the error of a failed WAL sync, as the commits it was to cover get it.
+type notDurable struct{ err error }
+
+func (e *notDurable) Error() string   { return ErrNotDurable.Error() + ": " + e.err.Error() }
+func (e *notDurable) Unwrap() []error { return []error{ErrNotDurable, e.err} }
 
 // waitVisible returns once every commit a read that has just finished could have seen is durable.
 func (d *durability) waitVisible() error {

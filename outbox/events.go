@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"net/url"
 	"slices"
 	"sync"
@@ -45,10 +46,16 @@ func (s *Store) EnqueueEvent(ctx context.Context, runID string, build EventBuild
 		seq, err = s.enqueue(ctx, tx, runID, "", build)
 		return err
 	})
-	if err != nil {
+	return committedSeq(seq, err)
+}
+
+// committedSeq is what an enqueue returns: the seq with a nil error, or with ErrNotDurable, whose
+// commit was made; 0 with any other error, which means nothing was stored.
+func committedSeq(seq int64, err error) (int64, error) {
+	if err != nil && !errors.Is(err, ErrNotDurable) {
 		return 0, err
 	}
-	return seq, nil
+	return seq, err
 }
 
 // EnqueueOnce is EnqueueEvent for an event that must reach the journal once for the life of the book,
@@ -60,10 +67,10 @@ func (s *Store) EnqueueEvent(ctx context.Context, runID string, build EventBuild
 // with the line and enters the ledger when the relay (or MarkAnnounced) records that the line reached
 // the journal; Relay.Recover does that for lines an earlier process left pending.
 func (s *Store) EnqueueOnce(ctx context.Context, runID, onceKey string, build EventBuilder) (announcing bool, seq int64, err error) {
-	if onceKey == "" {
-		return false, 0, ErrEmptyOnceKey
-	}
 	if err := checkEnqueue(runID, build); err != nil {
+		return false, 0, err
+	}
+	if err := checkOnceKey(onceKey); err != nil {
 		return false, 0, err
 	}
 	if s.cfg.groupCommit && !s.readOnly {
@@ -81,15 +88,15 @@ func (s *Store) EnqueueOnce(ctx context.Context, runID, onceKey string, build Ev
 		seq, err = s.enqueue(ctx, tx, runID, onceKey, build)
 		return err
 	})
-	if err != nil {
-		return false, 0, err
-	}
-	return seq > 0, seq, nil
+	seq, err = committedSeq(seq, err)
+	return seq > 0, seq, err
 }
 
 // EnqueueTx is EnqueueEvent inside a transaction the caller holds, usually the one WriteTx passes to
 // its function: the event then commits or rolls back with the caller's own writes. The caller commits.
-// If the caller rolls back, the number is not used.
+// If the caller rolls back, the number is not used. On the transaction WriteTx passes, it fails
+// without writing when SQLite has already rolled that transaction back (a statement of the caller's
+// was interrupted by its context): its insert would otherwise commit on its own.
 func (s *Store) EnqueueTx(ctx context.Context, tx *sql.Tx, runID string, build EventBuilder) (seq int64, err error) {
 	if tx == nil {
 		return 0, errors.New("outbox: EnqueueTx with a nil transaction")
@@ -104,12 +111,17 @@ func (s *Store) EnqueueTx(ctx context.Context, tx *sql.Tx, runID string, build E
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
+	if s.current.Load() == tx {
+		if err := s.txLost(); err != nil {
+			return 0, err
+		}
+	}
 	return s.enqueue(ctx, tx, runID, "", build)
 }
 
 func checkEnqueue(runID string, build EventBuilder) error {
-	if runID == "" {
-		return ErrEmptyRunID
+	if err := checkRunID(runID); err != nil {
+		return err
 	}
 	if build == nil {
 		return errors.New("outbox: nil EventBuilder")
@@ -119,9 +131,13 @@ func checkEnqueue(runID string, build EventBuilder) error {
 
 // enqueue is the one body of every enqueue: next number, render, validate, insert.
 func (s *Store) enqueue(ctx context.Context, tx *sql.Tx, runID, onceKey string, build EventBuilder) (int64, error) {
-	next, err := s.q.EventNextSeq(ctx, tx, runID)
+	last, err := s.q.EventLastSeq(ctx, tx, runID)
 	if err != nil {
-		return 0, fmt.Errorf("outbox: next seq of run %q: %w", runID, mapErr(ctx, err))
+		return 0, fmt.Errorf("outbox: last seq of run %q: %w", runID, mapErr(ctx, err))
+	}
+	next, err := nextSeq(runID, last)
+	if err != nil {
+		return 0, err
 	}
 	line, err := build(next)
 	if err != nil {
@@ -130,20 +146,39 @@ func (s *Store) enqueue(ctx context.Context, tx *sql.Tx, runID, onceKey string, 
 	if line == nil {
 		return 0, nil
 	}
-	if err := checkLine(line); err != nil {
+	if err := s.checkLine(line); err != nil {
 		return 0, fmt.Errorf("outbox: line %d of run %q: %w", next, runID, err)
+	}
+	if err := ctx.Err(); err != nil {
+		// Ended while the line was rendered: store nothing rather than interrupt the insert.
+		return 0, err
 	}
 	if err := s.q.EventInsert(ctx, tx, db.EventInsertParams{
 		EngineRunID: runID, Seq: next, Line: line, AnnounceKey: onceKey, EnqueuedAt: time.Now().UnixMilli(),
 	}); err != nil {
 		return 0, fmt.Errorf("outbox: insert line %d of run %q: %w", next, runID, mapErr(ctx, err))
 	}
+	s.markLive(runID)
 	return next, nil
 }
 
-func checkLine(line []byte) error {
-	if len(line) == 0 || bytes.IndexByte(line, '\n') >= 0 {
-		return ErrInvalidLine
+// nextSeq is the seq after last, or ErrSeqExhausted at the top of int64.
+func nextSeq(runID string, last int64) (int64, error) {
+	if last == math.MaxInt64 {
+		return 0, fmt.Errorf("%w: run %q", ErrSeqExhausted, runID)
+	}
+	return last + 1, nil
+}
+
+// checkLine refuses a line the journal could not hold as one line, or longer than the store's limit.
+func (s *Store) checkLine(line []byte) error {
+	switch {
+	case len(line) == 0:
+		return fmt.Errorf("%w: empty", ErrInvalidLine)
+	case len(line) > s.cfg.maxLine:
+		return fmt.Errorf("%w: %d bytes, the limit is %d (WithMaxLineSize)", ErrInvalidLine, len(line), s.cfg.maxLine)
+	case bytes.IndexByte(line, '\n') >= 0:
+		return fmt.Errorf("%w: it holds a newline", ErrInvalidLine)
 	}
 	return nil
 }
@@ -154,12 +189,12 @@ func checkLine(line []byte) error {
 // event holds (ErrAnnounceConflict), an event that already holds another key (ErrAnnounceConflict) or
 // a seq without a row (ErrUnknownEvent) fails the call and marks nothing.
 func (s *Store) MarkAnnounced(ctx context.Context, runID string, keyBySeq map[int64]string) error {
-	if runID == "" {
-		return ErrEmptyRunID
+	if err := checkRunID(runID); err != nil {
+		return err
 	}
 	for seq, key := range keyBySeq {
-		if key == "" {
-			return fmt.Errorf("outbox: mark line %d of run %q: %w", seq, runID, ErrEmptyOnceKey)
+		if err := checkOnceKey(key); err != nil {
+			return fmt.Errorf("outbox: mark line %d of run %q: %w", seq, runID, err)
 		}
 	}
 	if len(keyBySeq) == 0 {
@@ -186,14 +221,22 @@ func (s *Store) markAnnounced(ctx context.Context, tx *sql.Tx, runID string, key
 			return fmt.Errorf("outbox: mark line %d of run %q announced: %w", seq, runID, ErrUnknownEvent)
 		case err != nil:
 			return fmt.Errorf("outbox: mark line %d of run %q announced: %w", seq, runID, mapErr(ctx, err))
-		default:
-			held := row.OnceKey
-			if held == "" || held == key {
-				held = row.AnnounceKey
-			}
+		}
+		held := row.OnceKey
+		if held == "" || held == key {
+			held = row.AnnounceKey
+		}
+		if held != "" && held != key {
 			return fmt.Errorf("outbox: mark line %d of run %q announced as %q: it holds %q: %w",
 				seq, runID, key, held, ErrAnnounceConflict)
 		}
+		// The row is free: another row holds the key pending.
+		other, err := s.q.EventKeyHolder(ctx, tx, key)
+		if err != nil {
+			return fmt.Errorf("outbox: mark line %d of run %q announced as %q: %w", seq, runID, key, mapErr(ctx, err))
+		}
+		return fmt.Errorf("outbox: mark line %d of run %q announced as %q: line %d of run %q holds it pending: %w",
+			seq, runID, key, other.Seq, other.EngineRunID, ErrAnnounceConflict)
 	}
 	return nil
 }
@@ -220,8 +263,8 @@ func (s *Store) AnnouncedOnceKeys(ctx context.Context) (map[string]bool, error) 
 // below 1 is ErrInvalidLimit: a relay whose journal refuses writes re-reads the same prefix on every
 // attempt, and only a bound keeps that attempt's cost fixed as the backlog grows.
 func (s *Store) PendingEvents(ctx context.Context, runID string, after int64, limit int) ([]EventLine, error) {
-	if runID == "" {
-		return nil, ErrEmptyRunID
+	if err := checkRunID(runID); err != nil {
+		return nil, err
 	}
 	if limit < 1 {
 		return nil, ErrInvalidLimit
@@ -373,8 +416,8 @@ func readPending(ctx context.Context, c *sqlite3.Conn, stmt *sqlite3.Stmt, runID
 // EventsUsed reports whether runID has any row, buffered or in the ledger. A run id is a stream
 // identity and must be fresh: a process that reused one would continue the earlier stream's numbers.
 func (s *Store) EventsUsed(ctx context.Context, runID string) (bool, error) {
-	if runID == "" {
-		return false, ErrEmptyRunID
+	if err := checkRunID(runID); err != nil {
+		return false, err
 	}
 	var used int64
 	err := s.read(ctx, func(ctx context.Context) (err error) {
@@ -389,20 +432,22 @@ func (s *Store) EventsUsed(ctx context.Context, runID string) (bool, error) {
 
 // ForgetEvents deletes the buffered rows of every run except runID and returns how many it deleted.
 // Ledger rows (announced once keys) are kept, whatever their run, and so is every row of runID. Rows
-// are deleted whether or not they were projected: call Relay.Recover first, which projects what an
-// earlier run left and then calls ForgetEvents. The projection progress of a run is kept as long as
-// the run has rows, so its ledger rows are never re-sent.
+// are deleted whether or not they were projected, including rows of runs this store is enqueueing to:
+// it is the explicit primitive. Relay.Recover is the safe form, which deletes only projected rows of
+// earlier runs. Either way no run ever reuses a number: each run's highest seq is recorded before its
+// rows go, and its next seq follows it; and a run's projection progress is kept, so its ledger rows
+// are never re-sent.
 func (s *Store) ForgetEvents(ctx context.Context, runID string) (forgotten int64, err error) {
-	if runID == "" {
-		return 0, ErrEmptyRunID
+	if err := checkRunID(runID); err != nil {
+		return 0, err
 	}
 	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		if err := s.q.ProgressKeepLastSeqs(ctx, tx, runID); err != nil {
+			return fmt.Errorf("outbox: record other runs' last seqs: %w", mapErr(ctx, err))
+		}
 		forgotten, err = s.q.EventsForget(ctx, tx, runID)
 		if err != nil {
 			return fmt.Errorf("outbox: forget other runs: %w", mapErr(ctx, err))
-		}
-		if _, err := s.q.ProgressForgetOrphans(ctx, tx); err != nil {
-			return fmt.Errorf("outbox: forget other runs' progress: %w", mapErr(ctx, err))
 		}
 		return nil
 	})

@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -21,9 +22,12 @@ import (
 // begins a group: one group instead of several, each paying for BEGIN and COMMIT.
 //
 // Each call stays isolated without a SAVEPOINT: it writes at most one statement (its INSERT; the
-// once-key lookup only reads), and a builder that fails, panics or declines writes nothing. The next
-// seq of each run is carried from call to call within the group instead of being read again. A
-// statement or commit failure fails every call of the group, since none of them is then durable.
+// once-key lookup only reads), and a builder that fails, panics or declines writes nothing. A
+// statement that fails undoes only itself (SQLite's statement journal), so a call whose insert fails
+// on a constraint, or whose run has no seq left, fails alone and the group commits the others. Only
+// when SQLite has left the transaction (an interrupted write, a full disk, an I/O error; see txLost)
+// or COMMIT fails does every call of the group fail, since none of them is then stored. The last seq
+// of each run is carried from call to call within the group instead of being read again.
 
 // gatherWait bounds how long the committer waits for the callers of the last sync to come back: long
 // enough for a released cohort to return (they arrive within some tens of microseconds here), short
@@ -64,7 +68,7 @@ type committer struct {
 	stopped chan struct{}
 	// Prepared once on the writer connection; database/sql reuses them inside each transaction. The
 	// last two are the relay's progress record.
-	nextSeq, insert, onceFound, progressSet, markProjected *sql.Stmt
+	lastSeq, insert, onceFound, progressSet, markProjected *sql.Stmt
 }
 
 func newCommitter(ctx context.Context, s *Store) (*committer, error) {
@@ -74,7 +78,7 @@ func newCommitter(ctx context.Context, s *Store) (*committer, error) {
 		stmt **sql.Stmt
 		sql  string
 	}{
-		{&c.nextSeq, db.EventNextSeq}, {&c.insert, db.EventInsert}, {&c.onceFound, db.EventsOnceKeyExists},
+		{&c.lastSeq, db.EventLastSeq}, {&c.insert, db.EventInsert}, {&c.onceFound, db.EventsOnceKeyExists},
 		{&c.progressSet, db.ProgressSet}, {&c.markProjected, db.EventMarkProjected},
 	} {
 		if *p.stmt, err = s.w.PrepareContext(ctx, p.sql); err != nil {
@@ -87,7 +91,7 @@ func newCommitter(ctx context.Context, s *Store) (*committer, error) {
 }
 
 func (c *committer) closeStmts() {
-	for _, st := range []*sql.Stmt{c.nextSeq, c.insert, c.onceFound, c.progressSet, c.markProjected} {
+	for _, st := range []*sql.Stmt{c.lastSeq, c.insert, c.onceFound, c.progressSet, c.markProjected} {
 		if st != nil {
 			st.Close()
 		}
@@ -173,7 +177,9 @@ func (s *Store) submit(ctx context.Context, runID, onceKey string, build EventBu
 		// A call that stored nothing waits too: a once key found already queued may belong to a
 		// commit that is not durable yet.
 		if err := s.dur.wait(res.ticket); err != nil {
-			return 0, fmt.Errorf("outbox: commit: %w", err)
+			// Committed: the seq goes back with the error, so that a caller does not retry an
+			// event that is stored.
+			return res.seq, fmt.Errorf("outbox: commit: %w", err)
 		}
 	}
 	return res.seq, res.err
@@ -204,7 +210,9 @@ func (c *committer) commit(group []*request) {
 	}
 	ctx, cancel := c.s.opContext(context.Background())
 	defer cancel()
-	tx, err := c.s.w.BeginTx(ctx, nil)
+	// The transaction takes no context: its end would make database/sql close the writer
+	// connection (see txOn). The statements take the operation timeout.
+	tx, err := c.s.w.BeginTx(context.Background(), nil)
 	if err != nil {
 		failAll(fmt.Errorf("outbox: begin: %w", mapErr(ctx, err)))
 		deliver()
@@ -220,11 +228,15 @@ func (c *committer) commit(group []*request) {
 		}
 	}
 	defer endGroup()
-	next := map[string]int64{} // each run's next seq within this group
-	nextSeq, insert, onceFound := tx.StmtContext(ctx, c.nextSeq), tx.StmtContext(ctx, c.insert), tx.StmtContext(ctx, c.onceFound)
+	last := map[string]int64{} // each run's last seq within this group
+	lastSeq, insert, onceFound := tx.StmtContext(ctx, c.lastSeq), tx.StmtContext(ctx, c.insert), tx.StmtContext(ctx, c.onceFound)
 	for i, r := range taken {
 		var fatal error
-		results[i], fatal = c.one(ctx, r, next, nextSeq, insert, onceFound)
+		results[i], fatal = c.one(ctx, r, last, lastSeq, insert, onceFound)
+		if fatal == nil && results[i].err != nil {
+			// A failed statement undoes itself, unless SQLite ended the whole transaction.
+			fatal = c.s.txLost()
+		}
 		if fatal != nil {
 			tx.Rollback()
 			failAll(fatal)
@@ -251,9 +263,9 @@ func (c *committer) commit(group []*request) {
 	deliver()
 }
 
-// one runs one call inside the group's transaction. Its own failures (context, builder, line) are its
-// result; a failed statement is fatal to the group.
-func (c *committer) one(ctx context.Context, r *request, next map[string]int64, nextSeq, insert, onceFound *sql.Stmt) (res result, fatal error) {
+// one runs one call inside the group's transaction. Its own failures (context, builder, line, a
+// constraint, an exhausted run) are its result; a failed read is fatal to the group.
+func (c *committer) one(ctx context.Context, r *request, last map[string]int64, lastSeq, insert, onceFound *sql.Stmt) (res result, fatal error) {
 	if err := r.ctx.Err(); err != nil {
 		return result{err: err}, nil
 	}
@@ -266,12 +278,16 @@ func (c *committer) one(ctx context.Context, r *request, next map[string]int64, 
 			return result{}, nil
 		}
 	}
-	seq, ok := next[r.runID]
+	prev, ok := last[r.runID]
 	if !ok {
-		if err := nextSeq.QueryRowContext(ctx, r.runID).Scan(&seq); err != nil {
-			return result{}, fmt.Errorf("outbox: next seq of run %q: %w", r.runID, mapErr(ctx, err))
+		if err := lastSeq.QueryRowContext(ctx, r.runID).Scan(&prev); err != nil {
+			return result{}, fmt.Errorf("outbox: last seq of run %q: %w", r.runID, mapErr(ctx, err))
 		}
-		next[r.runID] = seq
+		last[r.runID] = prev
+	}
+	seq, err := nextSeq(r.runID, prev)
+	if err != nil {
+		return result{err: err}, nil
 	}
 	line, panicked, val, err := callBuild(r.build, seq)
 	switch {
@@ -285,13 +301,14 @@ func (c *committer) one(ctx context.Context, r *request, next map[string]int64, 
 		// Cancelled while its line was rendered: it stores nothing, as on a transaction of its own.
 		return result{err: r.ctx.Err()}, nil
 	}
-	if err := checkLine(line); err != nil {
+	if err := c.s.checkLine(line); err != nil {
 		return result{err: fmt.Errorf("outbox: line %d of run %q: %w", seq, r.runID, err)}, nil
 	}
 	if _, err := insert.ExecContext(ctx, r.runID, seq, line, r.onceKey, time.Now().UnixMilli()); err != nil {
-		return result{}, fmt.Errorf("outbox: insert line %d of run %q: %w", seq, r.runID, mapErr(ctx, err))
+		return result{err: fmt.Errorf("outbox: insert line %d of run %q: %w", seq, r.runID, mapErr(ctx, err))}, nil
 	}
-	next[r.runID] = seq + 1
+	last[r.runID] = seq
+	c.s.markLive(r.runID)
 	return result{seq: seq}, nil
 }
 
@@ -311,8 +328,8 @@ func callBuild(build EventBuilder, seq int64) (line []byte, panicked bool, val a
 // gets the next number in order; a declining builder takes none, and its entry in seqs is 0. An error
 // from any builder (or a line it renders that is invalid) stores none of them.
 func (s *Store) EnqueueEvents(ctx context.Context, runID string, builds []EventBuilder) (seqs []int64, err error) {
-	if runID == "" {
-		return nil, ErrEmptyRunID
+	if err := checkRunID(runID); err != nil {
+		return nil, err
 	}
 	for i, b := range builds {
 		if b == nil {
@@ -324,13 +341,17 @@ func (s *Store) EnqueueEvents(ctx context.Context, runID string, builds []EventB
 		return seqs, nil
 	}
 	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		next, err := s.q.EventNextSeq(ctx, tx, runID)
+		last, err := s.q.EventLastSeq(ctx, tx, runID)
 		if err != nil {
-			return fmt.Errorf("outbox: next seq of run %q: %w", runID, mapErr(ctx, err))
+			return fmt.Errorf("outbox: last seq of run %q: %w", runID, mapErr(ctx, err))
 		}
 		insert := tx.StmtContext(ctx, s.group.insert)
 		now := time.Now().UnixMilli()
 		for i, build := range builds {
+			next, err := nextSeq(runID, last)
+			if err != nil {
+				return err
+			}
 			line, err := build(next)
 			switch {
 			case err != nil:
@@ -339,19 +360,23 @@ func (s *Store) EnqueueEvents(ctx context.Context, runID string, builds []EventB
 				seqs[i] = 0
 				continue
 			}
-			if err := checkLine(line); err != nil {
+			if err := s.checkLine(line); err != nil {
 				return fmt.Errorf("outbox: line %d of run %q: %w", next, runID, err)
+			}
+			if err := ctx.Err(); err != nil {
+				return err
 			}
 			if _, err := insert.ExecContext(ctx, runID, next, line, "", now); err != nil {
 				return fmt.Errorf("outbox: insert line %d of run %q: %w", next, runID, mapErr(ctx, err))
 			}
 			seqs[i] = next
-			next++
+			last = next
 		}
+		s.markLive(runID)
 		return nil
 	})
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrNotDurable) {
 		return nil, err
 	}
-	return seqs, nil
+	return seqs, err
 }

@@ -162,9 +162,10 @@ func BenchmarkEnqueueEvents(b *testing.B) {
 				b.Fatal(err)
 			}
 			var next int64
-			if err := tx.QueryRowContext(ctx, db.EventNextSeq, "run").Scan(&next); err != nil {
+			if err := tx.QueryRowContext(ctx, db.EventLastSeq, "run").Scan(&next); err != nil {
 				b.Fatal(err)
 			}
+			next++
 			st := tx.StmtContext(ctx, insert)
 			now := time.Now().UnixMilli()
 			for i := 0; i < n; i++ {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -29,35 +30,20 @@ func holdFirstCommit(t *testing.T) (hold, release chan struct{}) {
 
 func line(b string) EventBuilder { return func(int64) ([]byte, error) { return []byte(b), nil } }
 
-// TestAFailedGroupFailsEveryCallInIt holds the committer inside a first commit, queues a group behind
-// it whose one INSERT fails (a trigger refuses it), and checks that every call of that group gets an
-// error and none of them is stored.
-func TestAFailedGroupFailsEveryCallInIt(t *testing.T) {
-	ctx := context.Background()
-	s, err := Open(ctx, filepath.Join(t.TempDir(), "b.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.WriteTx(ctx, func(tx *sql.Tx) error {
-		_, err := tx.Exec(`CREATE TRIGGER refuse BEFORE INSERT ON events_outbox WHEN NEW.line = CAST('refuse' AS BLOB)
-			BEGIN SELECT RAISE(ABORT, 'refused'); END`)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+// queueGroupBehindAHeldCommit holds the committer inside a first commit, queues n calls with line "ok"
+// and one with line "refuse" behind it as one group, lets it go, and returns the first call's error,
+// the n calls' errors and the refused call's.
+func queueGroupBehindAHeldCommit(t *testing.T, s *Store, n int) (first error, oks []error, refused error) {
 	hold, release := holdFirstCommit(t)
-
-	first := make(chan error, 1)
-	go func() { _, err := s.EnqueueEvent(ctx, "r", line("first")); first <- err }()
+	firstc := make(chan error, 1)
+	go func() { _, err := s.EnqueueEvent(context.Background(), "r", line("first")); firstc <- err }()
 	<-hold // the committer is inside the first group's commit
-
-	const n = 20
-	errs := make(chan error, n+1)
+	okc := make(chan error, n)
 	for i := 0; i < n; i++ {
-		go func() { _, err := s.EnqueueEvent(ctx, "r", line("ok")); errs <- err }()
+		go func() { _, err := s.EnqueueEvent(context.Background(), "r", line("ok")); okc <- err }()
 	}
-	go func() { _, err := s.EnqueueEvent(ctx, "r", line("refuse")); errs <- err }()
+	refusedc := make(chan error, 1)
+	go func() { _, err := s.EnqueueEvent(context.Background(), "other", line("refuse")); refusedc <- err }()
 	for deadline := time.Now().Add(10 * time.Second); len(s.group.queue) < n+1; {
 		if time.Now().After(deadline) {
 			t.Fatalf("only %d calls queued", len(s.group.queue))
@@ -65,19 +51,77 @@ func TestAFailedGroupFailsEveryCallInIt(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	close(release)
-	if err := <-first; err != nil {
-		t.Fatalf("first call: %v", err)
+	first = <-firstc
+	for i := 0; i < n; i++ {
+		oks = append(oks, <-okc)
 	}
-	for i := 0; i < n+1; i++ {
-		if err := <-errs; err == nil {
+	return first, oks, <-refusedc
+}
+
+func storeWithTrigger(t *testing.T, raise string) *Store {
+	ctx := context.Background()
+	s, err := Open(ctx, filepath.Join(t.TempDir(), "b.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if err := s.WriteTx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.Exec(`CREATE TRIGGER refuse BEFORE INSERT ON events_outbox WHEN NEW.line = CAST('refuse' AS BLOB)
+			BEGIN SELECT RAISE(` + raise + `, 'refused'); END`)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestOneCallsFailedInsertFailsOnlyThatCall queues a group in which one call's INSERT fails (a
+// trigger aborts it): that call gets an error naming its own run, and every other call of the group
+// commits.
+func TestOneCallsFailedInsertFailsOnlyThatCall(t *testing.T) {
+	s := storeWithTrigger(t, "ABORT")
+	const n = 20
+	first, oks, refused := queueGroupBehindAHeldCommit(t, s, n)
+	if first != nil {
+		t.Fatalf("first call: %v", first)
+	}
+	for _, err := range oks {
+		if err != nil {
+			t.Errorf("a call beside the failed one failed: %v", err)
+		}
+	}
+	if refused == nil || !strings.Contains(refused.Error(), `run "other"`) || strings.Contains(refused.Error(), `run "r"`) {
+		t.Errorf("the failing call: %v, want an error naming its own run", refused)
+	}
+	lines, _ := s.PendingEvents(context.Background(), "r", 0, 100)
+	if len(lines) != n+1 {
+		t.Errorf("%d lines stored, want %d", len(lines), n+1)
+	}
+	if seq, err := s.EnqueueEvent(context.Background(), "r", line("after")); err != nil || seq != n+2 {
+		t.Errorf("next call: (%d, %v), want seq %d", seq, err, n+2)
+	}
+}
+
+// TestAGroupWhoseTransactionSQLiteEndedFailsEveryCall queues a group in which one call's INSERT makes
+// SQLite roll the whole transaction back (RAISE(ROLLBACK)): no call of the group can then be stored,
+// so every one gets an error, none is stored, and the store goes on.
+func TestAGroupWhoseTransactionSQLiteEndedFailsEveryCall(t *testing.T) {
+	s := storeWithTrigger(t, "ROLLBACK")
+	const n = 20
+	first, oks, refused := queueGroupBehindAHeldCommit(t, s, n)
+	if first != nil {
+		t.Fatalf("first call: %v", first)
+	}
+	for _, err := range append(oks, refused) {
+		if err == nil {
 			t.Error("a call of the failed group succeeded")
 		}
 	}
-	lines, _ := s.PendingEvents(ctx, "r", 0, 100)
+	lines, _ := s.PendingEvents(context.Background(), "r", 0, 100)
 	if len(lines) != 1 {
 		t.Errorf("%d lines stored, want only the first call's", len(lines))
 	}
-	if seq, err := s.EnqueueEvent(ctx, "r", line("after")); err != nil || seq != 2 {
+	if seq, err := s.EnqueueEvent(context.Background(), "r", line("after")); err != nil || seq != 2 {
 		t.Errorf("next call: (%d, %v), want seq 2", seq, err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"syscall"
 
 	"github.com/textmachine/outbox/internal/flock"
 )
@@ -27,6 +28,14 @@ func lockFile(path string) (*os.File, error) {
 			return nil, fmt.Errorf("%w: %s", ErrLocked, path)
 		}
 		return nil, fmt.Errorf("outbox: lock %s: %w", path, err)
+	}
+	// Checked on the locked descriptor, so a name added before the lock was taken is seen. A name
+	// added later is the operator's doing; the lock keeps a second writer out either way.
+	if st, err := f.Stat(); err == nil {
+		if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Nlink > 1 {
+			flock.Release(f)
+			return nil, fmt.Errorf("%w: %s has %d names; SQLite gives each name its own -wal, so keep one", ErrHardLinked, path, sys.Nlink)
+		}
 	}
 	return f, nil
 }

@@ -49,6 +49,7 @@ type config struct {
 	logger      *slog.Logger
 	groupCommit bool
 	vfs         string
+	maxLine     int
 }
 
 func newConfig(opts []Option) (config, error) {
@@ -59,6 +60,7 @@ func newConfig(opts []Option) (config, error) {
 		readPool:    DefaultReadPoolSize,
 		logger:      slog.New(slog.DiscardHandler),
 		groupCommit: true,
+		maxLine:     DefaultMaxLineSize,
 	}
 	for _, o := range opts {
 		if o == nil {
@@ -117,6 +119,24 @@ func WithReadPoolSize(n int) Option {
 			return fmt.Errorf("outbox: read pool size %d, need at least 1", n)
 		}
 		c.readPool = n
+		return nil
+	}
+}
+
+// MaxLineSizeLimit is the largest line limit WithMaxLineSize accepts. SQLite holds a line whole in
+// the connection's memory while it writes or reads it, and the driver gives each connection a fixed
+// amount; lines up to this size go through one after another with room to spare.
+const MaxLineSizeLimit = 64 << 20
+
+// WithMaxLineSize bounds the length of one line, in bytes, in every enqueue method: a longer line is
+// ErrInvalidLine, checked before it is written, and nothing of the call is stored. The default is
+// DefaultMaxLineSize (16 MiB); at most MaxLineSizeLimit. The journal applies the same default.
+func WithMaxLineSize(n int) Option {
+	return func(c *config) error {
+		if n < 1 || n > MaxLineSizeLimit {
+			return fmt.Errorf("outbox: max line size %d, need 1 to %d", n, MaxLineSizeLimit)
+		}
+		c.maxLine = n
 		return nil
 	}
 }

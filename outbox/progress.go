@@ -5,18 +5,19 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"iter"
 	"time"
 
 	"github.com/textmachine/outbox/db"
 )
 
 // Projected returns how far runID has been projected: every line with a seq up to it is in the sink.
-// It is 0 for a run the relay has not projected, or whose rows ForgetEvents has removed.
+// It is 0 for a run the relay has not projected.
 func (s *Store) Projected(ctx context.Context, runID string) (int64, error) {
-	if runID == "" {
-		return 0, ErrEmptyRunID
+	if err := checkRunID(runID); err != nil {
+		return 0, err
 	}
-	var p int64
+	var p db.ProgressGetRow
 	err := s.read(ctx, func(ctx context.Context) (err error) {
 		p, err = s.q.ProgressGet(ctx, s.r, runID)
 		return err
@@ -24,7 +25,7 @@ func (s *Store) Projected(ctx context.Context, runID string) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("outbox: read progress of run %q: %w", runID, err)
 	}
-	return p, nil
+	return p.Projected, nil
 }
 
 // lastSeq returns the highest committed seq of runID, 0 when it has none.
@@ -64,40 +65,86 @@ func (s *Store) recordProjected(ctx context.Context, runID string, last int64, t
 
 // RunStats describes one run's rows in the store.
 type RunStats struct {
-	RunID       string
-	Lines       int64 // rows stored, buffered and in the ledger
+	RunID string
+	// LastSeq is the highest seq the run was ever given, counting rows since forgotten: its next
+	// event gets LastSeq+1.
+	LastSeq     int64
+	Lines       int64 // rows still stored, buffered and in the ledger
 	LedgerLines int64 // rows whose once key is in the ledger
-	LastSeq     int64 // highest seq stored
 	Projected   int64 // every seq up to this one is in the sink
+	// Unprojected is how many of the run's lines the sink does not have yet: LastSeq - Projected.
+	Unprojected int64
 	// OldestPending is when the first line after Projected was enqueued; zero when nothing is
 	// pending, or when the line predates the column that records it.
 	OldestPending time.Time
+
+	storedLast int64 // the highest seq still stored: how far recovery projects
 }
 
-// maxRuns bounds Runs. ForgetEvents keeps a book to its current run plus the ledger's runs, so a
-// database with more runs than this has not been recovered in a very long time.
-const maxRuns = 100_000
+// runsPage is how many runs one query of AllRuns lists.
+const runsPage = 512
 
-// Runs describes every run that has rows, in run id order.
+// AllRuns yields every run that has rows, in run id order, however many there are: it lists them a
+// page at a time, each page one bounded read, so it holds neither the whole list nor a read
+// transaction across pages. A run's figures come from one snapshot; two runs' may come from two. It
+// stops at the first error, which it yields.
+func (s *Store) AllRuns(ctx context.Context) iter.Seq2[RunStats, error] {
+	return func(yield func(RunStats, error) bool) {
+		after := ""
+		for {
+			page, err := s.runsAfter(ctx, after, runsPage)
+			if err != nil {
+				yield(RunStats{}, err)
+				return
+			}
+			for _, st := range page {
+				if !yield(st, nil) {
+					return
+				}
+			}
+			if len(page) < runsPage {
+				return
+			}
+			after = page[len(page)-1].RunID
+		}
+	}
+}
+
+// Runs describes every run that has rows, in run id order. It holds them all; AllRuns walks them in
+// bounded memory.
 func (s *Store) Runs(ctx context.Context) ([]RunStats, error) {
 	var out []RunStats
+	for st, err := range s.AllRuns(ctx) {
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}
+
+// runsAfter lists at most limit runs whose id sorts after the given one, from one read transaction.
+func (s *Store) runsAfter(ctx context.Context, after string, limit int) ([]RunStats, error) {
+	var out []RunStats
 	err := s.read(ctx, func(ctx context.Context) error {
-		// One read transaction, so that every figure comes from the same snapshot.
 		tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 		if err != nil {
 			return err
 		}
 		defer tx.Rollback()
-		rows, err := s.q.EventsRuns(ctx, tx, maxRuns)
+		rows, err := s.q.EventsRuns(ctx, tx, db.EventsRunsParams{AfterRun: after, MaxRuns: int64(limit)})
 		if err != nil {
 			return err
 		}
 		for _, r := range rows {
-			st := RunStats{RunID: r.EngineRunID, Lines: r.Lines, LedgerLines: r.LedgerLines, LastSeq: r.LastSeq}
-			if st.Projected, err = s.q.ProgressGet(ctx, tx, r.EngineRunID); err != nil {
+			p, err := s.q.ProgressGet(ctx, tx, r.EngineRunID)
+			if err != nil {
 				return err
 			}
-			if st.Projected < st.LastSeq {
+			st := RunStats{RunID: r.EngineRunID, Lines: r.Lines, LedgerLines: r.LedgerLines,
+				LastSeq: max(r.LastSeq, p.LastSeq), Projected: p.Projected, storedLast: r.LastSeq}
+			st.Unprojected = max(st.LastSeq-st.Projected, 0)
+			if st.Projected < st.storedLast {
 				ms, err := s.q.EventsOldestAfter(ctx, tx, db.EventsOldestAfterParams{EngineRunID: r.EngineRunID, AfterSeq: st.Projected})
 				if err != nil && !errors.Is(err, sql.ErrNoRows) {
 					return err
@@ -114,4 +161,38 @@ func (s *Store) Runs(ctx context.Context) ([]RunStats, error) {
 		return nil, fmt.Errorf("outbox: list runs: %w", err)
 	}
 	return out, nil
+}
+
+// LedgerSize returns how many once keys the ledger holds, counted without loading them.
+func (s *Store) LedgerSize(ctx context.Context) (int64, error) {
+	var n int64
+	err := s.read(ctx, func(ctx context.Context) (err error) {
+		n, err = s.q.EventsLedgerSize(ctx, s.r)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("outbox: count the ledger: %w", err)
+	}
+	return n, nil
+}
+
+// forgetProjected drops, in one transaction, the buffered rows of the given runs up to each one's
+// projected position, after recording each run's highest seq so that no number is reused. It is
+// recovery's deletion: rows whose lines the sink may lack are never touched.
+func (s *Store) forgetProjected(ctx context.Context, runs []RunStats) (int64, error) {
+	var n int64
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		for _, r := range runs {
+			if err := s.q.ProgressKeepLastSeq(ctx, tx, db.ProgressKeepLastSeqParams{EngineRunID: r.RunID, LastSeq: r.LastSeq}); err != nil {
+				return fmt.Errorf("outbox: record the last seq of run %q: %w", r.RunID, mapErr(ctx, err))
+			}
+			k, err := s.q.EventsForgetProjected(ctx, tx, db.EventsForgetProjectedParams{EngineRunID: r.RunID, Projected: r.Projected})
+			if err != nil {
+				return fmt.Errorf("outbox: forget projected lines of run %q: %w", r.RunID, mapErr(ctx, err))
+			}
+			n += k
+		}
+		return nil
+	})
+	return n, err
 }

@@ -140,8 +140,21 @@ type Relay struct {
 	cfg   relayConfig
 	err   error // from the options or the arguments; returned by every method
 
-	mu      sync.Mutex // one batch at a time; guards failing
+	mu      sync.Mutex // one batch at a time; guards failing and unrecorded
 	failing error      // the error of the last failed batch, until a batch succeeds
+	// unrecorded is a batch the sink has and the store has not recorded yet: its record failed. It
+	// is retried alone before anything else is appended, so a failure after an append never sends
+	// the batch again.
+	unrecorded *batchRecord
+}
+
+// batchRecord is what recording a batch writes: the run's new position and the once keys to move
+// into the ledger.
+type batchRecord struct {
+	runID  string
+	last   int64
+	toMark []int64
+	lines  int
 }
 
 // NewRelay returns a relay from s to sink for runID. Invalid arguments or options are reported by the
@@ -157,13 +170,14 @@ func NewRelay(s *Store, sink Sink, runID string, opts ...RelayOption) *Relay {
 	switch {
 	case s == nil:
 		r.err = errors.New("outbox: relay with a nil store")
+		return r
 	case sink == nil:
 		r.err = errors.New("outbox: relay with a nil sink")
-	case runID == "":
-		r.err = ErrEmptyRunID
 	default:
+		r.err = checkRunID(runID)
 		r.cfg.log = s.log
 	}
+	r.cfg.log = s.log
 	for _, o := range opts {
 		if o == nil || r.err != nil {
 			continue
@@ -246,6 +260,9 @@ func (p *prefetch) close() {
 func (r *Relay) project(ctx context.Context, runID string, target int64) (int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if err := r.record(ctx); err != nil {
+		return 0, err
+	}
 	cursor, err := r.s.Projected(ctx, runID)
 	if err != nil || (target > 0 && cursor >= target) {
 		return 0, err
@@ -273,19 +290,12 @@ func (r *Relay) project(ctx context.Context, runID string, target int64) (int, e
 			return placed, &sinkError{err}
 		}
 		faultpoint.Hit(faultpoint.RelayAfterAppend)
-		if err := r.s.recordProjected(ctx, runID, last, marksUpTo(toMark, last)); err != nil {
+		r.unrecorded = &batchRecord{runID: runID, last: last, toMark: marksUpTo(toMark, last), lines: len(lines)}
+		if err := r.record(ctx); err != nil {
 			return placed, err
 		}
 		placed += len(lines)
 		cursor = last
-		if r.failing != nil {
-			// The change of state is the first batch that gets through, not the end of a drain.
-			r.cfg.log.Info("outbox: relay recovered", "run", runID, "after", r.failing)
-			r.failing = nil
-		}
-		if r.cfg.onProjected != nil {
-			r.cfg.onProjected(runID, len(lines), last)
-		}
 		switch {
 		case target > 0 && cursor >= target:
 			return placed, nil
@@ -306,6 +316,27 @@ func (r *Relay) project(ctx context.Context, runID string, target int64) (int, e
 		}
 	}
 	return placed, nil
+}
+
+// record records the batch the sink has and the store has not, if there is one. Call it with mu held.
+func (r *Relay) record(ctx context.Context) error {
+	b := r.unrecorded
+	if b == nil {
+		return nil
+	}
+	if err := r.s.recordProjected(ctx, b.runID, b.last, b.toMark); err != nil {
+		return fmt.Errorf("outbox: record lines up to %d of run %q as projected: %w", b.last, b.runID, err)
+	}
+	r.unrecorded = nil
+	if r.failing != nil {
+		// The change of state is the first batch that gets through, not the end of a drain.
+		r.cfg.log.Info("outbox: relay recovered", "run", b.runID, "after", r.failing)
+		r.failing = nil
+	}
+	if r.cfg.onProjected != nil {
+		r.cfg.onProjected(b.runID, b.lines, b.last)
+	}
+	return nil
 }
 
 // marksUpTo returns the seqs of toMark up to last: contiguous may have cut the batch short.
@@ -333,10 +364,17 @@ func contiguous(runID string, cursor int64, lines []EventLine) ([]EventLine, err
 }
 
 // retriable reports whether a failed batch is worth another attempt: a sink failure, or a transient
-// store failure; not a closed store, an ended context, missing rows or a sink's refusal.
+// store failure; not an ended context, a closed or failed store, missing rows, a sink's refusal, or a
+// record the ledger refuses (a key given to two events), which no retry can change.
 func retriable(ctx context.Context, err error) bool {
-	if ctx.Err() != nil || errors.Is(err, ErrClosed) || errors.Is(err, ErrRowsMissing) || errors.Is(err, ErrSinkRefused) {
+	if ctx.Err() != nil {
 		return false
+	}
+	for _, permanent := range []error{ErrClosed, ErrRowsMissing, ErrSinkRefused, ErrAnnounceConflict,
+		ErrUnknownEvent, ErrNotDurable, ErrSyncFailed, ErrReadOnly} {
+		if errors.Is(err, permanent) {
+			return false
+		}
 	}
 	return true
 }
@@ -402,36 +440,62 @@ func (r *Relay) Flush(ctx context.Context) error {
 }
 
 // Recover projects what earlier runs committed and the sink may lack, byte-identical and in order,
-// moves their once keys into the ledger, and only then calls ForgetEvents for the relay's run. Call it
-// once at start, before the run writes its first event. After it, the lines of earlier runs are in the
-// sink and every once key they carried is in the ledger, so EnqueueOnce will not announce them again.
+// moves their once keys into the ledger, and then drops their projected rows. Call it once at start,
+// before the run writes its first event. After it, the lines of earlier runs are in the sink and every
+// once key they carried is in the ledger, so EnqueueOnce will not announce them again.
+//
+// It covers every run however many there are, a page at a time. It never touches the relay's own run
+// or any run this Store has enqueued to since it was opened (another relay of this process projects
+// those), and it never drops a row whose line is not in the sink; each run's highest seq is recorded
+// before its rows go, so no run reuses a number.
 func (r *Relay) Recover(ctx context.Context) error {
 	if r.err != nil {
 		return r.err
 	}
-	runs, err := r.s.Runs(ctx)
-	if err != nil {
-		return err
-	}
-	for _, run := range runs {
-		if run.RunID == r.runID || run.Projected >= run.LastSeq {
-			continue
+	var done []RunStats
+	forget := func() error {
+		if len(done) == 0 {
+			return nil
 		}
-		if err := r.drain(ctx, run.RunID, run.LastSeq); err != nil {
+		n, err := r.s.forgetProjected(ctx, done)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			r.cfg.log.Debug("outbox: forgot earlier runs' projected lines", "lines", n)
+		}
+		done = done[:0]
+		return nil
+	}
+	for run, err := range r.s.AllRuns(ctx) {
+		if err != nil {
 			return fmt.Errorf("outbox: recover: %w", err)
 		}
-		r.cfg.log.Info("outbox: recovered an earlier run", "run", run.RunID,
-			"from", run.Projected+1, "to", run.LastSeq)
+		if run.RunID == r.runID || r.s.isLive(run.RunID) {
+			continue
+		}
+		if run.Projected < run.storedLast {
+			if err := r.drain(ctx, run.RunID, run.storedLast); err != nil {
+				return fmt.Errorf("outbox: recover: %w", err)
+			}
+			r.cfg.log.Info("outbox: recovered an earlier run", "run", run.RunID,
+				"from", run.Projected+1, "to", run.storedLast)
+			run.Projected = run.storedLast // drain returns nil only once it is there
+		}
+		if run.Lines > run.LedgerLines {
+			done = append(done, run)
+			if len(done) == runsPage {
+				if err := forget(); err != nil {
+					return fmt.Errorf("outbox: recover: %w", err)
+				}
+			}
+		}
 	}
 	faultpoint.Hit(faultpoint.RecoverBeforeForget)
-	n, err := r.s.ForgetEvents(ctx, r.runID)
-	if err != nil {
+	if err := forget(); err != nil {
 		return fmt.Errorf("outbox: recover: %w", err)
 	}
 	faultpoint.Hit(faultpoint.RecoverAfterForget)
-	if n > 0 {
-		r.cfg.log.Debug("outbox: forgot earlier runs' projected lines", "lines", n)
-	}
 	return nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 
 	"github.com/ncruces/go-sqlite3"
 	"github.com/ncruces/go-sqlite3/driver"
@@ -36,6 +37,17 @@ type Store struct {
 	group    *committer // the group committer and the prepared statements; nil when read-only
 	dur      *durability
 	pr       pendingReader
+
+	// wconn is the writer connection as the driver has it, kept to ask SQLite whether a transaction is
+	// still open (an interrupted write statement rolls the whole transaction back). The store never
+	// lets database/sql replace that connection; see txOn.
+	wconn *sqlite3.Conn
+	// current is the transaction txOn has open, so that EnqueueTx can tell the store's own transaction
+	// from a foreign one.
+	current atomic.Pointer[sql.Tx]
+
+	liveMu sync.Mutex
+	live   map[string]struct{} // runs enqueued to since Open: Recover leaves them alone
 
 	mu       sync.Mutex
 	cond     *sync.Cond // signalled when inflight drops to zero
@@ -103,11 +115,9 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 		s.release()
 		return nil, fmt.Errorf("outbox: open %s: %w", path, mapErr(octx, err))
 	}
-	if s.cfg.durability == DurabilityFull {
-		if err := s.attachWAL(octx); err != nil {
-			s.release()
-			return nil, fmt.Errorf("outbox: open %s: %w", path, err)
-		}
+	if err := s.attachWriter(octx); err != nil {
+		s.release()
+		return nil, fmt.Errorf("outbox: open %s: %w", path, err)
 	}
 	if s.r, err = s.openReader(); err != nil {
 		s.release()
@@ -144,8 +154,11 @@ func OpenReadOnly(ctx context.Context, path string, opts ...Option) (*Store, err
 	var n int
 	err = s.r.QueryRowContext(octx,
 		`SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'events_outbox'`).Scan(&n)
-	if err == nil && n == 0 {
+	switch {
+	case err == nil && n == 0:
 		err = ErrNoSchema
+	case err == nil:
+		err = migrations.Check(octx, s.r)
 	}
 	if err != nil {
 		s.release()
@@ -162,7 +175,8 @@ func newStore(path string, opts []Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{path: path, cfg: cfg, log: cfg.logger, q: db.New(), changed: make(chan struct{}), dur: newDurability()}
+	s := &Store{path: path, cfg: cfg, log: cfg.logger, q: db.New(), changed: make(chan struct{}), dur: newDurability(),
+		live: map[string]struct{}{}}
 	s.cond = sync.NewCond(&s.mu)
 	return s, nil
 }
@@ -357,18 +371,28 @@ func (s *Store) writeTx(ctx context.Context, fn func(ctx context.Context, tx *sq
 
 // txOn runs fn in a write transaction on the writer connection; when durable, it returns only once the
 // commit is durable (see durability).
+//
+// The caller's context never reaches the transaction itself, only its statements. database/sql
+// rolls a transaction back and closes its connection when the transaction's context ends mid-way
+// (the driver cannot vouch for a reused session), and this is the store's one writer connection,
+// whose WAL handle the store syncs: a cancelled call would take the store down with it. So the
+// transaction is begun without cancellation, the context is checked between steps and before COMMIT,
+// and a statement it interrupts fails that statement. COMMIT itself is never interrupted: once
+// begun, the call's outcome is the commit's.
 func (s *Store) txOn(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error, durable bool) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	ctx, cancel := s.opContext(ctx)
 	defer cancel()
-	tx, err := s.w.BeginTx(ctx, nil)
+	tx, err := s.w.BeginTx(context.WithoutCancel(ctx), nil)
 	if err != nil {
 		return fmt.Errorf("outbox: begin: %w", mapErr(ctx, err))
 	}
+	s.current.Store(tx)
 	done := false
 	defer func() {
+		s.current.Store(nil)
 		if done {
 			return
 		}
@@ -379,6 +403,13 @@ func (s *Store) txOn(ctx context.Context, fn func(ctx context.Context, tx *sql.T
 		}
 	}()
 	if err := fn(ctx, tx); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		// Ended while fn ran: the caller will be told it failed, so nothing of it may commit.
+		return err
+	}
+	if err := s.txLost(); err != nil {
 		return err
 	}
 	faultpoint.Hit(faultpoint.BeforeCommit)
@@ -404,6 +435,35 @@ func (s *Store) txOn(ctx context.Context, fn func(ctx context.Context, tx *sql.T
 		}
 	}
 	return nil
+}
+
+// txLost reports a transaction that SQLite has already rolled back: an interrupted write statement
+// (or a full disk, or an I/O error) ends the whole transaction, and later statements would each
+// commit on their own. Checked before anything more is written or committed in it.
+func (s *Store) txLost() error {
+	if s.wconn != nil && s.wconn.GetAutocommit() {
+		return errTxLost
+	}
+	return nil
+}
+
+var errTxLost = errors.New("outbox: the transaction was rolled back by SQLite (a statement in it was interrupted or failed); nothing of it is stored")
+
+// markLive records that runID was enqueued to through this store, so that Recover never takes it for
+// an earlier process's run.
+func (s *Store) markLive(runID string) {
+	s.liveMu.Lock()
+	if _, ok := s.live[runID]; !ok {
+		s.live[runID] = struct{}{}
+	}
+	s.liveMu.Unlock()
+}
+
+func (s *Store) isLive(runID string) bool {
+	s.liveMu.Lock()
+	defer s.liveMu.Unlock()
+	_, ok := s.live[runID]
+	return ok
 }
 
 // read runs fn on the read pool with the operation timeout.

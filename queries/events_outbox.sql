@@ -3,10 +3,14 @@ INSERT INTO events_outbox (engine_run_id, seq, line, announce_key, enqueued_at)
 VALUES (sqlc.arg(engine_run_id), sqlc.arg(seq), sqlc.arg(line), CAST(sqlc.arg(announce_key) AS TEXT),
         sqlc.arg(enqueued_at));
 
--- name: EventNextSeq :one
-SELECT CAST(COALESCE(MAX(seq), 0) + 1 AS INTEGER) AS next_seq
-FROM events_outbox
-WHERE engine_run_id = sqlc.arg(engine_run_id);
+-- name: EventLastSeq :one
+-- The highest seq the run was ever given: its highest stored row, or the number recorded when its rows
+-- were forgotten (migrations/00003), whichever is higher. The next seq is one more, computed in Go so
+-- that a run at 2^63-1 is refused instead of wrapping.
+SELECT CAST(max(
+    COALESCE((SELECT MAX(seq) FROM events_outbox WHERE engine_run_id = CAST(sqlc.arg(engine_run_id) AS TEXT)), 0),
+    COALESCE((SELECT last_seq FROM outbox_progress WHERE engine_run_id = CAST(sqlc.arg(engine_run_id) AS TEXT)), 0)
+) AS INTEGER) AS last_seq;
 
 -- name: EventOnceKey :one
 -- The keys a row holds, in the ledger and pending (empty when none); no row when the event does not
@@ -17,20 +21,38 @@ WHERE engine_run_id = sqlc.arg(engine_run_id) AND seq = sqlc.arg(seq);
 
 -- name: EventMarkAnnounced :execrows
 -- Matches a row that holds no key yet or already holds this one (in the ledger or as its pending
--- announce key), so re-marking is a no-op that still counts the row; a row holding another key is
--- left alone and counts zero.
+-- announce key), so re-marking is a no-op that still counts the row; a row holding another key, or a
+-- key that another row holds pending, is left alone and counts zero. A key another row holds in the
+-- ledger fails on the unique index.
 UPDATE events_outbox
 SET once_key = CAST(sqlc.arg(once_key) AS TEXT)
-WHERE engine_run_id = sqlc.arg(engine_run_id)
-  AND seq = sqlc.arg(seq)
+WHERE engine_run_id = CAST(sqlc.arg(engine_run_id) AS TEXT)
+  AND seq = CAST(sqlc.arg(seq) AS INTEGER)
   AND once_key IN ('', CAST(sqlc.arg(once_key) AS TEXT))
-  AND announce_key IN ('', CAST(sqlc.arg(once_key) AS TEXT));
+  AND announce_key IN ('', CAST(sqlc.arg(once_key) AS TEXT))
+  AND NOT EXISTS (
+      SELECT 1 FROM events_outbox AS other
+      WHERE other.announce_key = CAST(sqlc.arg(once_key) AS TEXT) AND other.announce_key <> ''
+        AND (other.engine_run_id <> CAST(sqlc.arg(engine_run_id) AS TEXT)
+             OR other.seq <> CAST(sqlc.arg(seq) AS INTEGER))
+  );
 
 -- name: EventsAnnouncedKeys :many
 -- The whole ledger. Bounded by the book (one key per announced unit), not by the number of runs.
 SELECT once_key
 FROM events_outbox
 WHERE once_key <> '';
+
+-- name: EventKeyHolder :one
+-- The row that holds a key, in the ledger or pending, to name it in a conflict.
+SELECT engine_run_id, seq
+FROM events_outbox
+WHERE once_key = CAST(sqlc.arg(once_key) AS TEXT) AND once_key <> ''
+UNION ALL
+SELECT engine_run_id, seq
+FROM events_outbox
+WHERE announce_key = CAST(sqlc.arg(once_key) AS TEXT) AND announce_key <> ''
+LIMIT 1;
 
 -- name: EventsForget :execrows
 -- Drops the buffered rows of every run but the given one. Ledger rows stay: they are what a reader has
@@ -77,16 +99,30 @@ WHERE engine_run_id = sqlc.arg(engine_run_id) AND seq = sqlc.arg(seq)
   AND announce_key <> '' AND once_key = '';
 
 -- name: EventsRuns :many
--- Every run with rows, with what the CLI's stats and recovery need. One pass over the table, run by
--- run along the primary key; bounded by the number of runs, which ForgetEvents keeps small.
+-- One page of the runs that have rows, after a run id (keyset paging along the primary key), with
+-- what recovery and the command's stats need. Each page is a bounded query of its own, so listing a
+-- book of any number of runs holds neither a long read transaction nor the whole list.
 SELECT engine_run_id,
        CAST(count(*) AS INTEGER) AS lines,
        CAST(MAX(seq) AS INTEGER) AS last_seq,
        CAST(COALESCE(SUM(once_key <> ''), 0) AS INTEGER) AS ledger_lines
 FROM events_outbox
+WHERE engine_run_id > sqlc.arg(after_run)
 GROUP BY engine_run_id
 ORDER BY engine_run_id
 LIMIT sqlc.arg(max_runs);
+
+-- name: EventsForgetProjected :execrows
+-- Drops a run's buffered rows up to its projected position, the ones whose lines the sink holds.
+-- Recovery's deletion: it can never drop a line that has not been projected.
+DELETE FROM events_outbox
+WHERE engine_run_id = sqlc.arg(engine_run_id) AND seq <= sqlc.arg(projected) AND once_key = '';
+
+-- name: EventsLedgerSize :one
+-- How many keys the ledger holds, counted along its partial index without loading it.
+SELECT CAST(count(*) AS INTEGER) AS keys
+FROM events_outbox
+WHERE once_key <> '';
 
 -- name: EventsOldestAfter :one
 -- The enqueue time of the first line after a position: the age of a run's unprojected backlog.

@@ -1,13 +1,24 @@
--- name: ProgressForgetOrphans :execrows
--- Drops the progress of runs that have no row left; a run with rows keeps its progress, or a restart
--- would re-send its ledger rows.
-DELETE FROM outbox_progress
-WHERE NOT EXISTS (
-    SELECT 1 FROM events_outbox WHERE events_outbox.engine_run_id = outbox_progress.engine_run_id
-);
+-- name: ProgressKeepLastSeqs :exec
+-- Records, before ForgetEvents drops them, the highest seq of every other run's buffered rows, so that
+-- no run reuses a number after its rows are gone.
+INSERT INTO outbox_progress (engine_run_id, projected, last_seq)
+SELECT engine_run_id, 0, MAX(seq)
+FROM events_outbox
+WHERE engine_run_id <> CAST(sqlc.arg(engine_run_id) AS TEXT) AND once_key = ''
+GROUP BY engine_run_id
+ON CONFLICT (engine_run_id) DO UPDATE SET last_seq = max(last_seq, excluded.last_seq);
+
+-- name: ProgressKeepLastSeq :exec
+-- The same for one run, before recovery drops its projected rows.
+INSERT INTO outbox_progress (engine_run_id, projected, last_seq)
+VALUES (sqlc.arg(engine_run_id), 0, sqlc.arg(last_seq))
+ON CONFLICT (engine_run_id) DO UPDATE SET last_seq = max(last_seq, excluded.last_seq);
 
 -- name: ProgressGet :one
-SELECT CAST(COALESCE(MAX(projected), 0) AS INTEGER) AS projected
+-- A run's projected position and the highest seq recorded for it when its rows were forgotten; zeros
+-- for a run without a progress row.
+SELECT CAST(COALESCE(MAX(projected), 0) AS INTEGER) AS projected,
+       CAST(COALESCE(MAX(last_seq), 0) AS INTEGER) AS last_seq
 FROM outbox_progress
 WHERE engine_run_id = sqlc.arg(engine_run_id);
 

@@ -5,8 +5,10 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -127,18 +129,33 @@ func TestCloseDuringConcurrentCallsLeavesOnlyWhatWasAcknowledged(t *testing.T) {
 	}
 }
 
-// TestA64MiBLineGoesThroughTheStoreTheJournalAndTheVerifier: nothing in the path caps a line's size.
-func TestA64MiBLineGoesThroughTheStoreTheJournalAndTheVerifier(t *testing.T) {
+// TestALineAtTheLimitGoesThroughTheStoreTheJournalAndTheVerifier: a line of exactly the default
+// limit is stored, projected and verified byte for byte; one byte more is refused before it is stored,
+// naming both sizes, and uses no number.
+func TestALineAtTheLimitGoesThroughTheStoreTheJournalAndTheVerifier(t *testing.T) {
 	if testing.Short() {
-		t.Skip("moves 64 MiB several times")
+		t.Skip("moves 16 MiB several times")
 	}
 	t.Parallel()
 	ctx := context.Background()
 	s, _ := setup(t)
-	big := append([]byte(`{"engine_run_id":"r","seq":1,"data":"`), bytes.Repeat([]byte("é"), 32<<20)...)
-	big = append(big, `"}`...)
-	if _, err := s.EnqueueEvent(ctx, "r", constLine(big)); err != nil {
-		t.Fatal(err)
+	head, tail := `{"engine_run_id":"r","seq":1,"data":"`, `"}`
+	big := append([]byte(head), bytes.Repeat([]byte("é"), (outbox.DefaultMaxLineSize-len(head)-len(tail))/2)...)
+	for len(big) < outbox.DefaultMaxLineSize-len(tail) {
+		big = append(big, 'x')
+	}
+	big = append(big, tail...)
+	if len(big) != outbox.DefaultMaxLineSize {
+		t.Fatalf("line of %d bytes", len(big))
+	}
+	over := append(append([]byte(head), 'x'), big[len(head):]...)
+	_, err := s.EnqueueEvent(ctx, "r", constLine(over))
+	if !errors.Is(err, outbox.ErrInvalidLine) || !strings.Contains(err.Error(), fmt.Sprint(len(over))) ||
+		!strings.Contains(err.Error(), fmt.Sprint(outbox.DefaultMaxLineSize)) {
+		t.Errorf("a line one byte over the limit: %v, want ErrInvalidLine naming both sizes", err)
+	}
+	if seq, err := s.EnqueueEvent(ctx, "r", constLine(big)); err != nil || seq != 1 {
+		t.Fatalf("a line at the limit: (%d, %v), want seq 1", seq, err)
 	}
 	jpath := filepath.Join(t.TempDir(), "j.jsonl")
 	j, err := journal.OpenFile(jpath)

@@ -59,6 +59,21 @@ func setup(t testing.TB, opts ...outbox.Option) (*outbox.Store, string) {
 	return s, path
 }
 
+// reopen closes s and opens its database again, as the next process would: the runs s enqueued to
+// are then an earlier process's, which Relay.Recover projects and forgets.
+func reopen(t testing.TB, s *outbox.Store, opts ...outbox.Option) *outbox.Store {
+	t.Helper()
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	s2, err := outbox.Open(context.Background(), s.Path(), opts...)
+	if err != nil {
+		t.Fatalf("reopen: %v", err)
+	}
+	t.Cleanup(func() { s2.Close() })
+	return s2
+}
+
 // lineOf renders a small line that names its seq, the way a real builder would.
 func lineOf(kind string) outbox.EventBuilder {
 	return func(seq int64) ([]byte, error) {

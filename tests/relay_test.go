@@ -255,6 +255,7 @@ func TestRecoverProjectsEarlierRunsThenForgetsThem(t *testing.T) {
 	enq("x")
 	want := allLines(t, s, "old")
 
+	s = reopen(t, s)
 	if err := fastRelay(s, j, "new", outbox.WithBatchSize(2)).Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -295,7 +296,10 @@ func TestRecoverProjectsEarlierRunsThenForgetsThem(t *testing.T) {
 	}
 }
 
-func TestProgressSurvivesForgetEventsWhileTheRunHasRows(t *testing.T) {
+// TestProgressAndTheLastSeqSurviveForgetEvents: a run whose rows ForgetEvents dropped keeps its
+// progress and its last seq, so its ledger rows are never re-sent and its next event does not reuse a
+// number.
+func TestProgressAndTheLastSeqSurviveForgetEvents(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s, _ := setup(t)
@@ -316,8 +320,11 @@ func TestProgressSurvivesForgetEventsWhileTheRunHasRows(t *testing.T) {
 	if p, _ := s.Projected(ctx, "old"); p != 3 {
 		t.Errorf("progress of a run with a ledger row = %d, want 3", p)
 	}
-	if p, _ := s.Projected(ctx, "gone"); p != 0 {
-		t.Errorf("progress of a run without rows = %d, want 0 (dropped)", p)
+	if p, _ := s.Projected(ctx, "gone"); p != 1 {
+		t.Errorf("progress of a run without rows = %d, want 1 (kept)", p)
+	}
+	if seq, err := s.EnqueueEvent(ctx, "gone", lineOf("again")); err != nil || seq != 2 {
+		t.Errorf("next event of a forgotten run: (%d, %v), want seq 2", seq, err)
 	}
 	// Its ledger row is never offered again.
 	n := len(sink.all())
@@ -340,6 +347,7 @@ func TestRelayRefusesToProjectAcrossMissingRows(t *testing.T) {
 	if _, err := d.Exec(`DELETE FROM events_outbox WHERE seq = 2`); err != nil {
 		t.Fatal(err)
 	}
+	s = reopen(t, s)
 	sink := newMemSink()
 	err := fastRelay(s, sink, "new").Recover(ctx)
 	if !errors.Is(err, outbox.ErrRowsMissing) {
