@@ -125,7 +125,10 @@ func appliedVersions(ctx context.Context, d *sql.DB) (map[int64]string, error) {
 	if err != nil || n == 0 {
 		return map[int64]string{}, err
 	}
-	rows, err := d.QueryContext(ctx, `SELECT version_id, tstamp FROM `+migrations.TableName+` WHERE is_applied AND version_id > 0 ORDER BY id`)
+	// The latest row of a version says whether it stands (see migrations.Applied).
+	rows, err := d.QueryContext(ctx, `SELECT version_id, tstamp FROM `+migrations.TableName+` AS v
+		WHERE version_id > 0 AND is_applied
+		  AND id = (SELECT MAX(id) FROM `+migrations.TableName+` WHERE version_id = v.version_id)`)
 	if err != nil {
 		return nil, err
 	}
@@ -209,15 +212,28 @@ func migrateWrite(ctx context.Context, path, action string, force bool, stdout i
 	if err != nil {
 		return err
 	}
+	// A book migrated by a newer release is not this release's to change, up or down.
+	if unknown, err := migrations.Unknown(ctx, d); err != nil || len(unknown) > 0 {
+		if err == nil {
+			err = fmt.Errorf("%w: the database is at version %d, which this release does not know: use the release that migrated it",
+				migrations.ErrSchemaMismatch, unknown[len(unknown)-1])
+		}
+		return err
+	}
 	if action == "up" {
 		res, err := p.Up(ctx)
 		for _, r := range res {
 			fmt.Fprintf(stdout, "applied %s\n", r.Source.Path)
 		}
-		if err == nil && len(res) == 0 {
+		if err != nil {
+			return err
+		}
+		if len(res) == 0 {
 			fmt.Fprintln(stdout, "no pending migrations")
 		}
-		return err
+		// Up to date by its version table, but a table, column or index dropped by hand is still
+		// missing: say so rather than "nothing to do".
+		return migrations.Check(ctx, d)
 	}
 	if !force {
 		if err := checkLoss(ctx, d, p); err != nil {
@@ -248,7 +264,8 @@ func (e *lossError) Error() string {
 
 // checkLoss refuses rolling back the book's current version when that drops stored events or once
 // keys: version 1 drops the table of events and the ledger with it; version 2 drops the once keys of
-// lines not yet projected, which would then never reach the ledger.
+// lines not yet projected, which would then never reach the ledger; version 3 drops the record of
+// how far forgotten runs went.
 func checkLoss(ctx context.Context, d *sql.DB, p interface {
 	GetDBVersion(context.Context) (int64, error)
 }) error {
@@ -281,6 +298,16 @@ func checkLoss(ctx context.Context, d *sql.DB, p interface {
 		}
 		if keys > 0 {
 			return &lossError{v, fmt.Sprintf("the once keys of %d events not yet projected", keys)}
+		}
+	case 3:
+		// Without last_seq, a run whose rows were forgotten starts again below its highest seq.
+		runs, err := count(`SELECT count(*) FROM outbox_progress AS p WHERE last_seq >
+			(SELECT COALESCE(MAX(seq), 0) FROM events_outbox AS e WHERE e.engine_run_id = p.engine_run_id)`)
+		if err != nil {
+			return err
+		}
+		if runs > 0 {
+			return &lossError{v, fmt.Sprintf("the highest seq of %d runs whose lines were forgotten, so their next events would reuse numbers", runs)}
 		}
 	}
 	return nil

@@ -71,7 +71,7 @@ func TestTextOutputIsTerminalSafe(t *testing.T) {
 	now := time.Now().UnixMilli()
 	insertRows(t, dbPath,
 		[]any{evil, 1, []byte(`{"engine_run_id":"evil\u001b[2J\u0007","seq":1}`), "key\x1b]0;owned\x07", now},
-		[]any{evil, 2, []byte("{\"seq\":2,\"msg\":\"\x1b[31mred\x7f\"}"), "", now},
+		[]any{"plain", 1, []byte("{\"seq\":1,\"msg\":\"\x1b[31mred\x7f\"}"), "", now},
 		[]any{"bad\xff", 1, []byte(`{"seq":1}`), "", now},
 		[]any{"bad\xfe", 1, []byte(`{"seq":1}`), "", now},
 		[]any{"fake\n run  99", 1, []byte(`{"seq":1}`), "", now},
@@ -82,6 +82,7 @@ func TestTextOutputIsTerminalSafe(t *testing.T) {
 	for _, args := range [][]string{
 		{"stats", "--db", dbPath},
 		{"pending", "--db", dbPath, "--run", evil},
+		{"pending", "--db", dbPath, "--run", "plain"},
 		{"pending", "--db", dbPath, "--run", "bad\xff"},
 		{"verify", jPath},
 		{"stats", "--db", filepath.Join(t.TempDir(), evil)},
@@ -103,7 +104,10 @@ func TestTextOutputIsTerminalSafe(t *testing.T) {
 		t.Errorf("verify does not show the run escaped:\n%s", out)
 	}
 	// --raw is byte for byte.
-	if _, out, _ := runOutbox(t, "pending", "--db", dbPath, "--run", evil, "--raw"); !strings.Contains(out, "\x1b[31mred\x7f") {
+	if _, out, _ := runOutbox(t, "pending", "--db", dbPath, "--run", "plain"); !strings.Contains(out, `\x1b[31mred\x7f`) {
+		t.Errorf("pending does not show the line escaped: %q", out)
+	}
+	if _, out, _ := runOutbox(t, "pending", "--db", dbPath, "--run", "plain", "--raw"); !strings.Contains(out, "\x1b[31mred\x7f") {
 		t.Errorf("pending --raw changed the line: %q", out)
 	}
 
@@ -139,15 +143,17 @@ func TestStatsSaysWhatItMeans(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range 3 {
-		s.EnqueueEvent(ctx, "gone", journal.Builder("gone", "x", i))
-	}
+	s.EnqueueEvent(ctx, "gone", journal.Builder("gone", "x", 1))
+	s.EnqueueOnce(ctx, "gone", "unit:0", journal.Builder("gone", "unit_done", 0)) // a ledger row, kept
+	s.EnqueueEvent(ctx, "gone", journal.Builder("gone", "x", 3))
 	s.EnqueueEvent(ctx, "live", journal.Handshake("live", nil))
 	s.EnqueueOnce(ctx, "live", "unit:1", journal.Builder("live", "unit_done", 1))
-	if err := outbox.NewRelay(s, j, "live").Flush(ctx); err != nil { // projects both runs
-		t.Fatal(err)
+	for _, run := range []string{"gone", "live"} {
+		if err := outbox.NewRelay(s, j, run).Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if _, err := s.ForgetEvents(ctx, "live"); err != nil { // drops run gone's rows
+	if _, err := s.ForgetEvents(ctx, "live"); err != nil { // drops run gone's rows but its ledger row
 		t.Fatal(err)
 	}
 	s.EnqueueEvent(ctx, "live", journal.Builder("live", "x", 3))
@@ -178,15 +184,15 @@ func TestStatsSaysWhatItMeans(t *testing.T) {
 		}
 	}
 	want := map[string]row{
-		"gone":   {Last: 3, Lines: 0, Projected: 3, Pending: 0}, // highest seq ever given, though forgotten
+		"gone":   {Last: 3, Lines: 1, Projected: 3, Pending: 0}, // the highest seq ever given, not the highest stored
 		"live":   {Last: 4, Lines: 4, Projected: 2, Pending: 2},
 		"skewed": {Last: 1, Lines: 1, Projected: 0, Pending: 1},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("runs (-want +got):\n%s", diff)
 	}
-	if rep.Ledger != 1 || rep.FileBytes == 0 || rep.WALBytes == 0 {
-		t.Errorf("ledger %d, file %d bytes, WAL %d bytes; want 1 key and both sizes", rep.Ledger, rep.FileBytes, rep.WALBytes)
+	if rep.Ledger != 2 || rep.FileBytes == 0 || rep.WALBytes == 0 {
+		t.Errorf("ledger %d, file %d bytes, WAL %d bytes; want 2 keys and both sizes", rep.Ledger, rep.FileBytes, rep.WALBytes)
 	}
 	_, out, _ = runOutbox(t, "stats", "--db", dbPath)
 	for _, h := range []string{"highest seq", "lines stored", "projected up to", "not yet projected", "oldest not projected", "WAL"} {

@@ -55,9 +55,12 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return failErr(stderr, exitUsage, "relay", err)
 	}
 	defer s.Close()
-	runs, err := s.Runs(ctx)
-	if err != nil {
-		return failErr(stderr, exitUsage, "relay", err)
+	var runs []outbox.RunStats
+	for r, err := range s.AllRuns(ctx) {
+		if err != nil {
+			return failErr(stderr, exitUsage, "relay", err)
+		}
+		runs = append(runs, r)
 	}
 	var sink outbox.Sink
 	dest := *jPath
@@ -82,7 +85,7 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 
 	var total int64
 	for _, r := range runs {
-		total += max(0, r.LastSeq-r.Projected)
+		total += r.Unprojected
 	}
 	bar := newProgress(stderr, total)
 	// A run id of its own that has no rows: Recover treats every run in the database as earlier.

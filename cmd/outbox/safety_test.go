@@ -268,7 +268,30 @@ func TestMigrateDownDoesNotSilentlyDestroy(t *testing.T) {
 		_, out, _ := runOutbox(t, "migrate", "version", "--db", dbPath)
 		return strings.TrimSpace(out)
 	}
+	// Run "gone" keeps its ledger row at seq 1 after seqs 1-2 are forgotten: only last_seq (version 3)
+	// remembers that it reached 2.
+	s, err := outbox.Open(context.Background(), dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.EnqueueOnce(context.Background(), "gone", "g", journal.Builder("gone", "x", 1))
+	s.EnqueueEvent(context.Background(), "gone", journal.Builder("gone", "x", 2))
+	s.MarkAnnounced(context.Background(), "gone", map[int64]string{1: "g"})
+	if _, err := s.ForgetEvents(context.Background(), "dead"); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
 	code, _, errOut := runOutbox(t, "migrate", "down", "--db", dbPath)
+	if code != exitUsage || !strings.Contains(errOut, "the highest seq of 2 runs whose lines were forgotten") || !strings.Contains(errOut, "--force") {
+		t.Errorf("down from 3 with a forgotten run: exit %d, %q", code, errOut)
+	}
+	if v := version(); v != "3" {
+		t.Errorf("version after a refused down: %s, want 3", v)
+	}
+	if code, _, errOut := runOutbox(t, "migrate", "down", "--db", dbPath, "--force"); code != exitOK {
+		t.Fatalf("down --force: exit %d, %s", code, errOut)
+	}
+	code, _, errOut = runOutbox(t, "migrate", "down", "--db", dbPath)
 	if code != exitUsage || !strings.Contains(errOut, "the once keys of 1 events not yet projected") || !strings.Contains(errOut, "--force") {
 		t.Errorf("down from 2 with a pending once key: exit %d, %q", code, errOut)
 	}
@@ -279,7 +302,7 @@ func TestMigrateDownDoesNotSilentlyDestroy(t *testing.T) {
 		t.Fatalf("down --force: exit %d, %s", code, errOut)
 	}
 	code, _, errOut = runOutbox(t, "migrate", "down", "--db", dbPath)
-	if code != exitUsage || !strings.Contains(errOut, "would drop 5 stored events, 0 of them once keys in the ledger") {
+	if code != exitUsage || !strings.Contains(errOut, "would drop 4 stored events, 1 of them once keys in the ledger") {
 		t.Errorf("down from 1 with events stored: exit %d, %q", code, errOut)
 	}
 	if v := version(); v != "1" {
@@ -288,7 +311,7 @@ func TestMigrateDownDoesNotSilentlyDestroy(t *testing.T) {
 	// A step that loses nothing needs no --force.
 	empty := filepath.Join(t.TempDir(), "empty.db")
 	runOutbox(t, "migrate", "up", "--db", empty)
-	for range 2 {
+	for range 3 {
 		if code, _, errOut := runOutbox(t, "migrate", "down", "--db", empty); code != exitOK {
 			t.Errorf("down on an empty book: exit %d, %s", code, errOut)
 		}

@@ -136,25 +136,23 @@ func collectStats(ctx context.Context, s *outbox.Store, now time.Time) (statsRep
 
 func readStats(ctx context.Context, s *outbox.Store, now time.Time) (statsReport, error) {
 	rep := statsReport{DB: s.Path(), Runs: []runStatsRow{}}
-	runs, err := s.Runs(ctx)
-	if err != nil {
-		return rep, err
-	}
-	ledger, err := s.AnnouncedOnceKeys(ctx)
-	if err != nil {
-		return rep, err
-	}
-	rep.Ledger = int64(len(ledger))
-	rep.FileBytes, rep.WALBytes = fileSize(s.Path()), fileSize(s.Path()+"-wal")
-	for _, r := range runs {
+	for r, err := range s.AllRuns(ctx) {
+		if err != nil {
+			return rep, err
+		}
 		rep.Runs = append(rep.Runs, statsRow(r, now))
 	}
+	var err error
+	if rep.Ledger, err = s.LedgerSize(ctx); err != nil {
+		return rep, err
+	}
+	rep.FileBytes, rep.WALBytes = fileSize(s.Path()), fileSize(s.Path()+"-wal")
 	return rep, nil
 }
 
 func statsRow(r outbox.RunStats, now time.Time) runStatsRow {
 	row := runStatsRow{RunID: r.RunID, LastSeq: r.LastSeq, Lines: r.Lines, LedgerLines: r.LedgerLines,
-		Buffered: r.Lines - r.LedgerLines, Projected: r.Projected, Pending: max(0, r.LastSeq-r.Projected)}
+		Buffered: r.Lines - r.LedgerLines, Projected: r.Projected, Pending: r.Unprojected}
 	if !r.OldestPending.IsZero() && row.Pending > 0 {
 		// Never negative: the line's time is the engine's clock at enqueue, and a clock that has
 		// stepped back since would otherwise give an age below zero.
