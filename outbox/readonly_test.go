@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/ncruces/go-sqlite3"
 )
 
 // closedBook makes a book with two runs, one of them projected, and closes it: no -wal, no -shm.
@@ -290,5 +291,45 @@ func TestAReadThatMeetsAStartingEngineFailsWithErrBookOpened(t *testing.T) {
 	tx.Rollback()
 	if lines, err := ro.PendingEvents(ctx, "a", 0, 10); err != nil || len(lines) != 5 {
 		t.Errorf("the same read again: %d lines, %v", len(lines), err)
+	}
+}
+
+func TestOpenReadOnlyDBReadsABookOfAnyVersionAndCreatesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "other.db")
+	w, err := openDB(path, "", func(c *sqlite3.Conn) error { return c.Exec("PRAGMA journal_mode=WAL") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Exec(`CREATE TABLE t (x); INSERT INTO t VALUES (1), (2)`); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	text := filepath.Join(dir, "notes.txt")
+	os.WriteFile(text, []byte("not a database\n"), 0o644)
+	before := dirState(t, dir)
+
+	d, err := OpenReadOnlyDB(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := d.QueryRowContext(ctx, `SELECT count(*) FROM t`).Scan(&n); err != nil || n != 2 {
+		t.Errorf("count = %d, %v; want 2", n, err)
+	}
+	if _, err := d.ExecContext(ctx, `INSERT INTO t VALUES (3)`); err == nil {
+		t.Error("a write through the read-only database succeeded")
+	}
+	d.Close()
+	if _, err := OpenReadOnlyDB(ctx, text); err == nil {
+		t.Error("OpenReadOnlyDB accepted a text file")
+	}
+	if _, err := OpenReadOnlyDB(ctx, filepath.Join(dir, "missing.db")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("missing file: %v, want os.ErrNotExist", err)
+	}
+	if diff := cmp.Diff(before, dirState(t, dir)); diff != "" {
+		t.Errorf("the directory changed (-before +after):\n%s", diff)
 	}
 }
