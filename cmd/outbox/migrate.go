@@ -208,6 +208,16 @@ func migrateWrite(ctx context.Context, path, action string, force bool, stdout i
 	}
 	defer d.Close()
 	d.SetMaxOpenConns(1)
+	err = migrateLocked(ctx, d, action, force, stdout)
+	var loss *lossError
+	if err != nil && !errors.As(err, &loss) {
+		return fmt.Errorf("%s: %w", quote(path), err)
+	}
+	return err
+}
+
+// migrateLocked applies or rolls back migrations on d, whose writer lock is held.
+func migrateLocked(ctx context.Context, d *sql.DB, action string, force bool, stdout io.Writer) error {
 	p, err := migrations.NewProvider(d)
 	if err != nil {
 		return err

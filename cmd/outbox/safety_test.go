@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"crypto/sha256"
+	"database/sql"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -319,3 +321,29 @@ func TestMigrateDownDoesNotSilentlyDestroy(t *testing.T) {
 }
 
 var sortStrings = cmpopts.SortSlices(func(a, b string) bool { return a < b })
+
+func TestMigrateStatusListsVersionsItDoesNotKnow(t *testing.T) {
+	dbPath := emptyBook(t)
+	u := url.URL{Scheme: "file", OmitHost: true, Path: dbPath}
+	d, err := sql.Open("sqlite3", u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Exec(`INSERT INTO outbox_db_version (version_id, is_applied) VALUES (7, 1)`); err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	code, out, errOut := runOutbox(t, "migrate", "status", "--db", dbPath)
+	if code != exitOK || !strings.Contains(out, "00007 (unknown to this outbox)") || strings.Count(out, "applied") != 4 {
+		t.Errorf("status: exit %d\n%s%s", code, out, errOut)
+	}
+	if _, out, _ := runOutbox(t, "migrate", "version", "--db", dbPath); strings.TrimSpace(out) != "7" {
+		t.Errorf("version: %q, want 7", out)
+	}
+	for _, action := range []string{"up", "down"} {
+		code, out, errOut := runOutbox(t, "migrate", action, "--db", dbPath, "--force")
+		if code != exitUsage || out != "" || !strings.Contains(errOut, "version 7, which this release does not know") {
+			t.Errorf("%s on a book of an unknown version: exit %d, %q %q", action, code, out, errOut)
+		}
+	}
+}
