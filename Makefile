@@ -18,6 +18,7 @@ FUZZTIME ?= 60000x
 ## benchmark once (-short, small prefills) so that none of them rots.
 test: fmt-check vet check-generated
 	go test -race -count=1 $(MODULES)
+	go test -count=1 -run 'HundredThousand' ./tests/
 	go test -count=1 -tags purego ./journal/
 	go test -short -run '^$$' -bench . -benchtime 1x $(MODULES)
 	$(MAKE) fuzz
@@ -30,14 +31,16 @@ fuzz:
 	go test -run '^$$' -fuzz '^FuzzParseShaped$$' -fuzztime $(FUZZTIME) ./journal/
 	go test -run '^$$' -fuzz '^FuzzMatchSteps$$' -fuzztime $(FUZZTIME) ./journal/
 	go test -run '^$$' -fuzz '^FuzzTerminalSafeText$$' -fuzztime $(FUZZTIME) ./cmd/outbox/
+	go test -run '^$$' -fuzz '^FuzzToken$$' -fuzztime $(FUZZTIME) ./jetstream/
 
 ## reliability: the long form of the fault campaigns: many crash seeds, longer fuzzing.
 reliability:
-	OUTBOX_CRASH_SEEDS=25 go test -race -count=1 -run 'Crash' -v ./tests/ ./jetstream/
+	OUTBOX_CRASH_SEEDS=25 go test -race -count=1 -run 'Crash|ServerProcesses' -v ./tests/ ./jetstream/
 	go test -race -count=1 -run 'IOErrors|TornTail|PowerLoss' -v ./journal/
 	go test -race -count=1 -run 'PowerLossOfTheDatabase|SQLiteIOError' -v ./tests/
 	OUTBOX_MODEL_STEPS=3000 go test -count=5 -run 'RandomOperations' -v ./tests/
 	OUTBOX_LOAD_SECONDS=60 go test -count=1 -run 'SustainedLoad' -v ./tests/
+	OUTBOX_HEAVY=1 go test -count=1 -run 'LargestLimit|WALShrinks' -v ./tests/
 	$(MAKE) fuzz FUZZTIME=1000000x
 
 fmt-check:
@@ -65,4 +68,4 @@ migrate:
 ## bench: the benchmarks, each beside its baseline (see docs/BENCHMARKS.md).
 bench:
 	go test -run '^$$' -bench . -benchtime 2s -count 3 ./... ./bench/...
-	go test -run '^$$' -bench . -benchtime 20x -count 4 ./jetstream/...
+	go test -run '^$$' -bench . -benchtime 5x -count 3 ./jetstream/...

@@ -3,52 +3,152 @@ package jetstream_test
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	njs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/textmachine/outbox/jetstream"
 	"github.com/textmachine/outbox/outbox"
 )
 
-// BenchmarkSink projects lines of 200 bytes to a one-replica file-storage stream on loopback, in
-// batches of 256, beside plain js.Publish of the same lines without headers (the broker's own limit
-// for one publisher waiting for each acknowledgement).
+// benchLines is how many lines each path publishes per iteration.
+const benchLines = 5120
+
+// BenchmarkSink measures, in each iteration and back to back on the same server and stream, the same
+// number of 200-byte lines published through:
+//
+//   - async: PublishAsync with a Msg-Id (nats.go's default window of 4,000 unacknowledged messages),
+//     waiting for every acknowledgement at the end: the broker's rate for one publisher that neither
+//     orders nor checks anything (the baseline);
+//   - atomic-256, atomic-1000: the sink's atomic path, Append in batches of 256 and of 1,000;
+//   - each-256: the sink's one-at-a-time path, on a second stream without atomic publish;
+//   - relay-default, relay-batch: a relay projecting a store through the sink with every default, and
+//     with outbox.WithBatchSize(sink.BatchSize()).
+//
+// Each path's rate is reported in lines/s and as a ratio of async's in the same iterations. R1 is one
+// server with a one-replica file stream; R3 a three-server cluster with a three-replica stream (skipped
+// with -short). All on loopback.
 func BenchmarkSink(b *testing.B) {
+	b.Run("R1", func(b *testing.B) {
+		ns := startServer(b)
+		benchSink(b, ns.connect(b), 1)
+	})
+	b.Run("R3", func(b *testing.B) {
+		if testing.Short() {
+			b.Skip("a three-server cluster")
+		}
+		_, js := startCluster(b)
+		createR3(b, js)
+		benchSink(b, js, 3)
+	})
+}
+
+func benchSink(b *testing.B, js njs.JetStream, replicas int) {
 	ctx := context.Background()
+	if replicas == 1 {
+		if _, err := jetstream.CreateStream(ctx, js, "EVENTS"); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if _, err := js.CreateStream(ctx, njs.StreamConfig{Name: "EACH", Subjects: []string{"each.>"},
+		Storage: njs.FileStorage, Replicas: replicas, Duplicates: jetstream.DefaultDuplicateWindow}); err != nil {
+		b.Fatal(err)
+	}
+	s := sink(b, js)
+	each, err := jetstream.NewSink(js, "EACH", jetstream.WithSubjectPrefix("each"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	store, err := outbox.Open(ctx, filepath.Join(b.TempDir(), "book.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer store.Close()
+
 	pad := strings.Repeat(" ", 120)
-	mk := func(run string, from, n int64) []outbox.EventLine {
-		out := make([]outbox.EventLine, n)
+	mk := func(run string) []outbox.EventLine {
+		out := make([]outbox.EventLine, benchLines)
 		for i := range out {
-			seq := from + int64(i)
+			seq := int64(i + 1)
 			out[i] = outbox.EventLine{Seq: seq, Line: fmt.Appendf(nil, `{"engine_run_id":%q,"seq":%d,"type":"spend","pad":"%s"}`, run, seq, pad)}
 		}
 		return out
 	}
-	const batch = 256
-	b.Run("publish", func(b *testing.B) {
-		js := startServer(b).connect(b)
-		stream(b, js, time.Minute)
-		lines := mk("run", 1, batch)
-		for b.Loop() {
-			for _, l := range lines {
-				if _, err := js.Publish(ctx, "outbox.run", l.Line); err != nil {
+	appendIn := func(sk *jetstream.Sink, run string, batch int) func() {
+		lines := mk(run)
+		return func() {
+			for i := 0; i < len(lines); i += batch {
+				if err := sk.Append(ctx, run, lines[i:min(len(lines), i+batch)]); err != nil {
 					b.Fatal(err)
 				}
 			}
 		}
-		b.ReportMetric(float64(batch*b.N)/b.Elapsed().Seconds(), "lines/s")
-	})
-	b.Run("sink", func(b *testing.B) {
-		js := startServer(b).connect(b)
-		stream(b, js, time.Minute)
-		s := sink(b, js)
-		next := int64(1)
-		for b.Loop() {
-			if err := s.Append(ctx, "run", mk("run", next, batch)); err != nil {
+	}
+	relayWith := func(run string, opts ...outbox.RelayOption) func() {
+		builds := make([]outbox.EventBuilder, benchLines)
+		for i := range builds {
+			builds[i] = func(seq int64) ([]byte, error) {
+				return fmt.Appendf(nil, `{"engine_run_id":%q,"seq":%d,"type":"spend","pad":"%s"}`, run, seq, pad), nil
+			}
+		}
+		if _, err := store.EnqueueEvents(ctx, run, builds); err != nil {
+			b.Fatal(err)
+		}
+		relay := outbox.NewRelay(store, s, run, opts...)
+		return func() {
+			if err := relay.Flush(ctx); err != nil {
 				b.Fatal(err)
 			}
-			next += batch
 		}
-		b.ReportMetric(float64(batch*b.N)/b.Elapsed().Seconds(), "lines/s")
-	})
+	}
+	async := func(run string) func() {
+		lines := mk(run)
+		subject := s.Subject(run)
+		return func() {
+			for _, l := range lines {
+				msg := nats.NewMsg(subject)
+				msg.Data = l.Line
+				if _, err := js.PublishMsgAsync(msg, njs.WithMsgID(jetstream.MsgID(run, l.Seq)), njs.WithStallWait(time.Minute)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			select {
+			case <-js.PublishAsyncComplete():
+			case <-time.After(time.Minute):
+				b.Fatal("PublishAsync: acknowledgements missing after a minute")
+			}
+		}
+	}
+
+	paths := []string{"async", "atomic-256", "atomic-1000", "each-256", "relay-default", "relay-batch"}
+	took := make(map[string]time.Duration, len(paths))
+	iter := 0
+	for b.Loop() {
+		iter++
+		run := func(p string) string { return fmt.Sprintf("%s-%d", p, iter) }
+		// Everything a path needs is made before any of them is timed.
+		fns := map[string]func(){
+			"async":         async(run("async")),
+			"atomic-256":    appendIn(s, run("a256"), 256),
+			"atomic-1000":   appendIn(s, run("a1000"), 1000),
+			"each-256":      appendIn(each, run("each"), 256),
+			"relay-default": relayWith(run("relay")),
+			"relay-batch":   relayWith(run("relayb"), outbox.WithBatchSize(s.BatchSize())),
+		}
+		for _, p := range paths {
+			start := time.Now()
+			fns[p]()
+			took[p] += time.Since(start)
+		}
+	}
+	for _, p := range paths {
+		b.ReportMetric(float64(benchLines*iter)/took[p].Seconds(), p+"-lines/s")
+		if p != "async" {
+			b.ReportMetric(took["async"].Seconds()/took[p].Seconds(), p+"/async")
+		}
+	}
 }

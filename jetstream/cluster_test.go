@@ -39,6 +39,91 @@ func freePorts(t testing.TB, n int) []int {
 	return ports
 }
 
+// node is one server of a test cluster: its name, client and route ports, and store directory.
+type node struct {
+	name              string
+	port, clusterPort int
+	dir               string
+}
+
+func (n node) url() string { return fmt.Sprintf("nats://127.0.0.1:%d", n.port) }
+
+// options are the server options of n in a cluster whose route list is routes. File storage, the
+// default sync interval.
+func (n node) options(routes string) *server.Options {
+	return &server.Options{
+		ServerName: n.name, Host: "127.0.0.1", Port: n.port, JetStream: true,
+		StoreDir: n.dir, NoLog: true, NoSigs: true,
+		Cluster: server.ClusterOpts{Name: "outbox", Host: "127.0.0.1", Port: n.clusterPort},
+		Routes:  server.RoutesFromStr(routes),
+	}
+}
+
+// planCluster picks three nodes on free loopback ports, each with a store directory of its own, and
+// the route list all of them are given.
+func planCluster(t testing.TB) (nodes []node, routes string, urls []string) {
+	ports := freePorts(t, 6) // client and route port of each server
+	var rs []string
+	for i := 0; i < 3; i++ {
+		nodes = append(nodes, node{name: fmt.Sprintf("n%d", i), port: ports[i], clusterPort: ports[3+i],
+			dir: filepath.Join(t.TempDir(), fmt.Sprintf("n%d", i))})
+		rs = append(rs, fmt.Sprintf("nats://127.0.0.1:%d", ports[3+i]))
+		urls = append(urls, nodes[i].url())
+	}
+	return nodes, strings.Join(rs, ","), urls
+}
+
+// startCluster starts three in-process servers in one cluster and returns them by name and a
+// JetStream context on a connection to all three.
+func startCluster(t testing.TB) (map[string]*server.Server, njs.JetStream) {
+	t.Helper()
+	nodes, routes, urls := planCluster(t)
+	servers := map[string]*server.Server{}
+	for _, n := range nodes {
+		srv, err := server.NewServer(n.options(routes))
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv.Start()
+		t.Cleanup(srv.Shutdown)
+		servers[n.name] = srv
+	}
+	return servers, connectAll(t, urls)
+}
+
+// connectAll returns a JetStream context on a connection to any of urls that reconnects for as long
+// as the test runs.
+func connectAll(t testing.TB, urls []string, opts ...njs.JetStreamOpt) njs.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(strings.Join(urls, ","), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond),
+		nats.RetryOnFailedConnect(true)) // server processes may not listen yet
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := njs.New(nc, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+// createR3 creates the stream EVENTS with three replicas through CreateStream, once the cluster has
+// elected its meta leader (until then stream creation fails).
+func createR3(t testing.TB, js njs.JetStream) njs.Stream {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		stream, err := jetstream.CreateStream(context.Background(), js, "EVENTS", jetstream.WithReplicas(3))
+		if err == nil {
+			return stream
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("create the stream: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // TestAClusterLosesNothingWhenTheStreamLeaderDies runs three in-process servers with a three-replica
 // file-storage stream, projects a store into it, and shuts the stream's leader down mid-projection.
 // Settings: 3 replicas, file storage, default sync interval: an acknowledged line is on a majority.
@@ -47,51 +132,8 @@ func TestAClusterLosesNothingWhenTheStreamLeaderDies(t *testing.T) {
 		t.Skip("a three-server cluster")
 	}
 	ctx := context.Background()
-	ports := freePorts(t, 6) // client and route port of each server
-	var routes []string
-	for i := 0; i < 3; i++ {
-		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", ports[3+i]))
-	}
-	servers := map[string]*server.Server{}
-	var urls []string
-	for i := 0; i < 3; i++ {
-		name := fmt.Sprintf("n%d", i)
-		srv, err := server.NewServer(&server.Options{
-			ServerName: name, Host: "127.0.0.1", Port: ports[i], JetStream: true,
-			StoreDir: filepath.Join(t.TempDir(), name), NoLog: true, NoSigs: true,
-			Cluster: server.ClusterOpts{Name: "outbox", Host: "127.0.0.1", Port: ports[3+i]},
-			Routes:  server.RoutesFromStr(strings.Join(routes, ",")),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv.Start()
-		t.Cleanup(srv.Shutdown)
-		servers[name] = srv
-		urls = append(urls, fmt.Sprintf("nats://127.0.0.1:%d", ports[i]))
-	}
-	nc, err := nats.Connect(strings.Join(urls, ","), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := njs.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The cluster elects its meta leader first; until then stream creation fails.
-	var stream njs.Stream
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		stream, err = js.CreateStream(ctx, njs.StreamConfig{Name: "EVENTS", Subjects: []string{"outbox.>"},
-			Storage: njs.FileStorage, Replicas: 3, Duplicates: time.Minute})
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("create the stream: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	servers, js := startCluster(t)
+	stream := createR3(t, js)
 	s := sink(t, js, jetstream.WithMinReplicas(3))
 
 	store, err := outbox.Open(ctx, filepath.Join(t.TempDir(), "book.db"))

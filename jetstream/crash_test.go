@@ -23,11 +23,14 @@ import (
 	"github.com/textmachine/outbox/outbox"
 )
 
-// TestMain lets the crash test re-execute this binary as an engine that projects to a NATS server
-// the parent runs.
+// TestMain lets the crash tests re-execute this binary as an engine that projects to a NATS server
+// the parent runs, or as one of the servers of a cluster.
 func TestMain(m *testing.M) {
-	if os.Getenv("OUTBOX_NATS_CHILD") == "engine" {
+	switch os.Getenv("OUTBOX_NATS_CHILD") {
+	case "engine":
 		os.Exit(natsEngine())
+	case "server":
+		os.Exit(natsServerChild())
 	}
 	os.Exit(m.Run())
 }
@@ -81,7 +84,7 @@ func TestCrashesProjectingToJetStreamLoseNothingAndStoreNothingTwice(t *testing.
 	const units = 40
 	ns := startServer(t)
 	js := ns.connect(t)
-	stream(t, js, 100*time.Millisecond)
+	stream(t, js, 100*time.Millisecond, atomicBatches)
 	dir := t.TempDir()
 	db, committed := filepath.Join(dir, "book.db"), filepath.Join(dir, "committed")
 	rng := rand.New(rand.NewPCG(7, 7))

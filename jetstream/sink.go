@@ -3,32 +3,71 @@
 //
 // # What the broker enforces
 //
-// Each run's lines go to their own subject, <prefix>.<run>. Every line is published with
-// Nats-Msg-Id "<run>:<seq>" and Nats-Expected-Last-Subject-Sequence set to the stream sequence of the
-// run's previous line, so the server itself refuses a line whose predecessor is not the one the sink
-// placed: no gap can enter the stream, whatever the sink believes. The Msg-Id deduplicates
-// re-deliveries only inside the stream's duplicate window; outside it, the sink recognises a
-// re-delivery itself, by reading the stored line back and comparing bytes: identical is success, other
-// bytes is a conflict (an error wrapping journal.ErrPayloadConflict and outbox.ErrSinkRefused, which
-// stops that run's projection). The sink keeps, per run, the stream sequence of the last line it placed,
-// and reads it back from the server (the subject's last message) on first use and after any error.
+// Each run's lines go to their own subject, <prefix>.<token>, where the token is the run id with every
+// byte but letters, digits, '-' and '_' written as '~' and two hex digits (Token). Every line is
+// published with Nats-Msg-Id "<token>:<seq>", and each publication (one line, or an atomic batch's
+// first line) carries Nats-Expected-Last-Subject-Sequence set to the stream sequence of the run's
+// previous line, so the server itself refuses a line whose predecessor is not the one the sink placed:
+// no gap can enter the stream, whatever the sink believes.
 //
-// Lines are published one at a time, each waiting for its acknowledgement: the expected sequence of a
-// line is the stream sequence of the one before it, which is known only once that one is acknowledged.
-// A window of asynchronous publishes would have to drop the expectation from all but the first, and a
-// failure inside the window would then let later lines in behind a hole.
+// On a stream with atomic publish (nats-server 2.12 or later, stream setting AllowAtomicPublish, which
+// CreateStream sets), each Append is published as atomic batches of up to the server's batch limit
+// (1,000 messages by default; a lower limit the server reports is learned and used): the stream stores
+// a batch all together or not at all, and the batch's first message carries the expected last subject
+// sequence, so the broker refuses a gap and half a batch alike. Batches of one run follow each other
+// (the next batch's expectation is the stream sequence the previous one ended at); Append returns once
+// its last batch is acknowledged. On a stream without atomic publish the sink falls back to one line at
+// a time, each waiting for its acknowledgement, because a window of asynchronous publishes would have
+// to drop the expectation from all but the first line and a failure inside the window would let later
+// lines in behind a hole. Mode says which path a sink uses; BatchSize says what relay batch suits it.
+//
+// # Re-deliveries
+//
+// A relay re-sends a batch it could not record, byte for byte. The sink keeps, per run, the stream
+// sequence of the last line it placed, and reads it back from the server (the subject's last message)
+// on first use and after any error. Lines the stream already holds are not published again: the sink
+// reads each back and compares bytes; identical is success, other bytes a conflict (an error wrapping
+// ErrConflict, journal.ErrPayloadConflict and outbox.ErrSinkRefused, which stops that run's
+// projection). This holds inside the stream's duplicate window and after it. A publication the server
+// answers with "duplicate Msg-Id" or "wrong last sequence" (another sink placed lines meanwhile) makes
+// the sink read the run back and decide once more; a duplicate answer for a line the stream does not
+// hold under that run and seq is a refusal, never a retry loop.
+//
+// # Refusals before anything is published
+//
+// Append checks a whole batch before it publishes any of it, and refuses it (errors wrapping
+// outbox.ErrSinkRefused) when a line's own engine_run_id is not the run it is appended for or its own
+// seq is not its EventLine.Seq (ErrLineKey), when a line holds a newline, when the seqs of the batch
+// are not consecutive (ErrGap), and when the run's subject or a line with its headers would exceed the
+// server's limits (ErrTooLarge): the subject with the stream's name must fit in MaxSubjectLen bytes,
+// well inside the server's default max control line of 4,096 bytes, beyond which the server closes
+// the connection for every other run; a line with its headers must fit the server's max payload and
+// the stream's max message size.
+//
+// # Ids
+//
+// Distinct run ids map to distinct subjects and distinct Msg-Ids: the token encoding is reversible and
+// its alphabet has no whitespace, dot or wildcard, so neither the subject syntax nor nats.go's
+// trimming of header values can merge two runs.
 //
 // # Durability
 //
-// JetStream acknowledges a message once its leader has it, before an fsync unless the server runs with
-// sync always (the default syncs every two minutes). On a single server an acknowledged line can then
-// be lost to power failure after the outbox has recorded it as projected. With three replicas an
-// acknowledged line is on a majority of servers. So: replicas 3, or a single server with sync always,
-// for lines that must survive power loss; WithMinReplicas makes the sink refuse a stream with fewer
+// JetStream acknowledges a message once its leader has it (with replicas, once a majority has it),
+// before an fsync unless the server runs with sync always (the default syncs every two minutes). So:
+//
+//   - one replica, default sync: an acknowledged line survives a process crash of the server, not a
+//     power failure of its machine, after the outbox has recorded it as projected;
+//   - one replica, sync always (server setting jetstream.sync_interval: always): survives power failure
+//     of the one machine, not its loss;
+//   - three replicas: an acknowledged line is on a majority of servers, and survives the loss, or the
+//     power failure, of any one of them.
+//
+// CreateStream makes a file-storage stream; WithMinReplicas makes NewSink refuse a stream with fewer
 // replicas than asked for.
 package jetstream
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -36,68 +75,139 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/textmachine/outbox/journal"
 	"github.com/textmachine/outbox/outbox"
 )
 
-// Errors of the sink. Refusals wrap outbox.ErrSinkRefused as well, so a relay stops on them.
+// Errors of the package. Those of the sink wrap outbox.ErrSinkRefused as well, so a relay stops on them.
 var (
-	// ErrGap: a line's predecessor is not in the stream.
+	// ErrGap is returned when a line's predecessor is not in the stream, or a batch skips a seq.
 	ErrGap = fmt.Errorf("jetstream: %w", journal.ErrStreamGap)
-	// ErrConflict: the stream holds other bytes under the line's (run, seq).
+	// ErrConflict is returned when the stream holds other bytes under a line's (run, seq), or answers
+	// "duplicate" for a line it does not hold.
 	ErrConflict = fmt.Errorf("jetstream: %w", journal.ErrPayloadConflict)
-	// ErrStreamSettings: the stream does not give the guarantee the sink was asked for.
+	// ErrLineKey is returned when a line's own engine_run_id or seq is not the key it is appended
+	// under, or the line is not a journal line at all.
+	ErrLineKey = errors.New("jetstream: the line's key is not its row's")
+	// ErrTooLarge is returned when a run's subject, or a line with its headers, would exceed the
+	// server's limits.
+	ErrTooLarge = errors.New("jetstream: past the server's limits")
+	// ErrStreamSettings is returned when a stream's settings contradict what the sink needs; the
+	// message says what to change.
 	ErrStreamSettings = errors.New("jetstream: stream settings do not give the required guarantee")
 )
 
-// DefaultPrefix is the subject prefix lines are published under.
-const DefaultPrefix = "outbox"
+const (
+	// DefaultPrefix is the subject prefix lines are published under.
+	DefaultPrefix = "outbox"
+	// MaxSubjectLen bounds a run's subject plus the stream's name, in bytes: a quarter of the server's
+	// default max control line (4,096) is left for the rest of any protocol line that carries them
+	// (a publication's reply subject and sizes, a read's API prefix).
+	MaxSubjectLen = 3072
+	// DefaultBatchLimit is the server's default limit on an atomic batch, in messages.
+	DefaultBatchLimit = 1000
+	// headerRoom is what the sink's headers (Msg-Id aside) may take of a message: the batch id,
+	// sequence and commit, the expected sequence, and the framing.
+	headerRoom = 512
+)
+
+// Mode is how a sink publishes.
+type Mode int
+
+const (
+	// OneAtATime publishes each line and waits for its acknowledgement before the next: the path for a
+	// stream without atomic publish.
+	OneAtATime Mode = iota
+	// AtomicBatches publishes each Append as atomic batches.
+	AtomicBatches
+)
+
+func (m Mode) String() string {
+	if m == AtomicBatches {
+		return "atomic batches"
+	}
+	return "one at a time"
+}
 
 type config struct {
 	prefix      string
 	minReplicas int
 }
 
-// Option configures NewSink.
-type Option func(*config) error
+// Option configures NewSink. WithSubjectPrefix configures CreateStream too.
+type Option interface{ sinkOption(*config) error }
 
-// WithSubjectPrefix sets the subject prefix (default "outbox"); the stream must capture <prefix>.>.
-func WithSubjectPrefix(p string) Option {
-	return func(c *config) error {
-		if p == "" || strings.ContainsAny(p, " \t\r\n*>") || strings.HasPrefix(p, ".") || strings.HasSuffix(p, ".") {
-			return fmt.Errorf("jetstream: invalid subject prefix %q", p)
-		}
-		c.prefix = p
-		return nil
+type sinkOptionFunc func(*config) error
+
+func (f sinkOptionFunc) sinkOption(c *config) error { return f(c) }
+
+// WithSubjectPrefix sets the subject prefix (default "outbox"): one or more subject tokens of letters,
+// digits, '-' and '_', separated by dots. The stream must capture <prefix>.>.
+func WithSubjectPrefix(p string) interface {
+	Option
+	StreamOption
+} {
+	return prefixOption(p)
+}
+
+type prefixOption string
+
+func (p prefixOption) sinkOption(c *config) error {
+	if err := validPrefix(string(p)); err != nil {
+		return err
 	}
+	c.prefix = string(p)
+	return nil
+}
+
+func (p prefixOption) streamOption(c *streamConfig) error {
+	if err := validPrefix(string(p)); err != nil {
+		return err
+	}
+	c.prefix = string(p)
+	return nil
+}
+
+func validPrefix(p string) error {
+	for _, tok := range strings.Split(p, ".") {
+		if tok == "" || Token(tok) != tok {
+			return fmt.Errorf("jetstream: invalid subject prefix %q: want dot-separated tokens of letters, digits, '-' and '_'", p)
+		}
+	}
+	if len(p) > 256 {
+		return fmt.Errorf("jetstream: subject prefix of %d bytes, at most 256", len(p))
+	}
+	return nil
 }
 
 // WithMinReplicas makes NewSink refuse a stream with fewer replicas (ErrStreamSettings). Three
 // replicas keep an acknowledged line through the loss of one server and through power failure of a
 // minority; see the package documentation.
 func WithMinReplicas(n int) Option {
-	return func(c *config) error {
+	return sinkOptionFunc(func(c *config) error {
 		if n < 1 {
 			return fmt.Errorf("jetstream: min replicas %d, need at least 1", n)
 		}
 		c.minReplicas = n
 		return nil
-	}
+	})
 }
 
 // Sink is an outbox.Sink that publishes journal lines to a JetStream stream. It is safe for concurrent
 // use; batches are placed one at a time.
 type Sink struct {
-	js     jetstream.JetStream
-	stream jetstream.Stream
-	name   string
-	cfg    config
+	js         jetstream.JetStream
+	stream     jetstream.Stream
+	name       string
+	cfg        config
+	maxMsgSize int // the stream's limit on one message, 0 for none
 
-	mu   sync.Mutex
-	last map[string]placed // per run, what the stream is known to hold; absent: read it from the server
+	mu    sync.Mutex
+	mode  Mode
+	limit int               // messages per atomic batch
+	last  map[string]placed // per run, what the stream is known to hold; absent: read it from the server
 }
 
 // placed is a run's last line in the stream: its journal seq and its stream sequence.
@@ -108,13 +218,17 @@ type placed struct {
 
 var _ outbox.Sink = (*Sink)(nil)
 
-// NewSink returns a sink publishing to the stream streamName, which must exist and capture the
-// subjects <prefix>.>.
+// NewSink returns a sink publishing to the stream streamName, which must exist (CreateStream makes
+// one) with settings that do not contradict the sink's needs: it must capture <prefix>.>, keep
+// messages in files under the limits retention policy, acknowledge publications, and neither be
+// sealed nor transform subjects. Otherwise the error wraps ErrStreamSettings and says what to change.
+// The sink publishes in atomic batches when the stream allows atomic publish, one line at a time
+// otherwise (Mode).
 func NewSink(js jetstream.JetStream, streamName string, opts ...Option) (*Sink, error) {
 	cfg := config{prefix: DefaultPrefix, minReplicas: 1}
 	for _, o := range opts {
 		if o != nil {
-			if err := o(&cfg); err != nil {
+			if err := o.sinkOption(&cfg); err != nil {
 				return nil, err
 			}
 		}
@@ -126,88 +240,186 @@ func NewSink(js jetstream.JetStream, streamName string, opts ...Option) (*Sink, 
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: stream %q: %w", streamName, err)
 	}
-	if r := stream.CachedInfo().Config.Replicas; r < cfg.minReplicas {
-		return nil, fmt.Errorf("%w: stream %q has %d replicas, %d required", ErrStreamSettings, streamName, r, cfg.minReplicas)
+	sc := stream.CachedInfo().Config
+	if problems := sinkProblems(sc, cfg); len(problems) > 0 {
+		return nil, fmt.Errorf("%w: stream %q: %s", ErrStreamSettings, streamName, strings.Join(problems, "; "))
 	}
-	return &Sink{js: js, stream: stream, name: streamName, cfg: cfg, last: map[string]placed{}}, nil
+	s := &Sink{js: js, stream: stream, name: streamName, cfg: cfg, maxMsgSize: int(max(sc.MaxMsgSize, 0)),
+		limit: DefaultBatchLimit, last: map[string]placed{}}
+	if sc.AllowAtomicPublish {
+		s.mode = AtomicBatches
+	}
+	return s, nil
 }
 
-// Subject returns the subject of a run's lines: the prefix, a dot, and the run id as one subject
-// token, in which every byte but letters, digits, '-' and '_' is written as '~' and two hex digits.
+// Mode says whether the sink publishes atomic batches or one line at a time. A sink falls back to one
+// at a time for good if the server stops accepting atomic batches on the stream.
+func (s *Sink) Mode() Mode {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.mode
+}
+
+// BatchSize is the relay batch that suits the sink: the atomic batch limit with atomic batches, where
+// each batch costs the server a staging store and the run one round trip; outbox.DefaultBatchSize one
+// line at a time, where the batch size does not change the cost per line. Pass it to
+// outbox.WithBatchSize.
+func (s *Sink) BatchSize() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mode == AtomicBatches {
+		return s.limit
+	}
+	return outbox.DefaultBatchSize
+}
+
+// Subject returns the subject of a run's lines: the prefix, a dot, and Token(runID).
 func (s *Sink) Subject(runID string) string { return s.cfg.prefix + "." + Token(runID) }
 
-// Token encodes a run id as a single subject token, reversibly.
+// MsgID returns the Nats-Msg-Id of a run's line: Token(runID), a colon, and the seq.
+func MsgID(runID string, seq int64) string { return Token(runID) + ":" + strconv.FormatInt(seq, 10) }
+
+// Token encodes a run id as a single subject token, reversibly: letters, digits, '-' and '_' stay, any
+// other byte becomes '~' and two lowercase hex digits.
 func Token(runID string) string {
 	var b strings.Builder
+	b.Grow(len(runID))
 	for i := 0; i < len(runID); i++ {
 		c := runID[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' {
+		if tokenByte(c) {
 			b.WriteByte(c)
 		} else {
-			fmt.Fprintf(&b, "~%02x", c)
+			b.WriteByte('~')
+			b.WriteByte("0123456789abcdef"[c>>4])
+			b.WriteByte("0123456789abcdef"[c&15])
 		}
 	}
 	return b.String()
 }
 
-// Append places the lines in the stream, in order. A line the stream already holds with the same bytes
-// is success; with other bytes, or without its predecessor, the error wraps outbox.ErrSinkRefused. Any
-// error forgets what the sink believed of the run, so that the next attempt starts from the server.
+func tokenByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_'
+}
+
+// runOfToken decodes a token; ok is false when tok is not one Token makes.
+func runOfToken(tok string) (string, bool) {
+	var b strings.Builder
+	for i := 0; i < len(tok); i++ {
+		c := tok[i]
+		switch {
+		case tokenByte(c):
+			b.WriteByte(c)
+		case c == '~' && i+2 < len(tok) && isLowerHex(tok[i+1]) && isLowerHex(tok[i+2]):
+			v, _ := strconv.ParseUint(tok[i+1:i+3], 16, 8)
+			if tokenByte(byte(v)) {
+				return "", false // Token writes such a byte as itself
+			}
+			b.WriteByte(byte(v))
+			i += 2
+		default:
+			return "", false
+		}
+	}
+	return b.String(), tok != ""
+}
+
+func isLowerHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' }
+
+// Append places the lines of runID in the stream, in order, after checking all of them (see the
+// package documentation). A line the stream already holds with the same bytes is success; with other
+// bytes, or without its predecessor, the error wraps outbox.ErrSinkRefused. Any error forgets what the
+// sink believed of the run, so that the next attempt starts from the server.
 func (s *Sink) Append(ctx context.Context, runID string, lines []outbox.EventLine) error {
+	if len(lines) == 0 {
+		return nil
+	}
+	subject, err := s.check(runID, lines)
+	if err != nil {
+		return err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, l := range lines {
-		run, seq, err := journal.LineKey(l.Line)
-		if err != nil {
-			return fmt.Errorf("jetstream: line %d: %w: %w", l.Seq, err, outbox.ErrSinkRefused)
-		}
-		if err := s.place(ctx, run, seq, l.Line); err != nil {
-			delete(s.last, run)
-			return err
-		}
+	if err := s.place(ctx, runID, subject, lines); err != nil {
+		delete(s.last, runID)
+		return err
 	}
 	return nil
 }
 
-// place puts one line of run in the stream, or confirms the stream already holds it.
-func (s *Sink) place(ctx context.Context, run string, seq int64, line []byte) error {
-	subject := s.Subject(run)
+// check refuses a batch that must not reach the stream, before any of it is published.
+func (s *Sink) check(runID string, lines []outbox.EventLine) (string, error) {
+	if runID == "" {
+		return "", fmt.Errorf("jetstream: append with an empty run id: %w", outbox.ErrSinkRefused)
+	}
+	subject := s.Subject(runID)
+	if n := len(subject) + len(s.name); n > MaxSubjectLen {
+		return "", fmt.Errorf("%w: run %.64q…: its subject and the stream name take %d bytes, at most %d: %w",
+			ErrTooLarge, runID, n, MaxSubjectLen, outbox.ErrSinkRefused)
+	}
+	maxMsg := int(s.js.Conn().MaxPayload())
+	if s.maxMsgSize > 0 && s.maxMsgSize < maxMsg {
+		maxMsg = s.maxMsgSize
+	}
+	for i, l := range lines {
+		run, seq, err := journal.LineKey(l.Line)
+		switch {
+		case err != nil:
+			return "", fmt.Errorf("%w: run %q, seq %d: %w: %w", ErrLineKey, runID, l.Seq, err, outbox.ErrSinkRefused)
+		case run != runID || seq != l.Seq:
+			return "", fmt.Errorf("%w: run %q, seq %d: the line says run %q, seq %d: %w",
+				ErrLineKey, runID, l.Seq, run, seq, outbox.ErrSinkRefused)
+		case bytes.IndexByte(l.Line, '\n') >= 0:
+			return "", fmt.Errorf("%w: run %q, seq %d: the line holds a newline: %w", ErrLineKey, runID, l.Seq, outbox.ErrSinkRefused)
+		case i > 0 && l.Seq != lines[i-1].Seq+1:
+			return "", fmt.Errorf("%w: run %q: seq %d follows seq %d in one batch: %w", ErrGap, runID, l.Seq, lines[i-1].Seq, outbox.ErrSinkRefused)
+		}
+		if n := len(l.Line) + len(MsgID(runID, l.Seq)) + len(subject) + headerRoom; maxMsg > 0 && n > maxMsg {
+			return "", fmt.Errorf("%w: run %q, seq %d: %d bytes with headers, the server takes %d: %w",
+				ErrTooLarge, runID, l.Seq, n, maxMsg, outbox.ErrSinkRefused)
+		}
+	}
+	return subject, nil
+}
+
+// place puts lines (checked, consecutive) of run in the stream, or confirms the stream holds them.
+func (s *Sink) place(ctx context.Context, run, subject string, lines []outbox.EventLine) error {
 	for attempt := 0; ; attempt++ {
 		last, err := s.lastOf(ctx, run, subject)
 		if err != nil {
 			return err
 		}
-		switch {
-		case seq <= last.seq:
-			return s.confirm(ctx, run, subject, seq, line, last)
-		case seq > last.seq+1:
-			return fmt.Errorf("%w: run %q: the stream ends at seq %d, the line is seq %d: %w",
-				ErrGap, run, last.seq, seq, outbox.ErrSinkRefused)
+		held := 0
+		for held < len(lines) && lines[held].Seq <= last.seq {
+			held++
 		}
-		msg := nats.NewMsg(subject)
-		msg.Data = line
-		ack, err := s.js.PublishMsg(ctx, msg,
-			jetstream.WithMsgID(run+":"+strconv.FormatInt(seq, 10)),
-			jetstream.WithExpectLastSequencePerSubject(last.streamSeq))
-		if err == nil && ack.Duplicate {
-			// The Msg-Id was seen inside the duplicate window: the stream holds a line under this
-			// key, which the next round compares.
-			delete(s.last, run)
-			continue
+		if held > 0 {
+			if err := s.confirm(ctx, run, subject, lines[:held], last); err != nil {
+				return err
+			}
 		}
-		if err == nil {
-			s.last[run] = placed{seq: seq, streamSeq: ack.Sequence}
+		rest := lines[held:]
+		if len(rest) == 0 {
 			return nil
 		}
-		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) && attempt == 0 {
-			// What the sink believed is stale (another sink, a crash between publish and record):
-			// read the subject back once and decide again.
-			delete(s.last, run)
-			continue
+		if rest[0].Seq > last.seq+1 {
+			return fmt.Errorf("%w: run %q: the stream ends at seq %d, the batch starts at seq %d: %w",
+				ErrGap, run, last.seq, rest[0].Seq, outbox.ErrSinkRefused)
 		}
-		return fmt.Errorf("jetstream: publish seq %d of run %q: %w", seq, run, err)
+		err = s.publish(ctx, run, subject, rest, last)
+		var stale *staleError
+		if !errors.As(err, &stale) {
+			return err
+		}
+		// What the sink believed is stale (another sink, a crash between publish and record): read
+		// the run back once and decide again. A second stale answer after a fresh read is not staleness.
+		delete(s.last, run)
+		if attempt > 0 {
+			if stale.duplicate {
+				return fmt.Errorf("%w: run %q: the stream answers that a Msg-Id of seqs %d..%d (%s..) is a duplicate, yet holds the run's subject only up to seq %d: %w",
+					ErrConflict, run, stale.from, stale.to, MsgID(run, stale.from), last.seq, outbox.ErrSinkRefused)
+			}
+			return fmt.Errorf("jetstream: run %q: the stream's last line moved twice while publishing: %w", run, stale.err)
+		}
 	}
 }
 
@@ -224,59 +436,15 @@ func (s *Sink) lastOf(ctx context.Context, run, subject string) (placed, error) 
 	if err != nil {
 		return placed{}, fmt.Errorf("jetstream: read the last line of run %q: %w", run, err)
 	}
-	_, seq, err := journal.LineKey(msg.Data)
+	got, seq, err := journal.LineKey(msg.Data)
+	if err == nil && got != run {
+		err = fmt.Errorf("%w: engine_run_id %q", journal.ErrMalformed, got)
+	}
 	if err != nil {
-		return placed{}, fmt.Errorf("jetstream: the last message on %s: %w: %w", subject, err, outbox.ErrSinkRefused)
+		return placed{}, fmt.Errorf("jetstream: the last message on %s (stream sequence %d) is not run %q's line: %w: %w",
+			subject, msg.Sequence, run, err, outbox.ErrSinkRefused)
 	}
 	p := placed{seq: seq, streamSeq: msg.Sequence}
 	s.last[run] = p
 	return p, nil
-}
-
-// confirm checks that the stream holds line as the run's seq. A run's subject holds its lines in seq
-// order, one message per seq, so the message is found by bisecting stream sequences with "the next
-// message on this subject at or after": a few requests, without scanning.
-func (s *Sink) confirm(ctx context.Context, run, subject string, seq int64, line []byte, last placed) error {
-	msg, err := s.find(ctx, subject, seq, last)
-	if err != nil {
-		return fmt.Errorf("jetstream: read back seq %d of run %q: %w", seq, run, err)
-	}
-	if msg == nil {
-		return fmt.Errorf("%w: run %q: seq %d is not in the stream, though a later one is: %w", ErrGap, run, seq, outbox.ErrSinkRefused)
-	}
-	if string(msg.Data) != string(line) {
-		return fmt.Errorf("%w: run %q, seq %d: the stream holds other bytes: %w", ErrConflict, run, seq, outbox.ErrSinkRefused)
-	}
-	return nil
-}
-
-func (s *Sink) find(ctx context.Context, subject string, seq int64, last placed) (*jetstream.RawStreamMsg, error) {
-	if seq == last.seq {
-		return s.stream.GetMsg(ctx, last.streamSeq)
-	}
-	lo, hi := uint64(1), last.streamSeq // the message is at a stream sequence in [lo, hi]
-	for lo <= hi {
-		mid := lo + (hi-lo)/2
-		msg, err := s.stream.GetMsg(ctx, mid, jetstream.WithGetMsgSubject(subject))
-		if err != nil {
-			return nil, err
-		}
-		_, got, err := journal.LineKey(msg.Data)
-		if err != nil {
-			return nil, err
-		}
-		switch {
-		case got == seq:
-			return msg, nil
-		case got < seq:
-			lo = msg.Sequence + 1
-		default:
-			// The first message at or after mid is past seq: seq, if present, is before mid.
-			if mid == 0 {
-				return nil, nil
-			}
-			hi = mid - 1
-		}
-	}
-	return nil, nil
 }

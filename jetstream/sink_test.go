@@ -28,11 +28,15 @@ type natsServer struct {
 	dir  string
 	port int
 	srv  *server.Server
+	opts func(*server.Options) // changes to the defaults, or nil
 }
 
-func startServer(t testing.TB) *natsServer {
+func startServer(t testing.TB) *natsServer { return startServerWith(t, nil) }
+
+// startServerWith starts a server whose options opts changes (limits, for the tests past them).
+func startServerWith(t testing.TB, opts func(*server.Options)) *natsServer {
 	t.Helper()
-	ns := &natsServer{t: t, dir: t.TempDir(), port: -1}
+	ns := &natsServer{t: t, dir: t.TempDir(), port: -1, opts: opts}
 	ns.start()
 	t.Cleanup(ns.stop)
 	return ns
@@ -40,8 +44,11 @@ func startServer(t testing.TB) *natsServer {
 
 func (ns *natsServer) start() {
 	ns.t.Helper()
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: ns.port, JetStream: true,
-		StoreDir: ns.dir, NoLog: true, NoSigs: true})
+	o := &server.Options{Host: "127.0.0.1", Port: ns.port, JetStream: true, StoreDir: ns.dir, NoLog: true, NoSigs: true}
+	if ns.opts != nil {
+		ns.opts(o)
+	}
+	srv, err := server.NewServer(o)
 	if err != nil {
 		ns.t.Fatal(err)
 	}
@@ -84,12 +91,32 @@ func (ns *natsServer) connect(t testing.TB) njs.JetStream {
 	return js
 }
 
-// stream creates the stream EVENTS on outbox.> with the given duplicate window. File storage, one
-// replica.
-func stream(t testing.TB, js njs.JetStream, dupes time.Duration) {
+// mode is the publishing path a test's stream makes the sink take.
+type mode bool
+
+const (
+	atomicBatches mode = true
+	oneAtATime    mode = false
+)
+
+// forModes runs a test against a stream with atomic publish and against one without.
+func forModes(t *testing.T, test func(t *testing.T, m mode)) {
+	t.Run("atomic batches", func(t *testing.T) { test(t, atomicBatches) })
+	t.Run("one at a time", func(t *testing.T) { test(t, oneAtATime) })
+}
+
+// stream creates the stream EVENTS on outbox.> with the given duplicate window, through CreateStream
+// for the atomic path, and without atomic publish (as before nats-server 2.12) for the other. File
+// storage, one replica.
+func stream(t testing.TB, js njs.JetStream, dupes time.Duration, m mode) {
 	t.Helper()
-	_, err := js.CreateStream(context.Background(), njs.StreamConfig{Name: "EVENTS", Subjects: []string{"outbox.>"},
-		Storage: njs.FileStorage, Replicas: 1, Duplicates: dupes})
+	var err error
+	if m == atomicBatches {
+		_, err = jetstream.CreateStream(context.Background(), js, "EVENTS", jetstream.WithDuplicateWindow(dupes))
+	} else {
+		_, err = js.CreateStream(context.Background(), njs.StreamConfig{Name: "EVENTS", Subjects: []string{"outbox.>"},
+			Storage: njs.FileStorage, Replicas: 1, Duplicates: dupes})
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,131 +149,174 @@ func verify(t testing.TB, js njs.JetStream) journal.Report {
 }
 
 func TestLinesArePublishedInOrderPerRunAndVerifyLikeAFile(t *testing.T) {
-	ctx := context.Background()
-	js := startServer(t).connect(t)
-	stream(t, js, time.Minute)
-	s := sink(t, js)
-	for _, batch := range [][]outbox.EventLine{lines("a", 1, 3, "x"), lines("b.with*odd>chars", 1, 2, "x"), lines("a", 4, 5, "x")} {
-		if err := s.Append(ctx, "a", batch); err != nil {
-			t.Fatal(err)
+	forModes(t, func(t *testing.T, m mode) {
+		ctx := context.Background()
+		js := startServer(t).connect(t)
+		stream(t, js, time.Minute, m)
+		s := sink(t, js)
+		odd := "b.with*odd>chars"
+		for _, b := range []struct {
+			run   string
+			lines []outbox.EventLine
+		}{{"a", lines("a", 1, 3, "x")}, {odd, lines(odd, 1, 2, "x")}, {"a", lines("a", 4, 5, "x")}} {
+			if err := s.Append(ctx, b.run, b.lines); err != nil {
+				t.Fatal(err)
+			}
 		}
-	}
-	rep := verify(t, js)
-	want := map[string]journal.RunReport{"a": {Last: 5, Lines: 5}, "b.with*odd>chars": {Last: 2, Lines: 2}}
-	if diff := cmp.Diff(want, rep.Runs); diff != "" || rep.Lines != 7 || rep.Duplicates != 0 {
-		t.Errorf("report (-want +got):\n%s\n%+v", diff, rep)
-	}
+		rep := verify(t, js)
+		want := map[string]journal.RunReport{"a": {Last: 5, Lines: 5}, odd: {Last: 2, Lines: 2}}
+		if diff := cmp.Diff(want, rep.Runs); diff != "" || rep.Lines != 7 || rep.Duplicates != 0 {
+			t.Errorf("report (-want +got):\n%s\n%+v", diff, rep)
+		}
+	})
 }
 
 func TestARedeliveryOfIdenticalBytesIsSuccessEvenAfterTheDedupeWindow(t *testing.T) {
-	ctx := context.Background()
-	js := startServer(t).connect(t)
-	stream(t, js, 100*time.Millisecond)
-	first := lines("a", 1, 6, "x")
-	if err := sink(t, js).Append(ctx, "a", first); err != nil {
-		t.Fatal(err)
-	}
-	// Inside the window, from the same sink, and outside it, from a fresh one (a restarted relay that
-	// never recorded the batch): both succeed and store nothing again.
-	if err := sink(t, js).Append(ctx, "a", first[2:]); err != nil {
-		t.Errorf("re-delivery inside the window: %v", err)
-	}
-	time.Sleep(300 * time.Millisecond)
-	s := sink(t, js)
-	if err := s.Append(ctx, "a", append(first[3:], lines("a", 7, 8, "x")...)); err != nil {
-		t.Errorf("re-delivery after the window, then new lines: %v", err)
-	}
-	if rep := verify(t, js); rep.Lines != 8 || rep.Duplicates != 0 || rep.Runs["a"].Last != 8 {
-		t.Errorf("stream holds %+v, want 8 lines, no duplicate", rep)
-	}
+	forModes(t, func(t *testing.T, m mode) {
+		ctx := context.Background()
+		js := startServer(t).connect(t)
+		stream(t, js, 100*time.Millisecond, m)
+		first := lines("a", 1, 6, "x")
+		if err := sink(t, js).Append(ctx, "a", first); err != nil {
+			t.Fatal(err)
+		}
+		// Inside the window, from the same sink, and outside it, from a fresh one (a restarted relay that
+		// never recorded the batch): both succeed and store nothing again.
+		if err := sink(t, js).Append(ctx, "a", first[2:]); err != nil {
+			t.Errorf("re-delivery inside the window: %v", err)
+		}
+		time.Sleep(300 * time.Millisecond)
+		s := sink(t, js)
+		if err := s.Append(ctx, "a", append(first[3:], lines("a", 7, 8, "x")...)); err != nil {
+			t.Errorf("re-delivery after the window, then new lines: %v", err)
+		}
+		if rep := verify(t, js); rep.Lines != 8 || rep.Duplicates != 0 || rep.Runs["a"].Last != 8 {
+			t.Errorf("stream holds %+v, want 8 lines, no duplicate", rep)
+		}
+	})
 }
 
 func TestARedeliveryWithOtherBytesIsAConflictThatStopsTheRun(t *testing.T) {
-	ctx := context.Background()
-	js := startServer(t).connect(t)
-	stream(t, js, 100*time.Millisecond)
-	if err := sink(t, js).Append(ctx, "a", lines("a", 1, 3, "x")); err != nil {
-		t.Fatal(err)
-	}
-	for _, wait := range []time.Duration{0, 300 * time.Millisecond} {
-		time.Sleep(wait)
-		err := sink(t, js).Append(ctx, "a", lines("a", 2, 2, "other"))
-		if !errors.Is(err, jetstream.ErrConflict) || !errors.Is(err, journal.ErrPayloadConflict) || !errors.Is(err, outbox.ErrSinkRefused) {
-			t.Errorf("after %v: %v, want a conflict refusal", wait, err)
+	forModes(t, func(t *testing.T, m mode) {
+		ctx := context.Background()
+		js := startServer(t).connect(t)
+		stream(t, js, 100*time.Millisecond, m)
+		if err := sink(t, js).Append(ctx, "a", lines("a", 1, 3, "x")); err != nil {
+			t.Fatal(err)
 		}
-	}
-	if rep := verify(t, js); rep.Lines != 3 {
-		t.Errorf("stream holds %d lines, want 3", rep.Lines)
-	}
+		for _, wait := range []time.Duration{0, 300 * time.Millisecond} {
+			time.Sleep(wait)
+			// A batch of a re-delivered line with other bytes and a new line: nothing of it is placed.
+			err := sink(t, js).Append(ctx, "a", append(lines("a", 2, 2, "other"), lines("a", 3, 4, "x")...))
+			if !errors.Is(err, jetstream.ErrConflict) || !errors.Is(err, journal.ErrPayloadConflict) || !errors.Is(err, outbox.ErrSinkRefused) {
+				t.Errorf("after %v: %v, want a conflict refusal", wait, err)
+			}
+		}
+		if rep := verify(t, js); rep.Lines != 3 {
+			t.Errorf("stream holds %d lines, want 3", rep.Lines)
+		}
+	})
 }
 
 func TestAGapIsRefusedAndAStaleSinkCannotCreateOne(t *testing.T) {
-	ctx := context.Background()
-	js := startServer(t).connect(t)
-	stream(t, js, time.Minute)
-	a := sink(t, js)
-	if err := a.Append(ctx, "r", lines("r", 1, 1, "x")); err != nil {
-		t.Fatal(err)
-	}
-	err := a.Append(ctx, "r", lines("r", 3, 3, "x"))
-	if !errors.Is(err, jetstream.ErrGap) || !errors.Is(err, journal.ErrStreamGap) || !errors.Is(err, outbox.ErrSinkRefused) {
-		t.Errorf("seq 3 after 1: %v, want a gap refusal", err)
-	}
-	// Another sink places seq 2: a, whose memory says the run ends at 1, is corrected by the server's
-	// expected-sequence check and places 3 after it.
-	if err := sink(t, js).Append(ctx, "r", lines("r", 2, 2, "x")); err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Append(ctx, "r", lines("r", 3, 4, "x")); err != nil {
-		t.Errorf("stale sink: %v", err)
-	}
-	if rep := verify(t, js); rep.Runs["r"].Last != 4 || rep.Lines != 4 {
-		t.Errorf("stream: %+v", rep)
-	}
-
+	forModes(t, func(t *testing.T, m mode) {
+		ctx := context.Background()
+		js := startServer(t).connect(t)
+		stream(t, js, time.Minute, m)
+		a := sink(t, js)
+		if err := a.Append(ctx, "r", lines("r", 1, 1, "x")); err != nil {
+			t.Fatal(err)
+		}
+		err := a.Append(ctx, "r", lines("r", 3, 3, "x"))
+		if !errors.Is(err, jetstream.ErrGap) || !errors.Is(err, journal.ErrStreamGap) || !errors.Is(err, outbox.ErrSinkRefused) {
+			t.Errorf("seq 3 after 1: %v, want a gap refusal", err)
+		}
+		// Another sink places seq 2: a, whose memory says the run ends at 1, is corrected by the server's
+		// expected-sequence check and places 3 after it.
+		if err := sink(t, js).Append(ctx, "r", lines("r", 2, 2, "x")); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Append(ctx, "r", lines("r", 3, 4, "x")); err != nil {
+			t.Errorf("stale sink: %v", err)
+		}
+		if rep := verify(t, js); rep.Runs["r"].Last != 4 || rep.Lines != 4 {
+			t.Errorf("stream: %+v", rep)
+		}
+	})
 }
 
 // TestTheBrokerRefusesWhatAStaleSinkWouldMisplace: past the duplicate window the Msg-Id no longer
 // protects anything, and only the expected-last-subject-sequence check stands between a sink's stale
 // memory and the stream.
 func TestTheBrokerRefusesWhatAStaleSinkWouldMisplace(t *testing.T) {
-	ctx := context.Background()
-	js := startServer(t).connect(t)
-	stream(t, js, 100*time.Millisecond)
-	// Each stale sink places seq 1 of its run, another sink then places seq 2, and after the duplicate
-	// window the stale one sends seq 2 again, believing the run ends at 1. Published with "the
-	// subject's last is my seq 1", it is refused by the server; the sink reads the subject back,
-	// finds seq 2 there and compares bytes.
-	for _, tc := range []struct {
-		run, kind string
-		conflict  bool
-	}{{"same", "x", false}, {"other", "changed", true}} {
-		stale := sink(t, js)
-		if err := stale.Append(ctx, tc.run, lines(tc.run, 1, 1, "x")); err != nil {
+	forModes(t, func(t *testing.T, m mode) {
+		ctx := context.Background()
+		js := startServer(t).connect(t)
+		stream(t, js, 100*time.Millisecond, m)
+		// Each stale sink places seq 1 of its run, another sink then places seq 2, and after the duplicate
+		// window the stale one sends seq 2 again, believing the run ends at 1. Published with "the
+		// subject's last is my seq 1", it is refused by the server; the sink reads the subject back,
+		// finds seq 2 there and compares bytes.
+		for _, tc := range []struct {
+			run, kind string
+			conflict  bool
+		}{{"same", "x", false}, {"other", "changed", true}} {
+			stale := sink(t, js)
+			if err := stale.Append(ctx, tc.run, lines(tc.run, 1, 1, "x")); err != nil {
+				t.Fatal(err)
+			}
+			if err := sink(t, js).Append(ctx, tc.run, lines(tc.run, 2, 2, "x")); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(300 * time.Millisecond)
+			err := stale.Append(ctx, tc.run, lines(tc.run, 2, 2, tc.kind))
+			if tc.conflict && !errors.Is(err, jetstream.ErrConflict) {
+				t.Errorf("%s: stale sink sending other bytes: %v, want ErrConflict", tc.run, err)
+			}
+			if !tc.conflict && err != nil {
+				t.Errorf("%s: stale sink re-sending identical bytes: %v", tc.run, err)
+			}
+		}
+		rep := verify(t, js)
+		if rep.Duplicates != 0 || rep.Lines != 4 {
+			t.Errorf("the stream took a stale sink's line: %+v", rep)
+		}
+	})
+}
+
+// TestAStaleSinkCannotPlaceABatchBehindAHole: the run's last line is deleted behind the sink's back,
+// so the batch it sends next expects a subject sequence the stream no longer ends at. The broker
+// refuses the whole batch, and the sink, reading the run back, refuses to place it after seq 1.
+func TestAStaleSinkCannotPlaceABatchBehindAHole(t *testing.T) {
+	forModes(t, func(t *testing.T, m mode) {
+		ctx := context.Background()
+		js := startServer(t).connect(t)
+		stream(t, js, 100*time.Millisecond, m)
+		s := sink(t, js)
+		if err := s.Append(ctx, "r", lines("r", 1, 2, "x")); err != nil {
 			t.Fatal(err)
 		}
-		if err := sink(t, js).Append(ctx, tc.run, lines(tc.run, 2, 2, "x")); err != nil {
+		st, err := js.Stream(ctx, "EVENTS")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.DeleteMsg(ctx, 2); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(300 * time.Millisecond)
-		err := stale.Append(ctx, tc.run, lines(tc.run, 2, 2, tc.kind))
-		if tc.conflict && !errors.Is(err, jetstream.ErrConflict) {
-			t.Errorf("%s: stale sink sending other bytes: %v, want ErrConflict", tc.run, err)
+		if err := s.Append(ctx, "r", lines("r", 3, 10, "x")); !errors.Is(err, jetstream.ErrGap) || !errors.Is(err, outbox.ErrSinkRefused) {
+			t.Errorf("a batch after a deleted line: %v, want a gap refusal", err)
 		}
-		if !tc.conflict && err != nil {
-			t.Errorf("%s: stale sink re-sending identical bytes: %v", tc.run, err)
+		if info, err := st.Info(ctx); err != nil || info.State.Msgs != 1 {
+			t.Errorf("the stream holds %d messages (%v), want 1: part of the batch went in", info.State.Msgs, err)
 		}
-	}
-	rep := verify(t, js)
-	if rep.Duplicates != 0 || rep.Lines != 4 {
-		t.Errorf("the stream took a stale sink's line: %+v", rep)
-	}
+	})
 }
 
 func TestVerifyFindsAGapPublishedAroundTheSink(t *testing.T) {
 	ctx := context.Background()
 	js := startServer(t).connect(t)
-	stream(t, js, time.Minute)
+	stream(t, js, time.Minute, atomicBatches)
 	if err := sink(t, js).Append(ctx, "r", lines("r", 1, 2, "x")); err != nil {
 		t.Fatal(err)
 	}
@@ -261,96 +331,70 @@ func TestVerifyFindsAGapPublishedAroundTheSink(t *testing.T) {
 }
 
 func TestTheSinkGoesOnAfterTheServerRestarts(t *testing.T) {
-	ctx := context.Background()
-	ns := startServer(t)
-	js := ns.connect(t)
-	stream(t, js, time.Minute)
-	s := sink(t, js)
-	if err := s.Append(ctx, "r", lines("r", 1, 10, "x")); err != nil {
-		t.Fatal(err)
-	}
-	ns.stop()
-	short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-	if err := s.Append(short, "r", lines("r", 11, 12, "x")); err == nil || errors.Is(err, outbox.ErrSinkRefused) {
-		t.Errorf("append with the server down: %v, want a retriable error", err)
-	}
-	cancel()
-	ns.start()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		err := s.Append(ctx, "r", lines("r", 11, 20, "x"))
-		if err == nil {
-			break
+	forModes(t, func(t *testing.T, m mode) {
+		ctx := context.Background()
+		ns := startServer(t)
+		js := ns.connect(t)
+		stream(t, js, time.Minute, m)
+		s := sink(t, js)
+		if err := s.Append(ctx, "r", lines("r", 1, 10, "x")); err != nil {
+			t.Fatal(err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("append after the restart: %v", err)
+		ns.stop()
+		short, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		if err := s.Append(short, "r", lines("r", 11, 12, "x")); err == nil || errors.Is(err, outbox.ErrSinkRefused) {
+			t.Errorf("append with the server down: %v, want a retriable error", err)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if rep := verify(t, js); rep.Runs["r"].Last != 20 || rep.Lines != 20 {
-		t.Errorf("stream after restart: %+v", rep)
-	}
+		cancel()
+		ns.start()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			err := s.Append(ctx, "r", lines("r", 11, 20, "x"))
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("append after the restart: %v", err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if rep := verify(t, js); rep.Runs["r"].Last != 20 || rep.Lines != 20 {
+			t.Errorf("stream after restart: %+v", rep)
+		}
+	})
 }
 
 func TestARelayProjectsAStoreIntoJetStreamThroughAnOutage(t *testing.T) {
-	ctx := context.Background()
-	ns := startServer(t)
-	js := ns.connect(t)
-	stream(t, js, 100*time.Millisecond)
-	store, err := outbox.Open(ctx, filepath.Join(t.TempDir(), "book.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	relay := outbox.NewRelay(store, sink(t, js), "run-1", outbox.WithBatchSize(16), outbox.WithBackoff(5*time.Millisecond, 50*time.Millisecond))
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- relay.Run(runCtx) }()
-	for i := 0; i < 200; i++ {
-		if _, err := store.EnqueueEvent(ctx, "run-1", journal.Builder("run-1", "x", i)); err != nil {
+	forModes(t, func(t *testing.T, m mode) {
+		ctx := context.Background()
+		ns := startServer(t)
+		js := ns.connect(t)
+		stream(t, js, 100*time.Millisecond, m)
+		store, err := outbox.Open(ctx, filepath.Join(t.TempDir(), "book.db"))
+		if err != nil {
 			t.Fatal(err)
 		}
-		if i == 80 {
-			ns.stop()
-		}
-		if i == 150 {
-			ns.start()
-		}
-	}
-	outboxtest.WaitProjected(t, store, "run-1", 200, 30*time.Second)
-	stop()
-	<-done
-	if rep := verify(t, js); rep.Runs["run-1"].Last != 200 || rep.Lines != 200 || rep.Duplicates != 0 {
-		t.Errorf("stream: %+v", rep)
-	}
-}
-
-func TestNewSinkRefusesAStreamWithFewerReplicasThanRequired(t *testing.T) {
-	js := startServer(t).connect(t)
-	stream(t, js, time.Minute)
-	if _, err := jetstream.NewSink(js, "EVENTS", jetstream.WithMinReplicas(3)); !errors.Is(err, jetstream.ErrStreamSettings) {
-		t.Errorf("NewSink with 3 replicas required of a 1-replica stream: %v", err)
-	}
-	if _, err := jetstream.NewSink(js, "MISSING"); err == nil {
-		t.Error("NewSink accepted a missing stream")
-	}
-	if _, err := jetstream.NewSink(js, "EVENTS", jetstream.WithSubjectPrefix("bad prefix")); err == nil {
-		t.Error("NewSink accepted an invalid prefix")
-	}
-}
-
-func TestRunIDsBecomeSafeDistinctSubjectTokens(t *testing.T) {
-	seen := map[string]string{}
-	for _, id := range []string{"run-1", "run.1", "run*1", "run>1", "run 1", "rün", "run~1", "RUN_1", "run%2e1"} {
-		tok := jetstream.Token(id)
-		for _, c := range tok {
-			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '~') {
-				t.Errorf("token %q of %q holds %q", tok, id, c)
+		defer store.Close()
+		relay := outbox.NewRelay(store, sink(t, js), "run-1", outbox.WithBatchSize(16), outbox.WithBackoff(5*time.Millisecond, 50*time.Millisecond))
+		runCtx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- relay.Run(runCtx) }()
+		for i := 0; i < 200; i++ {
+			if _, err := store.EnqueueEvent(ctx, "run-1", journal.Builder("run-1", "x", i)); err != nil {
+				t.Fatal(err)
+			}
+			if i == 80 {
+				ns.stop()
+			}
+			if i == 150 {
+				ns.start()
 			}
 		}
-		if other, ok := seen[tok]; ok {
-			t.Errorf("%q and %q share the token %q", id, other, tok)
+		outboxtest.WaitProjected(t, store, "run-1", 200, 30*time.Second)
+		stop()
+		<-done
+		if rep := verify(t, js); rep.Runs["run-1"].Last != 200 || rep.Lines != 200 || rep.Duplicates != 0 {
+			t.Errorf("stream: %+v", rep)
 		}
-		seen[tok] = id
-	}
+	})
 }

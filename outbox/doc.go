@@ -25,26 +25,52 @@
 //     records that the line reached the sink.
 //   - Nothing lost, nothing counted twice. The relay appends a batch to the sink and only then records
 //     how far it got (and moves the batch's keys into the ledger), so a crash re-sends at most the
-//     batch in flight, byte for byte, which the reader skips as a duplicate. Relay.Recover projects
-//     what earlier processes committed and never projected before ForgetEvents drops their rows.
-//   - One writer. Open takes an exclusive lock on the database file (flock on its own descriptor), so a
-//     second Open, in this process or another, fails at once with ErrLocked. OpenReadOnly takes none.
+//     batch in flight, byte for byte, which the reader skips as a duplicate. A record that fails after
+//     the append is retried alone, never by appending the batch again. Relay.Recover projects what
+//     earlier processes committed and drops only rows whose lines the sink has; it never touches a run
+//     this Store has enqueued to.
+//   - No number reused. A run's next seq follows the highest it was ever given, also after its rows
+//     were dropped (ForgetEvents, Recover): the reader would take a second line under a seq it has as
+//     a conflict.
+//   - Keys checked at the sink. The store keeps lines opaque; a Sink refuses a line whose own
+//     engine_run_id or seq is not its row's, so a builder that writes the wrong key cannot make an
+//     event vanish as a duplicate of another.
+//   - Well-formed ids. A run id is valid UTF-8 without control characters, at most MaxRunIDLen bytes
+//     (ErrInvalidRunID); a once key the same, at most MaxOnceKeyLen bytes (ErrInvalidOnceKey). A line
+//     is at most WithMaxLineSize bytes (16 MiB by default). Nothing of a refused call is stored.
+//   - One writer, one name. Open takes an exclusive lock on the database file (flock on its own
+//     descriptor), so a second Open, in this process or another, fails at once with ErrLocked.
+//     OpenReadOnly takes none. Open refuses a file with more than one hard link (ErrHardLinked):
+//     SQLite gives each name its own -wal, so two names fork the book after a crash.
+//   - The schema it expects. Open, OpenReadOnly and Migrate refuse a book migrated by a newer release
+//     or missing a table, column or unique index the protocol relies on (ErrSchemaMismatch).
 //
 // # Failure model
 //
 // Every method that touches the database takes a context; a context without a deadline gets the
-// operation timeout (WithOpTimeout). A failed call leaves nothing behind: no row, no used number, no
-// open transaction. Errors that callers branch on are sentinels (ErrEmptyRunID, ErrLocked, …) found
-// with errors.Is; everything else is wrapped with what was being done.
+// operation timeout (WithOpTimeout). Cancellation is the caller's business alone: a context that ends
+// at any moment of any call (inside a WriteTx function, a builder, a group-commit wait, Flush, Recover,
+// Run) fails that call and no other, and the store stays fully usable. The store's transactions are
+// begun without the caller's context, because database/sql closes a transaction's connection when its
+// context ends, and the store has one writer connection. A failed call leaves nothing behind: no
+// row, no used number, no open transaction. The one exception is ErrNotDurable, returned only when the
+// disk failed a sync of the WAL: the call's commit was made, and its seq is returned with the error.
+// Inside a group commit, a call that fails (its builder, its line, a constraint, ErrSeqExhausted) fails
+// alone; only a transaction SQLite itself ended, or a failed COMMIT, fails the group. Errors that
+// callers branch on are sentinels (ErrInvalidRunID, ErrLocked, …) found with errors.Is; everything
+// else is wrapped with what was being done. A write refused for lack of space is errors.Is
+// syscall.ENOSPC.
 //
 // A process that dies mid-call loses only its uncommitted transaction: SQLite's WAL makes the commit
 // atomic. Power loss loses no acknowledged event at DurabilityFull; at DurabilityNormal it can lose the
 // last commits. The one transaction the store commits without waiting for a sync is the relay's
 // progress record: losing it re-sends one batch and loses nothing. A failed fdatasync of the WAL fails
-// the calls it was to cover with ErrNotDurable, and every write after it, until the store is reopened:
-// after such a failure the kernel may have dropped the pages it could not write. A sink that fails is retried with backoff
+// the calls it was to cover with ErrNotDurable (committed, durability unknown), and every write begun
+// after it with ErrSyncFailed, until the store is reopened: after such a failure the kernel may have
+// dropped the pages it could not write. A sink that fails is retried with backoff
 // (Run never gives up; Flush and Recover return the sink's error after their attempts); a sink that
-// refuses a batch for good (ErrSinkRefused) stops the relay.
+// refuses a batch for good (ErrSinkRefused) stops the relay, and so does a record of a batch that the
+// ledger refuses (ErrAnnounceConflict): the sink then holds the batch exactly once.
 //
 // The store logs nothing unless given a logger (WithLogger). The schema is created and evolved by the
 // goose migrations in package migrations, which Open applies. Network file systems are not

@@ -193,7 +193,7 @@ func (d *durability) wait(t uint64) error {
 		// started waiting yet.
 		calls := d.writtenCalls.Load() // read first: never more calls than the tickets cover
 		upTo := d.written.Load()
-		err := d.wal.Sync(vfs.SYNC_NORMAL)
+		err := syncWAL(d.wal)
 		d.mu.Lock()
 		d.syncing = false
 		if err != nil {
@@ -206,6 +206,17 @@ func (d *durability) wait(t uint64) error {
 		d.cond.Broadcast()
 	}
 	return d.err
+}
+
+// syncWAL syncs the WAL, turning a panic of the VFS into the sync's failure: the store's locks are
+// not held across it in a way a panic could release, and the process must not die of it.
+func syncWAL(wal vfs.File) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("the VFS panicked: %v", v)
+		}
+	}()
+	return wal.Sync(vfs.SYNC_NORMAL)
 }
 
 // notDurable is the error of a failed WAL sync, as the commits it was to cover get it.

@@ -65,6 +65,10 @@ var (
 	// fdatasync the kernel may have dropped the pages it could not write, so the store refuses every
 	// later write. Close it and open the database again.
 	ErrNotDurable = errors.New("outbox: committed, but the WAL could not be synced")
+	// ErrStoreBroken is returned by the call during which the driver or SQLite panicked (out of
+	// memory, a VFS that panics), and by every call after it: the connection it happened on is in an
+	// unknown state. Close the store and open the database again.
+	ErrStoreBroken = errors.New("outbox: the store failed inside SQLite; reopen it")
 	// ErrSyncFailed is returned by every write begun after an fdatasync of the WAL failed: nothing of
 	// the call is stored. Close the store and open the database again.
 	ErrSyncFailed = errors.New("outbox: an earlier WAL sync failed; reopen the store")

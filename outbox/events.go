@@ -139,7 +139,7 @@ func (s *Store) enqueue(ctx context.Context, tx *sql.Tx, runID, onceKey string, 
 	if err != nil {
 		return 0, err
 	}
-	line, err := build(next)
+	line, err := callUser(build, next)
 	if err != nil {
 		return 0, fmt.Errorf("outbox: build line %d of run %q: %w", next, runID, err)
 	}
@@ -342,7 +342,8 @@ func (p *pendingReader) statement(s *Store) (*sqlite3.Stmt, error) {
 		return nil, ErrReadOnly // a read-only store reads through its pool only (see readonly.go)
 	}
 	u := url.URL{Scheme: "file", OmitHost: true, Path: s.path, RawQuery: s.query("mode=ro")}
-	c, err := sqlite3.OpenFlags(u.String(), sqlite3.OPEN_READONLY|sqlite3.OPEN_URI)
+	// mode=ro in the URI makes the connection read-only, whatever flags OpenContext adds.
+	c, err := sqlite3.OpenContext(sqlite3.WithMaxMemory(context.Background(), connMemory), u.String())
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -37,6 +38,10 @@ const gatherWait = 100 * time.Microsecond
 // maxGroup bounds a group, so one commit's latency stays bounded under any load.
 const maxGroup = 512
 
+// maxGroupBytes bounds a group's lines in bytes as well: a group ends after the line that reaches it,
+// so a producer of large lines delays the calls grouped with it by about one large write.
+const maxGroupBytes = 1 << 20
+
 // Request states: a caller whose context ends may withdraw its request until the committer takes it.
 const (
 	reqQueued int32 = iota
@@ -55,6 +60,7 @@ type request struct {
 
 type result struct {
 	seq      int64
+	size     int    // the line's length, for the group's byte bound
 	ticket   uint64 // the group's commit, which the caller waits to be durable; 0 if it failed
 	err      error
 	panicked bool
@@ -107,15 +113,18 @@ func (c *committer) close() {
 
 func (c *committer) run() {
 	defer close(c.stopped)
+	var carry []*request // calls taken but left over by a group that reached maxGroupBytes
 	for {
-		var first *request
-		select {
-		case first = <-c.queue:
-		case <-c.stop:
-			return
+		group := carry
+		if len(group) == 0 {
+			select {
+			case first := <-c.queue:
+				group = []*request{first}
+			case <-c.stop:
+				return
+			}
 		}
 		// Everything already waiting joins: a lone caller waits for nobody.
-		group := []*request{first}
 	gather:
 		for len(group) < maxGroup {
 			select {
@@ -141,7 +150,7 @@ func (c *committer) run() {
 			}
 			timer.Stop()
 		}
-		c.commit(group)
+		carry = c.commit(group)
 	}
 }
 
@@ -185,29 +194,49 @@ func (s *Store) submit(ctx context.Context, runID, onceKey string, build EventBu
 	return res.seq, res.err
 }
 
-func (c *committer) commit(group []*request) {
+// commit runs the calls of group that are still wanted in one transaction and delivers their results.
+// It returns the calls it took but left for the next group, once the group holds maxGroupBytes of
+// lines: a producer of large lines then delays the others by about one large write, not by a group
+// of them.
+func (c *committer) commit(group []*request) (carry []*request) {
 	taken := group[:0]
 	for _, r := range group {
-		if r.state.CompareAndSwap(reqQueued, reqTaken) {
+		// A call carried from the last group is taken already; a new one may have been withdrawn.
+		if r.state.Load() == reqTaken || r.state.CompareAndSwap(reqQueued, reqTaken) {
 			taken = append(taken, r)
 		}
 	}
 	if len(taken) == 0 {
-		return
+		return nil
 	}
 	results := make([]result, len(taken))
-	deliver := func() {
-		for i, r := range taken {
-			r.done <- results[i]
-		}
+	n := c.write(taken, results)
+	for i, r := range taken[:n] {
+		r.done <- results[i]
 	}
+	if n == len(taken) {
+		return nil
+	}
+	return slices.Clone(taken[n:])
+}
+
+// write writes the first calls of taken into one transaction and commits it, filling their results;
+// it returns how many calls the group holds. A panic inside the driver or SQLite fails them all with
+// ErrStoreBroken, on this goroutine, which no caller owns.
+func (c *committer) write(taken []*request, results []result) (n int) {
+	n = len(taken)
 	failAll := func(err error) {
-		for i := range results {
+		for i := range results[:n] {
 			if results[i].err == nil && !results[i].panicked {
 				results[i] = result{err: err}
 			}
 		}
 	}
+	defer func() {
+		if v := recover(); v != nil {
+			failAll(c.s.breakDown(v))
+		}
+	}()
 	ctx, cancel := c.s.opContext(context.Background())
 	defer cancel()
 	// The transaction takes no context: its end would make database/sql close the writer
@@ -215,8 +244,7 @@ func (c *committer) commit(group []*request) {
 	tx, err := c.s.w.BeginTx(context.Background(), nil)
 	if err != nil {
 		failAll(fmt.Errorf("outbox: begin: %w", mapErr(ctx, err)))
-		deliver()
-		return
+		return n
 	}
 	// A sync about to start waits for this group rather than leave its callers to the next one.
 	c.s.dur.groupStart()
@@ -229,43 +257,55 @@ func (c *committer) commit(group []*request) {
 	}
 	defer endGroup()
 	last := map[string]int64{} // each run's last seq within this group
+	bytes := 0
 	lastSeq, insert, onceFound := tx.StmtContext(ctx, c.lastSeq), tx.StmtContext(ctx, c.insert), tx.StmtContext(ctx, c.onceFound)
 	for i, r := range taken {
 		var fatal error
-		results[i], fatal = c.one(ctx, r, last, lastSeq, insert, onceFound)
+		var size int
+		results[i], size, fatal = c.one(ctx, r, last, lastSeq, insert, onceFound)
 		if fatal == nil && results[i].err != nil {
 			// A failed statement undoes itself, unless SQLite ended the whole transaction.
 			fatal = c.s.txLost()
 		}
 		if fatal != nil {
-			tx.Rollback()
+			n = i + 1
+			c.s.rollback(tx)
 			failAll(fatal)
-			deliver()
-			return
+			return n
+		}
+		if bytes += size; bytes >= maxGroupBytes {
+			n = i + 1
+			break
 		}
 	}
 	faultpoint.Hit(faultpoint.BeforeCommit)
 	ticket := c.s.dur.issue()
-	err = tx.Commit()
-	c.s.dur.done(ticket, len(taken))
+	err = c.s.commitGroup(tx, ticket, n)
 	endGroup()
 	if err != nil {
 		failAll(fmt.Errorf("outbox: commit: %w", mapErr(ctx, err)))
-		deliver()
-		return
+		return n
 	}
 	faultpoint.Hit(faultpoint.AfterCommit)
 	c.s.signalCommit()
 	// The callers wait for the sync themselves, so the next group begins while the disk works.
-	for i := range results {
+	for i := range results[:n] {
 		results[i].ticket = ticket
 	}
-	deliver()
+	return n
 }
 
 // one runs one call inside the group's transaction. Its own failures (context, builder, line, a
 // constraint, an exhausted run) are its result; a failed read is fatal to the group.
-func (c *committer) one(ctx context.Context, r *request, last map[string]int64, lastSeq, insert, onceFound *sql.Stmt) (res result, fatal error) {
+func (c *committer) one(ctx context.Context, r *request, last map[string]int64, lastSeq, insert, onceFound *sql.Stmt) (res result, size int, fatal error) {
+	res, fatal = c.insertOne(ctx, r, last, lastSeq, insert, onceFound)
+	if res.err == nil && res.seq > 0 {
+		size = res.size
+	}
+	return res, size, fatal
+}
+
+func (c *committer) insertOne(ctx context.Context, r *request, last map[string]int64, lastSeq, insert, onceFound *sql.Stmt) (res result, fatal error) {
 	if err := r.ctx.Err(); err != nil {
 		return result{err: err}, nil
 	}
@@ -309,7 +349,20 @@ func (c *committer) one(ctx context.Context, r *request, last map[string]int64, 
 	}
 	last[r.runID] = seq
 	c.s.markLive(r.runID)
-	return result{seq: seq}, nil
+	return result{seq: seq, size: len(line)}, nil
+}
+
+// userPanic carries a panic of the caller's own code (a builder, a WriteTx function) through the
+// store's recovery, which turns any other panic, one inside the driver or SQLite, into an error.
+type userPanic struct{ val any }
+
+// callUser runs a builder on the caller's goroutine, marking its panic as the caller's.
+func callUser(build EventBuilder, seq int64) ([]byte, error) {
+	line, panicked, val, err := callBuild(build, seq)
+	if panicked {
+		panic(userPanic{val})
+	}
+	return line, err
 }
 
 // callBuild runs a builder on the committer's goroutine, turning a panic into a value the caller's
@@ -352,7 +405,7 @@ func (s *Store) EnqueueEvents(ctx context.Context, runID string, builds []EventB
 			if err != nil {
 				return err
 			}
-			line, err := build(next)
+			line, err := callUser(build, next)
 			switch {
 			case err != nil:
 				return fmt.Errorf("outbox: build line %d of run %q: %w", next, runID, err)

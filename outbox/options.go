@@ -39,6 +39,8 @@ const (
 	// DefaultMaxLineSize bounds one stored line (WithMaxLineSize). The journal's Append and Verify
 	// apply the same bound by default, so a line the store accepts is a line the journal accepts.
 	DefaultMaxLineSize = 16 << 20
+	// DefaultWALSizeLimit is what the WAL file is cut back to after a checkpoint (WithWALSizeLimit).
+	DefaultWALSizeLimit = 64 << 20
 )
 
 type config struct {
@@ -50,6 +52,7 @@ type config struct {
 	groupCommit bool
 	vfs         string
 	maxLine     int
+	walLimit    int64
 }
 
 func newConfig(opts []Option) (config, error) {
@@ -61,6 +64,7 @@ func newConfig(opts []Option) (config, error) {
 		logger:      slog.New(slog.DiscardHandler),
 		groupCommit: true,
 		maxLine:     DefaultMaxLineSize,
+		walLimit:    DefaultWALSizeLimit,
 	}
 	for _, o := range opts {
 		if o == nil {
@@ -137,6 +141,20 @@ func WithMaxLineSize(n int) Option {
 			return fmt.Errorf("outbox: max line size %d, need 1 to %d", n, MaxLineSizeLimit)
 		}
 		c.maxLine = n
+		return nil
+	}
+}
+
+// WithWALSizeLimit sets the size, in bytes, that the WAL file is cut back to each time SQLite starts it
+// over after a checkpoint (SQLite's journal_size_limit). Without it a WAL that a long read transaction
+// made large (nothing can be checkpointed past a reader's snapshot) keeps its size on disk until the
+// store is closed. The default is DefaultWALSizeLimit (64 MiB); 0 cuts the file to nothing each time.
+func WithWALSizeLimit(n int64) Option {
+	return func(c *config) error {
+		if n < 0 {
+			return fmt.Errorf("outbox: negative WAL size limit %d", n)
+		}
+		c.walLimit = n
 		return nil
 	}
 }

@@ -3,7 +3,6 @@ package outbox
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"iter"
 	"time"
@@ -123,42 +122,25 @@ func (s *Store) Runs(ctx context.Context) ([]RunStats, error) {
 	return out, nil
 }
 
-// runsAfter lists at most limit runs whose id sorts after the given one, from one read transaction.
+// runsAfter lists at most limit runs whose id sorts after the given one, in one query.
 func (s *Store) runsAfter(ctx context.Context, after string, limit int) ([]RunStats, error) {
-	var out []RunStats
-	err := s.read(ctx, func(ctx context.Context) error {
-		tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
-		if err != nil {
-			return err
-		}
-		defer tx.Rollback()
-		rows, err := s.q.EventsRuns(ctx, tx, db.EventsRunsParams{AfterRun: after, MaxRuns: int64(limit)})
-		if err != nil {
-			return err
-		}
-		for _, r := range rows {
-			p, err := s.q.ProgressGet(ctx, tx, r.EngineRunID)
-			if err != nil {
-				return err
-			}
-			st := RunStats{RunID: r.EngineRunID, Lines: r.Lines, LedgerLines: r.LedgerLines,
-				LastSeq: max(r.LastSeq, p.LastSeq), Projected: p.Projected, storedLast: r.LastSeq}
-			st.Unprojected = max(st.LastSeq-st.Projected, 0)
-			if st.Projected < st.storedLast {
-				ms, err := s.q.EventsOldestAfter(ctx, tx, db.EventsOldestAfterParams{EngineRunID: r.EngineRunID, AfterSeq: st.Projected})
-				if err != nil && !errors.Is(err, sql.ErrNoRows) {
-					return err
-				}
-				if ms > 0 {
-					st.OldestPending = time.UnixMilli(ms)
-				}
-			}
-			out = append(out, st)
-		}
-		return nil
+	var rows []db.EventsRunsRow
+	err := s.read(ctx, func(ctx context.Context) (err error) {
+		rows, err = s.q.EventsRuns(ctx, s.r, db.EventsRunsParams{AfterRun: after, MaxRuns: int64(limit)})
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("outbox: list runs: %w", err)
+	}
+	out := make([]RunStats, len(rows))
+	for i, r := range rows {
+		st := RunStats{RunID: r.EngineRunID, Lines: r.Lines, LedgerLines: r.LedgerLines,
+			LastSeq: max(r.LastSeq, r.ForgottenLastSeq), Projected: r.Projected, storedLast: r.LastSeq}
+		st.Unprojected = max(st.LastSeq-st.Projected, 0)
+		if r.OldestPending > 0 {
+			st.OldestPending = time.UnixMilli(r.OldestPending)
+		}
+		out[i] = st
 	}
 	return out, nil
 }

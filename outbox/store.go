@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"database/sql"
+	sqldriver "database/sql/driver"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -53,6 +54,7 @@ type Store struct {
 	cond     *sync.Cond // signalled when inflight drops to zero
 	inflight int
 	closed   bool
+	broken   error         // a panic inside the driver or SQLite; see breakDown
 	changed  chan struct{} // closed and replaced after every commit through the store
 }
 
@@ -92,7 +94,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 		// NORMAL at either durability: at FULL the store syncs the WAL itself after each commit,
 		// outside SQLite's write lock (see durability). It is set on every connection, since a
 		// connection's level is its own.
-		return c.Exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL")
+		return c.Exec(fmt.Sprintf("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA journal_size_limit=%d", s.cfg.walLimit))
 	})
 	if err != nil {
 		s.release()
@@ -210,11 +212,35 @@ func (s *Store) query(q string) string {
 // callback, not the DSN, so no DSN spelling can make them silently ignored.
 func openDB(path, query string, init func(*sqlite3.Conn) error) (*sql.DB, error) {
 	u := url.URL{Scheme: "file", OmitHost: true, Path: path, RawQuery: query}
-	sqlDB, err := driver.Open(u.String(), init)
+	c, err := (&driver.SQLite{}).OpenConnector(u.String())
 	if err != nil {
 		return nil, fmt.Errorf("outbox: open %s: %w", path, err)
 	}
-	return sqlDB, nil
+	return sql.OpenDB(memConnector{c, init}), nil
+}
+
+// connMemory is the memory each SQLite connection may use. SQLite holds a line whole while it writes
+// or reads it, and a transaction's pages and a b-tree's neighbouring cells besides; the driver's
+// default of 256 MiB left a few large lines able to exhaust it, and the driver panics when SQLite runs
+// out. The space is reserved, not used: a connection commits memory only as it grows.
+const connMemory = 1 << 30
+
+// memConnector opens the driver's connections with connMemory and runs init on each.
+type memConnector struct {
+	sqldriver.Connector
+	init func(*sqlite3.Conn) error
+}
+
+func (m memConnector) Connect(ctx context.Context) (sqldriver.Conn, error) {
+	c, err := m.Connector.Connect(sqlite3.WithMaxMemory(ctx, connMemory))
+	if err != nil {
+		return nil, err
+	}
+	if err := m.init(c.(driver.Conn).Raw()); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
 }
 
 func syncDir(dir string) error {
@@ -278,6 +304,9 @@ func (s *Store) enter(write bool) error {
 	if s.closed {
 		return ErrClosed
 	}
+	if s.broken != nil {
+		return s.broken
+	}
 	if write && s.readOnly {
 		return ErrReadOnly
 	}
@@ -338,7 +367,17 @@ func (s *Store) WriteTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	if fn == nil {
 		return errors.New("outbox: WriteTx with a nil function")
 	}
-	return s.write(ctx, func(_ context.Context, tx *sql.Tx) error { return fn(tx) })
+	return s.write(ctx, func(_ context.Context, tx *sql.Tx) (err error) {
+		defer func() {
+			if v := recover(); v != nil {
+				if _, ok := v.(userPanic); ok {
+					panic(v)
+				}
+				panic(userPanic{v})
+			}
+		}()
+		return fn(tx)
+	})
 }
 
 // write is writeTx behind the closed and read-only checks.
@@ -379,10 +418,11 @@ func (s *Store) writeTx(ctx context.Context, fn func(ctx context.Context, tx *sq
 // transaction is begun without cancellation, the context is checked between steps and before COMMIT,
 // and a statement it interrupts fails that statement. COMMIT itself is never interrupted: once
 // begun, the call's outcome is the commit's.
-func (s *Store) txOn(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error, durable bool) error {
+func (s *Store) txOn(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error, durable bool) (err error) {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	defer s.recoverDriver(&err)
 	ctx, cancel := s.opContext(ctx)
 	defer cancel()
 	tx, err := s.w.BeginTx(context.WithoutCancel(ctx), nil)
@@ -396,11 +436,17 @@ func (s *Store) txOn(ctx context.Context, fn func(ctx context.Context, tx *sql.T
 		if done {
 			return
 		}
-		// Runs on error and on panic alike, so the writer connection is never left inside a
-		// transaction.
-		if rbErr := tx.Rollback(); rbErr != nil && !errors.Is(rbErr, sql.ErrTxDone) {
-			s.log.Warn("outbox: rollback failed", "err", rbErr)
+		if v := recover(); v != nil {
+			if _, ok := v.(userPanic); !ok {
+				// A panic inside the driver or SQLite: the connection's state is unknown, and a
+				// rollback on it could wait forever. recoverDriver takes it from here.
+				panic(v)
+			}
+			s.rollback(tx)
+			panic(v)
 		}
+		// Runs on every error, so the writer connection is never left inside a transaction.
+		s.rollback(tx)
 	}()
 	if err := fn(ctx, tx); err != nil {
 		return err
@@ -420,10 +466,7 @@ func (s *Store) txOn(ctx context.Context, fn func(ctx context.Context, tx *sql.T
 	if durable {
 		ticket = s.dur.issue()
 	}
-	err = tx.Commit()
-	if durable {
-		s.dur.done(ticket, 0)
-	}
+	err = s.commit(tx, ticket)
 	if err != nil {
 		return fmt.Errorf("outbox: commit: %w", mapErr(ctx, err))
 	}
@@ -466,8 +509,56 @@ func (s *Store) isLive(runID string) bool {
 	return ok
 }
 
+// commit commits tx and marks its ticket (0: none) done, even if COMMIT panics: a sync would otherwise
+// wait forever for that ticket.
+func (s *Store) commit(tx *sql.Tx, ticket uint64) error {
+	if ticket != 0 {
+		defer s.dur.done(ticket, 0)
+	}
+	return tx.Commit()
+}
+
+// commitGroup is commit for the group committer: its ticket covers calls callers.
+func (s *Store) commitGroup(tx *sql.Tx, ticket uint64, calls int) error {
+	defer s.dur.done(ticket, calls)
+	return tx.Commit()
+}
+
+func (s *Store) rollback(tx *sql.Tx) {
+	if err := tx.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
+		s.log.Warn("outbox: rollback failed", "err", err)
+	}
+}
+
+// recoverDriver turns a panic inside the driver or SQLite into an error for the call that met it, and
+// breaks the store: the connection it happened on is in an unknown state, so every later call gets
+// ErrStoreBroken and Close returns without waiting on it. A panic of the caller's own code (userPanic)
+// goes on, as the caller's, with its own value. Deferred with the call's error.
+func (s *Store) recoverDriver(err *error) {
+	v := recover()
+	if v == nil {
+		return
+	}
+	if up, ok := v.(userPanic); ok {
+		panic(up.val)
+	}
+	*err = s.breakDown(v)
+}
+
+// breakDown records that the store cannot go on after a panic inside the driver or SQLite.
+func (s *Store) breakDown(v any) error {
+	err := fmt.Errorf("%w: %v", ErrStoreBroken, v)
+	s.mu.Lock()
+	if s.broken == nil {
+		s.broken = err
+		s.log.Error("outbox: the store failed inside SQLite; it refuses every call until reopened", "err", err)
+	}
+	s.mu.Unlock()
+	return err
+}
+
 // read runs fn on the read pool with the operation timeout.
-func (s *Store) read(ctx context.Context, fn func(ctx context.Context) error) error {
+func (s *Store) read(ctx context.Context, fn func(ctx context.Context) error) (err error) {
 	if err := s.enter(false); err != nil {
 		return err
 	}
@@ -477,5 +568,6 @@ func (s *Store) read(ctx context.Context, fn func(ctx context.Context) error) er
 	}
 	ctx, cancel := s.opContext(ctx)
 	defer cancel()
+	defer s.recoverDriver(&err)
 	return mapErr(ctx, fn(ctx))
 }

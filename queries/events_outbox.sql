@@ -100,17 +100,31 @@ WHERE engine_run_id = sqlc.arg(engine_run_id) AND seq = sqlc.arg(seq)
 
 -- name: EventsRuns :many
 -- One page of the runs that have rows, after a run id (keyset paging along the primary key), with
--- what recovery and the command's stats need. Each page is a bounded query of its own, so listing a
--- book of any number of runs holds neither a long read transaction nor the whole list.
-SELECT engine_run_id,
-       CAST(count(*) AS INTEGER) AS lines,
-       CAST(MAX(seq) AS INTEGER) AS last_seq,
-       CAST(COALESCE(SUM(once_key <> ''), 0) AS INTEGER) AS ledger_lines
-FROM events_outbox
-WHERE engine_run_id > sqlc.arg(after_run)
-GROUP BY engine_run_id
-ORDER BY engine_run_id
-LIMIT sqlc.arg(max_runs);
+-- what recovery and the command's stats need: the page is one bounded query, so listing a book of any
+-- number of runs holds neither a long read transaction nor the whole list. oldest_pending is the
+-- enqueue time of the first line after the projected position (0: none, or unknown).
+SELECT r.engine_run_id,
+       CAST(r.lines AS INTEGER) AS lines,
+       CAST(r.last_seq AS INTEGER) AS last_seq,
+       CAST(r.ledger_lines AS INTEGER) AS ledger_lines,
+       CAST(COALESCE(p.projected, 0) AS INTEGER) AS projected,
+       CAST(COALESCE(p.last_seq, 0) AS INTEGER) AS forgotten_last_seq,
+       CAST(COALESCE((
+           SELECT o.enqueued_at FROM events_outbox AS o
+           WHERE o.engine_run_id = r.engine_run_id AND o.seq > COALESCE(p.projected, 0)
+           ORDER BY o.seq
+           LIMIT 1
+       ), 0) AS INTEGER) AS oldest_pending
+FROM (
+    SELECT engine_run_id, count(*) AS lines, MAX(seq) AS last_seq, SUM(once_key <> '') AS ledger_lines
+    FROM events_outbox
+    WHERE engine_run_id > CAST(sqlc.arg(after_run) AS TEXT)
+    GROUP BY engine_run_id
+    ORDER BY engine_run_id
+    LIMIT CAST(sqlc.arg(max_runs) AS INTEGER)
+) AS r
+LEFT JOIN outbox_progress AS p ON p.engine_run_id = r.engine_run_id
+ORDER BY r.engine_run_id;
 
 -- name: EventsForgetProjected :execrows
 -- Drops a run's buffered rows up to its projected position, the ones whose lines the sink holds.

@@ -15,7 +15,8 @@ import (
 	"github.com/textmachine/outbox/outbox"
 )
 
-// connectJetStream connects to a NATS server; the returned function closes the connection.
+// connectJetStream connects to a NATS server; the returned function closes the connection. A stream
+// looked up through the returned context and missing names the command that creates it.
 func connectJetStream(url string) (njs.JetStream, func(), error) {
 	nc, err := nats.Connect(url, nats.Timeout(5*time.Second), nats.Name("outbox"))
 	if err != nil {
@@ -26,7 +27,21 @@ func connectJetStream(url string) (njs.JetStream, func(), error) {
 		nc.Close()
 		return nil, nil, err
 	}
-	return js, nc.Close, nil
+	return hintJetStream{JetStream: js, url: url}, nc.Close, nil
+}
+
+// hintJetStream adds to "stream not found" the command that creates the stream, for relay and verify.
+type hintJetStream struct {
+	njs.JetStream
+	url string
+}
+
+func (h hintJetStream) Stream(ctx context.Context, name string) (njs.Stream, error) {
+	st, err := h.JetStream.Stream(ctx, name)
+	if errors.Is(err, njs.ErrStreamNotFound) {
+		return nil, fmt.Errorf("%w: create it with 'outbox stream create --nats %s --stream %s'", err, h.url, name)
+	}
+	return st, err
 }
 
 // openNATSSink connects and returns a JetStream sink on stream, and a function that closes it.
@@ -44,8 +59,8 @@ func openNATSSink(url, stream string) (outbox.Sink, func() error, error) {
 }
 
 // embeddedNATS starts a JetStream server on a loopback port with its store under dir, and creates the
-// stream if it is missing (outbox.>, file storage, one replica: the demo's settings, not a durable
-// deployment's; see the README). It returns the client URL and a function that stops the server.
+// stream if it is missing, as `outbox stream create` does with one replica: the demo's settings, not a
+// durable deployment's (see the README). It returns the client URL and a function that stops the server.
 func embeddedNATS(ctx context.Context, dir, stream string) (string, func(), error) {
 	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true,
 		StoreDir: filepath.Join(dir, "nats"), NoLog: true, NoSigs: true})
@@ -64,11 +79,9 @@ func embeddedNATS(ctx context.Context, dir, stream string) (string, func(), erro
 		return "", nil, err
 	}
 	defer closeConn()
-	_, err = js.CreateOrUpdateStream(ctx, njs.StreamConfig{Name: stream, Subjects: []string{jetstream.DefaultPrefix + ".>"},
-		Storage: njs.FileStorage, Replicas: 1})
-	if err != nil {
+	if _, err := jetstream.CreateStream(ctx, js, stream); err != nil {
 		stop()
-		return "", nil, fmt.Errorf("create stream %s: %w", stream, err)
+		return "", nil, err
 	}
 	return srv.ClientURL(), stop, nil
 }

@@ -23,6 +23,10 @@ type VFS struct {
 	mu     sync.Mutex
 	Cut    int // 0: never
 	FailAt int // 0: never
+	// FailWith is the error of the FailAt call: an I/O error when nil, sqlite3.FULL for a full disk.
+	FailWith error
+	// PanicAt makes that call panic, as the driver does when SQLite runs out of memory. 0: never.
+	PanicAt int
 	// BeforeSync, if set, is called with the file's name before each sync goes to the disk, outside
 	// the VFS's lock: a test can hold a sync there.
 	BeforeSync func(name string)
@@ -57,11 +61,19 @@ func (v *VFS) count() error {
 		return sqlite3.IOERR
 	}
 	v.calls++
+	if v.calls == v.PanicAt {
+		v.mu.Unlock()
+		defer v.mu.Lock()
+		panic("faultvfs: injected panic")
+	}
 	switch v.calls {
 	case v.Cut:
 		v.off = true
 		return sqlite3.IOERR
 	case v.FailAt:
+		if v.FailWith != nil {
+			return v.FailWith
+		}
 		return sqlite3.IOERR
 	}
 	return nil

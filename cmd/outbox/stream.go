@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	ojs "github.com/textmachine/outbox/jetstream"
+)
+
+func init() {
+	commands["stream"] = command{
+		summary: "create a JetStream stream with the settings the relay's sink needs",
+		run:     runStream,
+	}
+}
+
+const streamUsage = `usage: outbox stream create --nats URL --stream NAME [--replicas N] [--subject-prefix PREFIX]
+
+Creates the JetStream stream NAME with exactly the settings the relay's sink needs: the
+subjects PREFIX.>, file storage, the limits retention policy, atomic batch publish, a
+duplicate window of 2 minutes, and N replicas. A stream of that name that already has
+these settings is left as it is; one with other settings is an error that says what
+differs, and is not changed.
+
+Durability of an acknowledged line: --replicas 1 survives a crash of the server process,
+not a power failure of its machine (unless the server syncs always); --replicas 3 survives
+the loss or the power failure of any one of three servers.
+
+flags:`
+
+func runStream(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("outbox stream", flag.ContinueOnError)
+	natsURL := fs.String("nats", "", "the NATS server `URL`")
+	name := fs.String("stream", "", "the stream `NAME`")
+	replicas := fs.Int("replicas", 1, "the number of replicas, `N`: 1 or 3 (a cluster of three or more servers)")
+	prefix := fs.String("subject-prefix", ojs.DefaultPrefix, "lines go to the subjects `PREFIX`.<run>")
+	fs.SetOutput(io.Discard)
+	create := len(args) > 0 && args[0] == "create"
+	if create {
+		args = args[1:]
+	}
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		printUsage(stdout, fs)
+		return exitOK
+	case err != nil:
+		return usageError(stderr, "outbox stream", "%v", err)
+	case !create:
+		return usageError(stderr, "outbox stream", "need the subcommand create")
+	}
+	switch {
+	case len(fs.Args()) != 0:
+		return usageError(stderr, "outbox stream", "unexpected argument %q", fs.Args()[0])
+	case *natsURL == "" || *name == "":
+		return usageError(stderr, "outbox stream", "need --nats URL and --stream NAME")
+	case *replicas < 1 || *replicas > 5:
+		return usageError(stderr, "outbox stream", "--replicas %d: need 1 to 5", *replicas)
+	}
+	js, closeConn, err := connectJetStream(*natsURL)
+	if err != nil {
+		return fail(stderr, exitUsage, "stream create: %v", err)
+	}
+	defer closeConn()
+	st, err := ojs.CreateStream(ctx, js, *name, ojs.WithReplicas(*replicas), ojs.WithSubjectPrefix(*prefix))
+	if err != nil {
+		return fail(stderr, exitUsage, "stream create: %v", err)
+	}
+	c := st.CachedInfo().Config
+	fmt.Fprintf(stdout, "stream %s at %s: subjects %s, file storage, %d replicas, atomic publish, duplicate window %v\n",
+		c.Name, *natsURL, strings.Join(c.Subjects, " "), c.Replicas, c.Duplicates)
+	return exitOK
+}
+
+// printUsage prints the command's usage with each flag as --name VALUE.
+func printUsage(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprintln(w, streamUsage)
+	fs.VisitAll(func(f *flag.Flag) {
+		placeholder, usage := flag.UnquoteUsage(f)
+		fmt.Fprintf(w, "  --%s %s\n    \t%s", f.Name, placeholder, usage)
+		if f.DefValue != "" && f.DefValue != "0" {
+			fmt.Fprintf(w, " (default %s)", f.DefValue)
+		}
+		fmt.Fprintln(w)
+	})
+}

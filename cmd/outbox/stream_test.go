@@ -1,0 +1,141 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	njs "github.com/nats-io/nats.go/jetstream"
+)
+
+// builtCommand builds the command into a temporary directory and returns a function that runs it as
+// a process, returning its exit status, standard output and standard error.
+func builtCommand(t *testing.T) func(args ...string) (int, string, string) {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "outbox")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return func(args ...string) (int, string, string) {
+		t.Helper()
+		var out, errOut bytes.Buffer
+		cmd := exec.Command(bin, args...)
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		err := cmd.Run()
+		var exit *exec.ExitError
+		if err != nil && !errors.As(err, &exit) {
+			t.Fatalf("%v: %v", args, err)
+		}
+		return cmd.ProcessState.ExitCode(), out.String(), errOut.String()
+	}
+}
+
+// bareNATS starts a JetStream server with no stream and returns its URL.
+func bareNATS(t *testing.T) string {
+	t.Helper()
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true,
+		StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats server not ready")
+	}
+	return srv.ClientURL()
+}
+
+func TestStreamCreateMakesTheStreamTheRelayProjectsInto(t *testing.T) {
+	outbox := builtCommand(t)
+	url := bareNATS(t)
+	code, out, errOut := outbox("stream", "create", "--nats", url, "--stream", "EVENTS", "--subject-prefix", "book")
+	if code != exitOK || !strings.Contains(out, "subjects book.>, file storage, 1 replicas, atomic publish") {
+		t.Fatalf("stream create: %d %q %q", code, out, errOut)
+	}
+	js, closeConn, err := connectJetStream(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeConn()
+	st, err := js.Stream(context.Background(), "EVENTS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := st.CachedInfo().Config; !c.AllowAtomicPublish || c.Storage != njs.FileStorage || c.Subjects[0] != "book.>" {
+		t.Errorf("created stream: %+v", c)
+	}
+	// Again with the same settings: nothing to do. With other settings: what differs, and no change.
+	if code, _, errOut := outbox("stream", "create", "--nats", url, "--stream", "EVENTS", "--subject-prefix", "book"); code != exitOK {
+		t.Errorf("stream create again: %d %q", code, errOut)
+	}
+	code, _, errOut = outbox("stream", "create", "--nats", url, "--stream", "EVENTS", "--replicas", "3")
+	if code != exitUsage || !strings.Contains(errOut, "want 3") || !strings.Contains(errOut, "do not capture outbox.>") || strings.Count(errOut, "\n") != 1 {
+		t.Errorf("stream create with other settings: %d %q", code, errOut)
+	}
+
+	if code, out, errOut := outbox("stream", "create", "--nats", url, "--stream", "DEFAULT"); code != exitOK || !strings.Contains(out, "outbox.>") {
+		t.Fatalf("stream create with the default prefix: %d %q %q", code, out, errOut)
+	}
+	dbPath, _ := book(t)
+	if code, out, errOut := outbox("relay", "--db", dbPath, "--nats", url, "--stream", "DEFAULT"); code != exitOK || !strings.Contains(out, "projected 3 lines") {
+		t.Errorf("relay into the created stream: %d %q %q", code, out, errOut)
+	}
+	if code, out, errOut := outbox("verify", "--nats", url, "--stream", "DEFAULT"); code != exitOK || !strings.Contains(out, "3 lines") {
+		t.Errorf("verify the created stream: %d %q %q", code, out, errOut)
+	}
+}
+
+func TestRelayAndVerifyOnAMissingStreamNameTheCommandThatCreatesIt(t *testing.T) {
+	outbox := builtCommand(t)
+	url := bareNATS(t)
+	dbPath, _ := book(t)
+	for _, args := range [][]string{
+		{"relay", "--db", dbPath, "--nats", url, "--stream", "MISSING"},
+		{"verify", "--nats", url, "--stream", "MISSING"},
+	} {
+		code, _, errOut := outbox(args...)
+		if code != exitUsage || !strings.Contains(errOut, "outbox stream create --nats "+url+" --stream MISSING") || strings.Count(errOut, "\n") != 1 {
+			t.Errorf("%s on a missing stream: %d %q", args[0], code, errOut)
+		}
+	}
+}
+
+func TestStreamHelpGoesToStdoutAndUsageErrorsExitTwo(t *testing.T) {
+	outbox := builtCommand(t)
+	for _, args := range [][]string{{"stream", "--help"}, {"stream", "create", "--help"}, {"stream", "create", "-h"}} {
+		code, out, errOut := outbox(args...)
+		if code != exitOK || errOut != "" || !strings.Contains(out, "usage: outbox stream create --nats URL --stream NAME") {
+			t.Errorf("%v: %d %q %q", args, code, out, errOut)
+		}
+		for _, want := range []string{"--nats URL", "--stream NAME", "--replicas N", "--subject-prefix PREFIX", "--replicas 3 survives"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("%v: the help lacks %q", args, want)
+			}
+		}
+		if strings.Contains(out, "  -nats") {
+			t.Errorf("%v: a flag shown with one dash:\n%s", args, out)
+		}
+	}
+	for _, args := range [][]string{
+		{"stream"},
+		{"stream", "delete", "--nats", "u", "--stream", "S"},
+		{"stream", "create"},
+		{"stream", "create", "--nats", "nats://127.0.0.1:1"},
+		{"stream", "create", "--nats", "u", "--stream", "S", "--replicas", "0"},
+		{"stream", "create", "--nats", "u", "--stream", "S", "extra"},
+		{"stream", "create", "--bogus"},
+		{"stream", "create", "--nats", "nats://127.0.0.1:1", "--stream", "S"}, // no server there
+	} {
+		code, out, errOut := outbox(args...)
+		if code != exitUsage || out != "" || strings.Count(errOut, "\n") != 1 {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q: want 2 and one line on stderr", args, code, out, errOut)
+		}
+	}
+}

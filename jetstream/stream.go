@@ -1,0 +1,153 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// DefaultDuplicateWindow is the duplicate window CreateStream gives a stream, the server's default.
+const DefaultDuplicateWindow = 2 * time.Minute
+
+type streamConfig struct {
+	prefix     string
+	replicas   int
+	duplicates time.Duration
+}
+
+// StreamOption configures CreateStream. WithSubjectPrefix is one too.
+type StreamOption interface{ streamOption(*streamConfig) error }
+
+type streamOptionFunc func(*streamConfig) error
+
+func (f streamOptionFunc) streamOption(c *streamConfig) error { return f(c) }
+
+// WithReplicas sets the stream's number of replicas (default 1): 3 for lines that must survive the
+// loss or the power failure of a server; see the package documentation.
+func WithReplicas(n int) StreamOption {
+	return streamOptionFunc(func(c *streamConfig) error {
+		if n < 1 || n > 5 {
+			return fmt.Errorf("jetstream: %d replicas, need 1 to 5", n)
+		}
+		c.replicas = n
+		return nil
+	})
+}
+
+// WithDuplicateWindow sets how long the server remembers a Msg-Id (default DefaultDuplicateWindow).
+// The sink recognises a re-delivery after the window too, by reading the line back; the window only
+// saves that read.
+func WithDuplicateWindow(d time.Duration) StreamOption {
+	return streamOptionFunc(func(c *streamConfig) error {
+		if d < 100*time.Millisecond {
+			return fmt.Errorf("jetstream: duplicate window %v, need at least 100ms", d)
+		}
+		c.duplicates = d
+		return nil
+	})
+}
+
+// CreateStream creates the stream name with the settings the sink needs: the subjects <prefix>.>, file
+// storage, the limits retention policy, atomic publish, the duplicate window, and the replicas asked
+// for. If the stream exists, CreateStream changes nothing and returns it when it has those settings;
+// otherwise the error wraps ErrStreamSettings and says what differs. Settings the sink does not rely
+// on (limits on age or size, placement) are left to the operator.
+func CreateStream(ctx context.Context, js jetstream.JetStream, name string, opts ...StreamOption) (jetstream.Stream, error) {
+	c := streamConfig{prefix: DefaultPrefix, replicas: 1, duplicates: DefaultDuplicateWindow}
+	for _, o := range opts {
+		if o != nil {
+			if err := o.streamOption(&c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if js == nil || name == "" || strings.ContainsAny(name, " \t\r\n.*>/\\") {
+		return nil, fmt.Errorf("jetstream: invalid stream name %q", name)
+	}
+	want := jetstream.StreamConfig{
+		Name: name, Subjects: []string{c.prefix + ".>"}, Storage: jetstream.FileStorage,
+		Retention: jetstream.LimitsPolicy, Replicas: c.replicas, Duplicates: c.duplicates,
+		AllowAtomicPublish: true,
+	}
+	stream, err := js.Stream(ctx, name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		stream, err = js.CreateStream(ctx, want)
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			stream, err = js.Stream(ctx, name) // created meanwhile: check it like any other
+		} else if err != nil {
+			return nil, fmt.Errorf("jetstream: create stream %q: %w", name, err)
+		} else {
+			return stream, nil
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: stream %q: %w", name, err)
+	}
+	have := stream.CachedInfo().Config
+	problems := sinkProblems(have, config{prefix: c.prefix, minReplicas: 1})
+	if have.Replicas != c.replicas {
+		problems = append(problems, fmt.Sprintf("replicas %d, want %d", have.Replicas, c.replicas))
+	}
+	if !have.AllowAtomicPublish {
+		problems = append(problems, "atomic publish off, want on")
+	}
+	if have.Duplicates != c.duplicates {
+		problems = append(problems, fmt.Sprintf("duplicate window %v, want %v", have.Duplicates, c.duplicates))
+	}
+	if len(problems) > 0 {
+		return nil, fmt.Errorf("%w: stream %q exists with other settings: %s", ErrStreamSettings, name, strings.Join(problems, "; "))
+	}
+	return stream, nil
+}
+
+// sinkProblems lists what in a stream's settings contradicts a sink's needs, each with what to change.
+func sinkProblems(sc jetstream.StreamConfig, c config) []string {
+	var p []string
+	if !capturesAll(sc.Subjects, c.prefix) {
+		p = append(p, fmt.Sprintf("subjects %q do not capture %s.>: add it", sc.Subjects, c.prefix))
+	}
+	if sc.Storage != jetstream.FileStorage {
+		p = append(p, "memory storage loses acknowledged lines when the server stops: use file storage")
+	}
+	if sc.Retention != jetstream.LimitsPolicy {
+		p = append(p, fmt.Sprintf("retention %v deletes lines once consumed, so re-deliveries cannot be checked: use the limits policy", sc.Retention))
+	}
+	if sc.NoAck {
+		p = append(p, "no_ack is set, so publications are never acknowledged: unset it")
+	}
+	if sc.Sealed {
+		p = append(p, "the stream is sealed: use another")
+	}
+	if sc.SubjectTransform != nil {
+		p = append(p, "a subject transform moves lines off their run's subject: remove it")
+	}
+	if sc.Replicas < c.minReplicas {
+		p = append(p, fmt.Sprintf("%d replicas, %d required: raise the replicas", sc.Replicas, c.minReplicas))
+	}
+	return p
+}
+
+// capturesAll reports whether one of the subject filters matches every subject <prefix>.<token>.
+func capturesAll(filters []string, prefix string) bool {
+	pre := strings.Split(prefix, ".")
+	for _, f := range filters {
+		toks := strings.Split(f, ".")
+		for i, t := range toks {
+			if t == ">" {
+				return true
+			}
+			if i < len(pre) && (t == "*" || t == pre[i]) {
+				continue
+			}
+			if i == len(pre) && t == "*" && i == len(toks)-1 {
+				return true
+			}
+			break
+		}
+	}
+	return false
+}

@@ -1,0 +1,846 @@
+package tests
+
+// Hostile and mistaken callers: each test here is a way an ordinary caller, careless or malicious,
+// tried to make the store lose, merge or duplicate an event, and what the store does instead.
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ncruces/go-sqlite3"
+
+	"github.com/textmachine/outbox/internal/faultvfs"
+	"github.com/textmachine/outbox/journal"
+	"github.com/textmachine/outbox/migrations"
+	"github.com/textmachine/outbox/outbox"
+)
+
+// checkUsable makes one call of every kind on s and fails the test if any of them fails: a store that a
+// caller's misfortune took down would fail them all.
+func checkUsable(t *testing.T, s *outbox.Store, runID string) {
+	t.Helper()
+	ctx := context.Background()
+	seq, err := s.EnqueueEvent(ctx, runID, lineOf("after"))
+	if err != nil {
+		t.Fatalf("EnqueueEvent after: %v", err)
+	}
+	if err := s.WriteTx(ctx, func(tx *sql.Tx) error { _, err := s.EnqueueTx(ctx, tx, runID, lineOf("tx")); return err }); err != nil {
+		t.Fatalf("WriteTx after: %v", err)
+	}
+	key := fmt.Sprintf("usable:%s:%d", runID, seq)
+	if _, err := s.EnqueueEvents(ctx, runID, []outbox.EventBuilder{lineOf("a"), lineOf("b")}); err != nil {
+		t.Fatalf("EnqueueEvents after: %v", err)
+	}
+	if err := s.MarkAnnounced(ctx, runID, map[int64]string{seq: key}); err != nil {
+		t.Fatalf("MarkAnnounced after: %v", err)
+	}
+	if _, err := s.PendingEvents(ctx, runID, 0, 10); err != nil {
+		t.Fatalf("PendingEvents after: %v", err)
+	}
+	if diff := seqsOf(allLines(t, s, runID)); len(diff) == 0 || diff[len(diff)-1] != int64(len(diff)) {
+		t.Fatalf("seqs of %s not dense: %v", runID, diff)
+	}
+}
+
+func TestACancelledWriteTxCostsThatCallAlone(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t)
+	mustEnqueue(t, s, "r")
+	for _, tc := range []struct {
+		name string
+		ctx  func() (context.Context, context.CancelFunc)
+		fn   func(ctx context.Context, cancel context.CancelFunc, tx *sql.Tx) error
+	}{
+		{"cancelled inside fn, fn returns nil", func() (context.Context, context.CancelFunc) { return context.WithCancel(context.Background()) },
+			func(ctx context.Context, cancel context.CancelFunc, tx *sql.Tx) error {
+				if _, err := s.EnqueueTx(ctx, tx, "r", lineOf("lost")); err != nil {
+					return err
+				}
+				cancel()
+				return nil
+			}},
+		{"cancelled inside fn, fn returns its error", func() (context.Context, context.CancelFunc) { return context.WithCancel(context.Background()) },
+			func(ctx context.Context, cancel context.CancelFunc, tx *sql.Tx) error {
+				cancel()
+				_, err := s.EnqueueTx(ctx, tx, "r", lineOf("lost"))
+				return err
+			}},
+		{"deadline passes while fn sleeps", func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.Background(), 20*time.Millisecond)
+		}, func(ctx context.Context, cancel context.CancelFunc, tx *sql.Tx) error {
+			if _, err := s.EnqueueTx(ctx, tx, "r", lineOf("lost")); err != nil {
+				return err
+			}
+			<-ctx.Done()
+			_, err := tx.ExecContext(ctx, `SELECT 1`)
+			return err
+		}},
+		{"cancelled inside a builder", func() (context.Context, context.CancelFunc) { return context.WithCancel(context.Background()) },
+			func(ctx context.Context, cancel context.CancelFunc, tx *sql.Tx) error {
+				_, err := s.EnqueueTx(ctx, tx, "r", func(seq int64) ([]byte, error) {
+					cancel()
+					return fmt.Appendf(nil, `{"seq":%d}`, seq), nil
+				})
+				return err
+			}},
+	} {
+		ctx, cancel := tc.ctx()
+		err := s.WriteTx(ctx, func(tx *sql.Tx) error { return tc.fn(ctx, cancel, tx) })
+		cancel()
+		if err == nil {
+			t.Errorf("%s: WriteTx returned nil", tc.name)
+		}
+	}
+	// Nothing of the cancelled calls is stored, and every later call works, densely numbered.
+	if got := seqsOf(allLines(t, s, "r")); len(got) != 1 {
+		t.Errorf("stored after cancelled calls: %v, want [1]", got)
+	}
+	checkUsable(t, s, "r")
+	if got := seqsOf(allLines(t, s, "r")); got[1] != 2 {
+		t.Errorf("the next seq after cancelled calls is %d, want 2", got[1])
+	}
+}
+
+func TestAWriteTxPastTheOperationTimeoutCostsThatCallAlone(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t, outbox.WithOpTimeout(time.Second))
+	err := s.WriteTx(context.Background(), func(tx *sql.Tx) error {
+		if _, err := s.EnqueueTx(context.Background(), tx, "r", lineOf("lost")); err != nil {
+			return err
+		}
+		time.Sleep(1500 * time.Millisecond)
+		return nil
+	})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("WriteTx past the operation timeout: %v, want DeadlineExceeded", err)
+	}
+	checkUsable(t, s, "r")
+	if got := seqsOf(allLines(t, s, "r"))[0]; got != 1 {
+		t.Errorf("first stored seq %d, want 1", got)
+	}
+}
+
+func TestAnEnqueueTxAfterAnInterruptedStatementStoresNothing(t *testing.T) {
+	t.Parallel()
+	s, _ := setup(t)
+	ctx := context.Background()
+	if err := s.WriteTx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.Exec(`CREATE TABLE spend (id INTEGER PRIMARY KEY, cents INTEGER)`)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	err := s.WriteTx(ctx, func(tx *sql.Tx) error {
+		// A long write interrupted mid-way: SQLite rolls the whole transaction back.
+		short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		defer cancel()
+		_, ierr := tx.ExecContext(short, `INSERT INTO spend (cents)
+			WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 100000000) SELECT i FROM n`)
+		if ierr == nil {
+			t.Skip("the statement finished before its deadline")
+		}
+		// A careless caller ignores that error and goes on.
+		_, err := s.EnqueueTx(ctx, tx, "r", lineOf("x"))
+		if err == nil {
+			t.Error("EnqueueTx in a transaction SQLite rolled back returned nil")
+		}
+		return nil
+	})
+	if err == nil {
+		t.Error("WriteTx of a transaction SQLite rolled back returned nil")
+	}
+	if n := len(allLines(t, s, "r")); n != 0 {
+		t.Errorf("%d lines stored by a transaction SQLite rolled back", n)
+	}
+	checkUsable(t, s, "r")
+}
+
+// TestRandomCancellationsNeverLoseOrDuplicateAnEvent runs thousands of calls of every write method on
+// several goroutines, each with a context cancelled at a random moment (before the call, inside a
+// builder, inside a WriteTx function, at a random deadline), beside relays flushing under random short
+// deadlines. Afterwards the acknowledged calls are exactly the stored lines, every run's seqs are
+// dense, the journal holds every line once, and the store never needed a reopen.
+func TestRandomCancellationsNeverLoseOrDuplicateAnEvent(t *testing.T) {
+	t.Parallel()
+	calls := 3000
+	if testing.Short() {
+		calls = 600
+	}
+	s, _ := setup(t)
+	ctx := context.Background()
+	if err := s.WriteTx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.Exec(`CREATE TABLE spend (call INTEGER PRIMARY KEY)`)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	j, err := journal.OpenFile(filepath.Join(t.TempDir(), "journal.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	runs := []string{"a", "b", "c"}
+
+	type ack struct {
+		run  string
+		seq  int64
+		call int
+		part int
+	}
+	var (
+		mu      sync.Mutex
+		acked   = map[string]ack{} // by "call/part"
+		spends  = map[int]bool{}
+		next    atomic.Int64
+		workers sync.WaitGroup
+	)
+	build := func(run string, call, part int, cancel context.CancelFunc) outbox.EventBuilder {
+		return func(seq int64) ([]byte, error) {
+			if cancel != nil {
+				cancel()
+			}
+			return fmt.Appendf(nil, `{"engine_run_id":%q,"seq":%d,"call":%d,"part":%d}`, run, seq, call, part), nil
+		}
+	}
+	record := func(run string, call, part int, seq int64) {
+		mu.Lock()
+		acked[fmt.Sprintf("%d/%d", call, part)] = ack{run, seq, call, part}
+		mu.Unlock()
+	}
+	for w := 0; w < 8; w++ {
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			for {
+				call := int(next.Add(1))
+				if call > calls {
+					return
+				}
+				run := runs[rng.IntN(len(runs))]
+				cctx, cancel := context.WithCancel(ctx)
+				var inBuilder context.CancelFunc
+				switch rng.IntN(5) {
+				case 0:
+					cancel()
+				case 1:
+					inBuilder = cancel
+				case 2:
+					var c2 context.CancelFunc
+					cctx, c2 = context.WithTimeout(cctx, time.Duration(rng.IntN(400))*time.Microsecond)
+					defer c2()
+				}
+				switch rng.IntN(4) {
+				case 0:
+					if seq, err := s.EnqueueEvent(cctx, run, build(run, call, 0, inBuilder)); err == nil && seq > 0 {
+						record(run, call, 0, seq)
+					} else if err == nil {
+						t.Errorf("call %d: EnqueueEvent (0, nil)", call)
+					}
+				case 1:
+					if ok, seq, err := s.EnqueueOnce(cctx, run, fmt.Sprintf("once:%d", call), build(run, call, 0, inBuilder)); err == nil && ok {
+						record(run, call, 0, seq)
+					}
+				case 2:
+					var seq int64
+					err := s.WriteTx(cctx, func(tx *sql.Tx) error {
+						if _, err := tx.ExecContext(cctx, `INSERT INTO spend (call) VALUES (?)`, call); err != nil {
+							return err
+						}
+						var err error
+						seq, err = s.EnqueueTx(cctx, tx, run, build(run, call, 0, inBuilder))
+						if rng.IntN(4) == 0 {
+							cancel()
+						}
+						return err
+					})
+					if err == nil {
+						record(run, call, 0, seq)
+						mu.Lock()
+						spends[call] = true
+						mu.Unlock()
+					}
+				case 3:
+					seqs, err := s.EnqueueEvents(cctx, run, []outbox.EventBuilder{
+						build(run, call, 0, nil), build(run, call, 1, inBuilder), build(run, call, 2, nil)})
+					if err == nil {
+						for part, seq := range seqs {
+							record(run, call, part, seq)
+						}
+					}
+				}
+				cancel()
+			}
+		}()
+	}
+	relays := map[string]*outbox.Relay{}
+	for _, run := range runs {
+		relays[run] = fastRelay(s, j, run)
+	}
+	stop := make(chan struct{})
+	var flushers sync.WaitGroup
+	for i, run := range runs {
+		flushers.Add(1)
+		go func() {
+			defer flushers.Done()
+			rng := rand.New(rand.NewPCG(uint64(i), 11))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				fctx, cancel := context.WithTimeout(ctx, time.Duration(rng.IntN(2000))*time.Microsecond)
+				relays[run].Flush(fctx)
+				cancel()
+			}
+		}()
+	}
+	workers.Wait()
+	close(stop)
+	flushers.Wait()
+
+	// Acknowledged == stored, per run, with the seq each caller was told.
+	stored := map[string]ack{}
+	for _, run := range runs {
+		lines := allLines(t, s, run)
+		if got := seqsOf(lines); len(got) > 0 && got[len(got)-1] != int64(len(got)) {
+			t.Errorf("run %s: stored seqs are not dense: %d lines, last %d", run, len(got), got[len(got)-1])
+		}
+		for _, l := range lines {
+			var a ack
+			var r string
+			if _, err := fmt.Sscanf(strings.NewReplacer(`"`, " ", ",", " ").Replace(string(l.Line)),
+				`{ engine_run_id : %s  seq :%d  call :%d  part :%d}`, &r, &a.seq, &a.call, &a.part); err != nil {
+				t.Fatalf("parse %s: %v", l.Line, err)
+			}
+			a.run = run
+			if a.seq != l.Seq {
+				t.Errorf("line %s stored at seq %d", l.Line, l.Seq)
+			}
+			stored[fmt.Sprintf("%d/%d", a.call, a.part)] = a
+		}
+	}
+	for k, a := range acked {
+		if got, ok := stored[k]; !ok || got != a {
+			t.Errorf("acknowledged %+v, stored %+v (%v)", a, got, ok)
+		}
+	}
+	for k, a := range stored {
+		if _, ok := acked[k]; !ok {
+			t.Errorf("stored %+v, but its call returned an error", a)
+		}
+	}
+	var nSpend int
+	if err := s.WriteTx(ctx, func(tx *sql.Tx) error {
+		return tx.QueryRowContext(ctx, `SELECT count(*) FROM spend`).Scan(&nSpend)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if nSpend != len(spends) {
+		t.Errorf("%d spend rows, %d acknowledged WriteTx calls", nSpend, len(spends))
+	}
+	// The relays, under the same cancellations, put every line in the journal once.
+	for _, run := range runs {
+		if err := relays[run].Flush(ctx); err != nil {
+			t.Fatalf("final Flush of %s: %v", run, err)
+		}
+	}
+	raw, _ := os.ReadFile(j.Path())
+	rep, err := journal.Verify(bytes.NewReader(raw))
+	if err != nil {
+		t.Fatalf("Verify: %v", err)
+	}
+	if rep.Lines != len(stored) || rep.Duplicates != 0 {
+		t.Errorf("journal: %d lines and %d duplicates, want %d lines once each", rep.Lines, rep.Duplicates, len(stored))
+	}
+	t.Logf("%d calls: %d lines acknowledged and stored", calls, len(stored))
+	checkUsable(t, s, "a")
+}
+
+// TestRunsAndRecoverCoverMoreThanAHundredThousandRuns: a book with 100,000 runs holding only ledger rows
+// and one more run of unprojected lines; Runs lists every run, and Recover projects the last run
+// instead of deleting its lines.
+func TestRunsAndRecoverCoverMoreThanAHundredThousandRuns(t *testing.T) {
+	if raceEnabled {
+		t.Skip("walks 100,000 runs; make test runs it without the race detector")
+	}
+	t.Parallel()
+	ctx := context.Background()
+	s, path := setup(t)
+	s.Close()
+	d := rawDBRW(t, path)
+	const ledgerRuns = 100_000
+	tx, err := d.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each ledger run was projected by a relay, which recorded its progress. Generated inside SQLite:
+	// a statement per row costs minutes under the race detector.
+	for _, q := range []string{
+		`INSERT INTO events_outbox (engine_run_id, seq, line, once_key, announce_key)
+		 WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < ?)
+		 SELECT printf('ledger-%06d', i), 1, printf('{"engine_run_id":"ledger-%06d","seq":1}', i),
+		        printf('kledger-%06d', i), printf('kledger-%06d', i) FROM n`,
+		`INSERT INTO outbox_progress (engine_run_id, projected)
+		 SELECT engine_run_id, 1 FROM events_outbox WHERE engine_run_id > ''`,
+	} {
+		if _, err := tx.Exec(strings.Replace(q, "?", fmt.Sprint(ledgerRuns), 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for seq := 1; seq <= 3; seq++ {
+		if _, err := tx.Exec(`INSERT INTO events_outbox (engine_run_id, seq, line) VALUES ('zz-last', ?, ?)`,
+			seq, fmt.Sprintf(`{"engine_run_id":"zz-last","seq":%d}`, seq)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	s, err = outbox.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	runs, err := s.Runs(ctx)
+	if err != nil || len(runs) != ledgerRuns+1 || runs[len(runs)-1].RunID != "zz-last" {
+		t.Fatalf("Runs: %d runs, %v; want %d ending with zz-last", len(runs), err, ledgerRuns+1)
+	}
+	n, err := s.LedgerSize(ctx)
+	if err != nil || n != ledgerRuns {
+		t.Errorf("LedgerSize: (%d, %v), want %d", n, err, ledgerRuns)
+	}
+	sink := newMemSink()
+	if err := fastRelay(s, sink, "new").Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := sink.all()
+	if len(got) != 3 || got[2].Seq != 3 {
+		t.Errorf("Recover projected %d lines of the last run, want 3", len(got))
+	}
+	if p, _ := s.Projected(ctx, "zz-last"); p != 3 {
+		t.Errorf("zz-last projected to %d, want 3", p)
+	}
+}
+
+func TestMarkAnnouncedRefusesAKeyPendingOnAnotherRow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, path := setup(t)
+	mustEnqueue(t, s, "r")
+	ok, seq, err := s.EnqueueOnce(ctx, "r", "K", lineOf("once"))
+	if err != nil || !ok || seq != 2 {
+		t.Fatalf("EnqueueOnce: (%v, %d, %v)", ok, seq, err)
+	}
+	err = s.MarkAnnounced(ctx, "r", map[int64]string{1: "K"})
+	if !errors.Is(err, outbox.ErrAnnounceConflict) || !strings.Contains(err.Error(), "line 2") {
+		t.Errorf("MarkAnnounced of a key pending on line 2: %v, want ErrAnnounceConflict naming line 2", err)
+	}
+	if n := countRows(t, path, "once_key <> ''"); n != 0 {
+		t.Errorf("%d ledger rows after a refused MarkAnnounced", n)
+	}
+	// The relay then projects both lines once and gives the key to the line that carried it.
+	j, err := journal.OpenFile(filepath.Join(t.TempDir(), "j.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	if err := fastRelay(s, &lineKeyFixer{j}, "r").Flush(ctx); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
+	if n := countRows(t, path, "once_key = 'K' AND seq = 2"); n != 1 {
+		t.Error("K is not in the ledger under line 2")
+	}
+	// A key in the ledger under line 2 is refused for line 1 too.
+	if err := s.MarkAnnounced(ctx, "r", map[int64]string{1: "K"}); !errors.Is(err, outbox.ErrAnnounceConflict) {
+		t.Errorf("MarkAnnounced of a key in the ledger for another line: %v", err)
+	}
+}
+
+// lineKeyFixer is a journal sink for lines rendered by lineOf, which carry no run id: it adds it.
+type lineKeyFixer struct{ j *journal.File }
+
+func (f *lineKeyFixer) Append(ctx context.Context, runID string, lines []outbox.EventLine) error {
+	out := make([]outbox.EventLine, len(lines))
+	for i, l := range lines {
+		out[i] = outbox.EventLine{Seq: l.Seq, Line: fmt.Appendf(nil, `{"engine_run_id":%q,%s`, runID, l.Line[1:])}
+	}
+	return f.j.Append(ctx, runID, out)
+}
+
+// TestARecordThatFailsAfterTheAppendIsRetriedAlone: the store refuses the relay's record of a batch
+// the sink already has, first for a while (another connection holds the write lock), then for good
+// (the ledger would give a key to two lines); the sink gets the batch once, and the relay stops with
+// the permanent error instead of appending the batch again and again.
+func TestARecordThatFailsAfterTheAppendIsRetriedAlone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, path := setup(t, outbox.WithBusyTimeout(5*time.Millisecond))
+	mustEnqueue(t, s, "r")
+	mustEnqueue(t, s, "r")
+	sink := newMemSink()
+	locker := rawDBRW(t, path)
+	conn, err := locker.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var appended atomic.Int32
+	counting := sinkFunc(func(ctx context.Context, runID string, lines []outbox.EventLine) error {
+		if appended.Add(1) == 1 {
+			// The store's record of this batch will find the database locked.
+			if _, err := conn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
+				return err
+			}
+			time.AfterFunc(50*time.Millisecond, func() { conn.ExecContext(context.Background(), `ROLLBACK`) })
+		}
+		return sink.Append(ctx, runID, lines)
+	})
+	if err := fastRelay(s, counting, "r", outbox.WithFlushAttempts(50)).Flush(ctx); err != nil {
+		t.Fatalf("Flush over a locked record: %v", err)
+	}
+	if got := seqsOf(sink.all()); len(got) != 2 {
+		t.Errorf("sink got %v, want the batch once", got)
+	}
+
+	// A permanent refusal: a hand-edited ledger gives line 3's pending key to line 1 already.
+	if _, _, err := s.EnqueueOnce(ctx, "r", "K", lineOf("once")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.ExecContext(ctx, `UPDATE events_outbox SET once_key = 'K' WHERE engine_run_id = 'r' AND seq = 1`); err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	err = fastRelay(s, counting, "r").Run(rctx)
+	if !errors.Is(err, outbox.ErrAnnounceConflict) {
+		t.Errorf("Run over a record the ledger refuses: %v, want ErrAnnounceConflict", err)
+	}
+	if got := seqsOf(sink.all()); len(got) != 3 {
+		t.Errorf("sink got %v, want line 3 once", got)
+	}
+}
+
+type sinkFunc func(ctx context.Context, runID string, lines []outbox.EventLine) error
+
+func (f sinkFunc) Append(ctx context.Context, runID string, lines []outbox.EventLine) error {
+	return f(ctx, runID, lines)
+}
+
+func TestRunIDsAndOnceKeysMustBeWellFormed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, path := setup(t)
+	badRuns := map[string]string{
+		"empty":             "",
+		"invalid UTF-8 ff":  "run\xff",
+		"invalid UTF-8 fe":  "run\xfe",
+		"NUL":               "run\x00",
+		"newline":           "run\n",
+		"escape":            "run\x1b[2J",
+		"DEL":               "run\x7f",
+		"257 bytes":         strings.Repeat("r", outbox.MaxRunIDLen+1),
+		"truncated UTF-8":   "run\xc3",
+		"surrogate in UTF8": "run\xed\xa0\x80",
+	}
+	for name, run := range badRuns {
+		calls := map[string]error{}
+		_, calls["EnqueueEvent"] = s.EnqueueEvent(ctx, run, lineOf("x"))
+		_, _, calls["EnqueueOnce"] = s.EnqueueOnce(ctx, run, "k", lineOf("x"))
+		_, calls["EnqueueEvents"] = s.EnqueueEvents(ctx, run, []outbox.EventBuilder{lineOf("x")})
+		calls["WriteTx+EnqueueTx"] = s.WriteTx(ctx, func(tx *sql.Tx) error { _, err := s.EnqueueTx(ctx, tx, run, lineOf("x")); return err })
+		calls["MarkAnnounced"] = s.MarkAnnounced(ctx, run, map[int64]string{1: "k"})
+		_, calls["PendingEvents"] = s.PendingEvents(ctx, run, 0, 1)
+		_, calls["ForgetEvents"] = s.ForgetEvents(ctx, run)
+		calls["NewRelay"] = outbox.NewRelay(s, newMemSink(), run).Flush(ctx)
+		for call, err := range calls {
+			if !errors.Is(err, outbox.ErrInvalidRunID) {
+				t.Errorf("%s with a run id (%s) %q: %v, want ErrInvalidRunID", call, name, run, err)
+			}
+		}
+	}
+	if _, err := s.EnqueueEvent(ctx, strings.Repeat("é", outbox.MaxRunIDLen/2), lineOf("x")); err != nil {
+		t.Errorf("a run id of exactly %d bytes: %v", outbox.MaxRunIDLen, err)
+	}
+	for name, key := range map[string]string{
+		"empty": "", "invalid UTF-8": "k\xff", "control": "k\r", "1025 bytes": strings.Repeat("k", outbox.MaxOnceKeyLen+1),
+	} {
+		if _, _, err := s.EnqueueOnce(ctx, "r", key, lineOf("x")); !errors.Is(err, outbox.ErrInvalidOnceKey) {
+			t.Errorf("EnqueueOnce with a key (%s): %v, want ErrInvalidOnceKey", name, err)
+		}
+		if err := s.MarkAnnounced(ctx, "r", map[int64]string{1: key}); !errors.Is(err, outbox.ErrInvalidOnceKey) {
+			t.Errorf("MarkAnnounced with a key (%s): %v, want ErrInvalidOnceKey", name, err)
+		}
+	}
+	// Nothing was stored and no number used.
+	if n := countRows(t, path, "engine_run_id = 'r'"); n != 0 {
+		t.Errorf("%d rows of r after refused calls", n)
+	}
+	if seq := mustEnqueue(t, s, "r"); seq != 1 {
+		t.Errorf("first seq of r after refused calls: %d", seq)
+	}
+}
+
+func TestRecoverNeverForgetsALiveRun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := setup(t)
+	for i := 0; i < 3; i++ {
+		mustEnqueue(t, s, "a")
+		mustEnqueue(t, s, "b")
+	}
+	sinkA := newMemSink()
+	if err := fastRelay(s, sinkA, "b").Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := fastRelay(s, sinkA, "a").Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := seqsOf(allLines(t, s, "b")); len(got) != 3 {
+		t.Errorf("relay a's Recover left run b with rows %v, want all 3", got)
+	}
+	if p, _ := s.Projected(ctx, "b"); p != 3 {
+		t.Errorf("run b's progress after relay a's Recover: %d, want 3", p)
+	}
+	if seq := mustEnqueue(t, s, "b"); seq != 4 {
+		t.Errorf("run b's next seq: %d, want 4", seq)
+	}
+}
+
+func TestNoRunReusesASeqAfterItsRowsAreForgotten(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := setup(t)
+	for i := 0; i < 3; i++ {
+		mustEnqueue(t, s, "old")
+	}
+	if n, err := s.ForgetEvents(ctx, "current"); err != nil || n != 3 {
+		t.Fatalf("ForgetEvents: (%d, %v), want 3 rows", n, err)
+	}
+	if seq := mustEnqueue(t, s, "old"); seq != 4 {
+		t.Errorf("next seq of a forgotten run: %d, want 4", seq)
+	}
+	// The same across a reopen, and through every enqueue method.
+	s = reopen(t, s)
+	if _, err := s.ForgetEvents(ctx, "current"); err != nil {
+		t.Fatal(err)
+	}
+	if _, seq, err := s.EnqueueOnce(ctx, "old", "k", lineOf("x")); err != nil || seq != 5 {
+		t.Errorf("EnqueueOnce on a forgotten run: (%d, %v), want 5", seq, err)
+	}
+	if seqs, err := s.EnqueueEvents(ctx, "old", []outbox.EventBuilder{lineOf("x")}); err != nil || seqs[0] != 6 {
+		t.Errorf("EnqueueEvents on a forgotten run: (%v, %v), want [6]", seqs, err)
+	}
+	runs, _ := s.Runs(ctx)
+	if len(runs) != 1 || runs[0].LastSeq != 6 || runs[0].Lines != 2 {
+		t.Errorf("Runs: %+v, want old with LastSeq 6 and 2 lines stored", runs)
+	}
+}
+
+func TestOpenRefusesAHardLinkedDatabase(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, path := setup(t)
+	mustEnqueue(t, s, "r")
+	s.Close()
+	other := filepath.Join(t.TempDir(), "other.db")
+	if err := os.Link(path, other); err != nil {
+		t.Skipf("no hard links here: %v", err)
+	}
+	before := dirState(t, filepath.Dir(other))
+	for _, p := range []string{other, path} {
+		if _, err := outbox.Open(ctx, p); !errors.Is(err, outbox.ErrHardLinked) || !strings.Contains(err.Error(), "2 names") {
+			t.Errorf("Open %s with two names: %v, want ErrHardLinked", p, err)
+		}
+	}
+	if after := dirState(t, filepath.Dir(other)); after != before {
+		t.Errorf("a refused Open changed the directory:\nbefore %s\nafter  %s", before, after)
+	}
+	os.Remove(other)
+	s, err := outbox.Open(ctx, path)
+	if err != nil {
+		t.Fatalf("Open with one name again: %v", err)
+	}
+	s.Close()
+}
+
+// dirState describes a directory's files, sizes and contents, to compare before and after.
+func dirState(t *testing.T, dir string) string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, e := range entries {
+		data, _ := os.ReadFile(filepath.Join(dir, e.Name()))
+		fmt.Fprintf(&b, "%s:%d:%x ", e.Name(), len(data), sha(data))
+	}
+	return b.String()
+}
+
+func sha(b []byte) uint64 {
+	var h uint64 = 14695981039346656037
+	for _, c := range b {
+		h = (h ^ uint64(c)) * 1099511628211
+	}
+	return h
+}
+
+func TestASchemaNewerThanTheLibraryIsRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, path := setup(t)
+	s.Close()
+	known := migrations.Known()
+	newer := known[len(known)-1] + 1
+	d := rawDBRW(t, path)
+	if _, err := d.Exec(`INSERT INTO `+migrations.TableName+` (version_id, is_applied) VALUES (?, 1)`, newer); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := outbox.Open(ctx, path); !errors.Is(err, outbox.ErrSchemaMismatch) || !strings.Contains(err.Error(), fmt.Sprint(newer)) {
+		t.Errorf("Open: %v, want ErrSchemaMismatch naming version %d", err, newer)
+	}
+	if _, err := outbox.OpenReadOnly(ctx, path); !errors.Is(err, outbox.ErrSchemaMismatch) {
+		t.Errorf("OpenReadOnly: %v, want ErrSchemaMismatch", err)
+	}
+	if err := outbox.Migrate(ctx, d); !errors.Is(err, outbox.ErrSchemaMismatch) {
+		t.Errorf("Migrate: %v, want ErrSchemaMismatch", err)
+	}
+}
+
+func TestABookMissingWhatTheProtocolReliesOnIsRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, tc := range []struct{ drop, names string }{
+		{`DROP INDEX events_outbox_once_key`, "events_outbox_once_key"},
+		{`DROP INDEX events_outbox_announce_key`, "events_outbox_announce_key"},
+		{`DROP INDEX events_outbox_once_key; CREATE INDEX events_outbox_once_key ON events_outbox (once_key)`, "uniqueness"},
+		{`ALTER TABLE events_outbox DROP COLUMN enqueued_at`, "events_outbox.enqueued_at"},
+		{`DROP TABLE outbox_progress`, "table outbox_progress"},
+	} {
+		s, path := setup(t)
+		s.Close()
+		d := rawDBRW(t, path)
+		if _, err := d.Exec(tc.drop); err != nil {
+			t.Fatalf("%s: %v", tc.drop, err)
+		}
+		if _, err := outbox.Open(ctx, path); !errors.Is(err, outbox.ErrSchemaMismatch) || !strings.Contains(err.Error(), tc.names) {
+			t.Errorf("Open after %s: %v, want ErrSchemaMismatch naming %s", tc.drop, err, tc.names)
+		}
+		if _, err := outbox.OpenReadOnly(ctx, path); !errors.Is(err, outbox.ErrSchemaMismatch) {
+			t.Errorf("OpenReadOnly after %s: %v, want ErrSchemaMismatch", tc.drop, err)
+		}
+	}
+}
+
+func TestDiskFullIsNamedAndStoresNothing(t *testing.T) {
+	t.Parallel()
+	setupCalls, total := countCalls(t, 12)
+	named := 0
+	for at := setupCalls + 1; at <= total; at++ {
+		s, _, path, _ := faultStore(t, func(v *faultvfs.VFS) { v.FailAt, v.FailWith = at, sqlite3.FULL })
+		acked, err := workload(s, 12)
+		if err != nil && !errors.Is(err, outbox.ErrNotDurable) {
+			if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "full") {
+				t.Errorf("disk full at call %d: %v, want an error naming it (ENOSPC)", at, err)
+			}
+			named++
+		}
+		s.Close()
+		checkDurable(t, fmt.Sprintf("disk full at call %d", at), path, acked)
+	}
+	if named == 0 {
+		t.Error("no full disk reached a call")
+	}
+}
+
+func TestErrNotDurableComesWithTheCommittedSeq(t *testing.T) {
+	t.Parallel()
+	setupCalls, total := countCalls(t, 12)
+	seen := 0
+	for at := setupCalls + 1; at <= total; at++ {
+		s, _, path, name := faultStore(t, func(v *faultvfs.VFS) { v.FailAt = at })
+		seq, err := s.EnqueueEvent(context.Background(), "r", lineOf("x"))
+		for i := 0; err == nil && i < 12; i++ {
+			seq, err = s.EnqueueEvent(context.Background(), "r", lineOf("x"))
+		}
+		s.Close()
+		if !errors.Is(err, outbox.ErrNotDurable) {
+			continue
+		}
+		seen++
+		if seq == 0 {
+			t.Errorf("call %d: ErrNotDurable with seq 0", at)
+			continue
+		}
+		s2, oerr := outbox.Open(context.Background(), path, outbox.WithVFS(name))
+		if oerr != nil {
+			t.Fatal(oerr)
+		}
+		if got := seqsOf(allLines(t, s2, "r")); len(got) < int(seq) {
+			t.Errorf("call %d: ErrNotDurable for seq %d, but only %v stored", at, seq, got)
+		}
+		s2.Close()
+	}
+	if seen == 0 {
+		t.Error("no fault hit a WAL sync")
+	}
+}
+
+func TestARunOutOfSeqsFailsAloneInItsGroup(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, path := setup(t)
+	s.Close()
+	d := rawDBRW(t, path)
+	if _, err := d.Exec(`INSERT INTO outbox_progress (engine_run_id, projected, last_seq) VALUES ('full', 0, ?)`, int64(math.MaxInt64)); err != nil {
+		t.Fatal(err)
+	}
+	s, err := outbox.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var wg sync.WaitGroup
+	errs := make([]error, 40)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			run := "ok"
+			if i%4 == 0 {
+				run = "full"
+			}
+			_, errs[i] = s.EnqueueEvent(ctx, run, lineOf("x"))
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if i%4 == 0 {
+			if !errors.Is(err, outbox.ErrSeqExhausted) || !strings.Contains(err.Error(), `"full"`) {
+				t.Errorf("call on the exhausted run: %v, want ErrSeqExhausted naming it", err)
+			}
+		} else if err != nil {
+			t.Errorf("call on another run: %v", err)
+		}
+	}
+	if got := seqsOf(allLines(t, s, "ok")); len(got) != 30 || got[29] != 30 {
+		t.Errorf("run ok: %v, want 1..30", got)
+	}
+}
