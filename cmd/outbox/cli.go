@@ -36,6 +36,12 @@ func printFlags(w io.Writer, fs *flag.FlagSet) {
 		if isBool(f) {
 			value = ""
 		}
+		// The placeholder reads the same in the meaning as after the flag: "work in DIR".
+		if i := strings.IndexByte(f.Usage, '`'); i >= 0 {
+			if j := strings.IndexByte(f.Usage[i+1:], '`'); j >= 0 {
+				usage = f.Usage[:i] + strings.ToUpper(f.Usage[i+1:i+1+j]) + f.Usage[i+2+j:]
+			}
+		}
 		line := "  --" + f.Name
 		if value != "" {
 			line += " " + strings.ToUpper(value)

@@ -37,7 +37,7 @@ func init() {
 }
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("demo", "outbox demo [--dir DIR] [--units N] [--crashes K] [--seed S] [--sink file|nats [--nats URL] [--stream NAME]]", `
+	fs := newFlags("demo", "outbox demo [--dir DIR] [--units N] [--crashes K] [--seed S] [--sink KIND [--nats URL] [--stream NAME]]", `
 Simulates an engine working through a book of N units. The engine runs as a child process
 (this binary, re-executed) with a fresh run id per start: it recovers what earlier starts
 left, writes its run_started handshake, announces every unit the database says is done,
@@ -50,10 +50,10 @@ DIR/nats when --nats is not given), and the stream, written to DIR/stream.jsonl,
 
 Exit status: 0 when every guarantee held, 1 when one did not, 2 on a usage error.`)
 	dir := fs.String("dir", "", "work in `dir` (default: a new temporary directory)")
-	units := fs.Int("units", 2000, "the book's size in `units`")
+	units := fs.Int("units", 2000, "the book's size: `n` units")
 	crashes := fs.Int("crashes", 3, "kill the engine with SIGKILL `k` times")
-	seed := fs.Uint64("seed", 1, "draw the moments of the kills from `seed`")
-	sinkKind := fs.String("sink", "file", "project to a journal `file` or to nats (JetStream)")
+	seed := fs.Uint64("seed", 1, "draw the moments of the kills from the seed `s`")
+	sinkKind := fs.String("sink", "file", "project to a journal file (`kind` file) or to JetStream (nats)")
 	natsURL := fs.String("nats", "", "with --sink nats: the server's `url` (default: start one in DIR, on loopback)")
 	streamName := fs.String("stream", "EVENTS", "with --sink nats: the stream's `name`; on a server of yours it must be empty")
 	pos, code, done := parseFlags(fs, args, stderr)
