@@ -150,8 +150,8 @@ func message(err error) string {
 	return sanitize(strings.Join(out, ": "))
 }
 
-// checkFile refuses, before anything opens it, a path that is missing or is a directory, with a
-// message that says which.
+// checkFile refuses, before anything opens it, a path that is missing or is a directory (or, for a
+// database, anything but a regular file), with a message that says which.
 func checkFile(path, what string) error {
 	st, err := os.Stat(path)
 	switch {
@@ -161,6 +161,9 @@ func checkFile(path, what string) error {
 		return fmt.Errorf("%s %s: %w", what, quote(path), errors.Unwrap(err))
 	case st.IsDir():
 		return fmt.Errorf("%s %s is a directory", what, quote(path))
+	case what == "database" && !st.Mode().IsRegular():
+		// SQLite would block on a pipe, or read a device.
+		return fmt.Errorf("%s %s is not a regular file", what, quote(path))
 	}
 	return nil
 }

@@ -124,6 +124,13 @@ func TestTextOutputIsTerminalSafe(t *testing.T) {
 	if !strings.Contains(strings.Join(ids, "|"), evil) {
 		t.Errorf("stats --json lost the run id's bytes: %q", ids)
 	}
+	escaped := map[string]bool{}
+	for _, r := range rep.Runs {
+		escaped[r.RunEscaped] = true
+	}
+	if !escaped[`"bad\xff"`] || !escaped[`"bad\xfe"`] {
+		t.Errorf("stats --json does not tell the two invalid UTF-8 run ids apart: %+v", rep.Runs)
+	}
 	_, out, _ = runOutbox(t, "verify", "--json", jPath)
 	var vrep verifyReport
 	if err := json.Unmarshal([]byte(out), &vrep); err != nil || vrep.Finding == nil || vrep.Finding.Run != evil {

@@ -114,6 +114,8 @@ func checkContinues(path string, runs []outbox.RunStats) error {
 		return err
 	case st.IsDir():
 		return fmt.Errorf("journal %s is a directory", quote(path))
+	case !st.Mode().IsRegular():
+		return fmt.Errorf("journal %s is not a regular file", quote(path))
 	default:
 		f, err := os.Open(path)
 		if err != nil {

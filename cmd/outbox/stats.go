@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/textmachine/outbox/outbox"
 )
@@ -30,7 +32,10 @@ type statsReport struct {
 }
 
 type runStatsRow struct {
-	RunID       string   `json:"run"`
+	RunID string `json:"run"`
+	// RunEscaped is the run id quoted and escaped as Go's %q does, given only when the id is not valid
+	// UTF-8: JSON cannot carry such bytes, and "run" then holds U+FFFD in their place.
+	RunEscaped  string   `json:"run_escaped,omitempty"`
 	LastSeq     int64    `json:"last_seq"`                   // the highest seq the run was ever given
 	Lines       int64    `json:"lines"`                      // rows still stored
 	LedgerLines int64    `json:"ledger_lines"`               // stored rows whose once key is in the ledger
@@ -151,7 +156,7 @@ func readStats(ctx context.Context, s *outbox.Store, now time.Time) (statsReport
 }
 
 func statsRow(r outbox.RunStats, now time.Time) runStatsRow {
-	row := runStatsRow{RunID: r.RunID, LastSeq: r.LastSeq, Lines: r.Lines, LedgerLines: r.LedgerLines,
+	row := runStatsRow{RunID: r.RunID, RunEscaped: escapedIfInvalid(r.RunID), LastSeq: r.LastSeq, Lines: r.Lines, LedgerLines: r.LedgerLines,
 		Buffered: r.Lines - r.LedgerLines, Projected: r.Projected, Pending: r.Unprojected}
 	if !r.OldestPending.IsZero() && row.Pending > 0 {
 		// Never negative: the line's time is the engine's clock at enqueue, and a clock that has
@@ -160,6 +165,13 @@ func statsRow(r outbox.RunStats, now time.Time) runStatsRow {
 		row.OldestAge = &age
 	}
 	return row
+}
+
+func escapedIfInvalid(s string) string {
+	if utf8.ValidString(s) {
+		return ""
+	}
+	return strconv.Quote(s)
 }
 
 func fileSize(path string) int64 {
