@@ -10,9 +10,9 @@ import (
 )
 
 const EventInsert = `-- name: EventInsert :exec
-INSERT INTO events_outbox (engine_run_id, seq, line, announce_key, enqueued_at)
+INSERT INTO events_outbox (engine_run_id, seq, line, announce_key, enqueued_at, spill)
 VALUES (?1, ?2, ?3, CAST(?4 AS TEXT),
-        ?5)
+        ?5, ?6)
 `
 
 type EventInsertParams struct {
@@ -21,8 +21,10 @@ type EventInsertParams struct {
 	Line        []byte
 	AnnounceKey string
 	EnqueuedAt  int64
+	Spill       int64
 }
 
+// spill: 0, or the rowid in events_lines of a large line, whose row then holds an empty line.
 func (q *Queries) EventInsert(ctx context.Context, db DBTX, arg EventInsertParams) error {
 	_, err := db.ExecContext(ctx, EventInsert,
 		arg.EngineRunID,
@@ -30,6 +32,7 @@ func (q *Queries) EventInsert(ctx context.Context, db DBTX, arg EventInsertParam
 		arg.Line,
 		arg.AnnounceKey,
 		arg.EnqueuedAt,
+		arg.Spill,
 	)
 	return err
 }
@@ -73,6 +76,19 @@ func (q *Queries) EventLastSeq(ctx context.Context, db DBTX, engineRunID string)
 	var last_seq int64
 	err := row.Scan(&last_seq)
 	return last_seq, err
+}
+
+const EventLineInsert = `-- name: EventLineInsert :execlastid
+INSERT INTO events_lines (line) VALUES (?1)
+`
+
+// A large line, stored apart from its row (migrations/00003).
+func (q *Queries) EventLineInsert(ctx context.Context, db DBTX, line []byte) (int64, error) {
+	result, err := db.ExecContext(ctx, EventLineInsert, line)
+	if err != nil {
+		return 0, err
+	}
+	return result.LastInsertId()
 }
 
 const EventMarkAnnounced = `-- name: EventMarkAnnounced :execrows
@@ -288,7 +304,10 @@ func (q *Queries) EventsOnceKeyExists(ctx context.Context, db DBTX, onceKey stri
 }
 
 const EventsPending = `-- name: EventsPending :many
-SELECT seq, line, CAST(announce_key <> '' AND once_key = '' AS INTEGER) AS to_mark
+SELECT seq,
+       CAST(CASE WHEN spill = 0 THEN line
+            ELSE (SELECT events_lines.line FROM events_lines WHERE events_lines.id = events_outbox.spill) END AS BLOB) AS line,
+       CAST(announce_key <> '' AND once_key = '' AS INTEGER) AS to_mark
 FROM events_outbox
 WHERE engine_run_id = ?1 AND seq > ?2
 ORDER BY seq

@@ -4,6 +4,11 @@
 
 package db
 
+type EventsLine struct {
+	ID   int64
+	Line []byte
+}
+
 type EventsOutbox struct {
 	EngineRunID string
 	Seq         int64
@@ -11,6 +16,7 @@ type EventsOutbox struct {
 	OnceKey     string
 	AnnounceKey string
 	EnqueuedAt  int64
+	Spill       int64
 }
 
 type OutboxProgress struct {

@@ -154,14 +154,18 @@ var required = struct {
 	indexes map[string]string // name -> table; all unique and partial
 }{
 	tables: map[string][]string{
-		"events_outbox":   {"engine_run_id", "seq", "line", "once_key", "announce_key", "enqueued_at"},
+		"events_outbox":   {"engine_run_id", "seq", "line", "once_key", "announce_key", "enqueued_at", "spill"},
 		"outbox_progress": {"engine_run_id", "projected", "last_seq"},
+		"events_lines":    {"id", "line"},
 	},
 	indexes: map[string]string{
 		"events_outbox_once_key":     "events_outbox",
 		"events_outbox_announce_key": "events_outbox",
 	},
 }
+
+// spillTrigger drops a large line with its row (migrations/00003).
+const spillTrigger = "events_outbox_spill_delete"
 
 // Check returns an error wrapping ErrSchemaMismatch when the database holds a version newer than the
 // module knows, is not migrated to the latest known version, or lacks a table, column or unique index
@@ -219,6 +223,14 @@ func Check(ctx context.Context, db *sql.DB) error {
 		case unique != 1:
 			missing = append(missing, "uniqueness of index "+index)
 		}
+	}
+	var triggers int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE type = 'trigger' AND name = ?`,
+		spillTrigger).Scan(&triggers); err != nil {
+		return fmt.Errorf("migrations: read the schema: %w", err)
+	}
+	if triggers == 0 {
+		missing = append(missing, "trigger "+spillTrigger)
 	}
 	if len(missing) > 0 {
 		slices.Sort(missing)

@@ -63,7 +63,7 @@ func baselineEnqueue(ctx context.Context, d *sql.DB, runID string) error {
 		return err
 	}
 	next++
-	if _, err := tx.ExecContext(ctx, db.EventInsert, runID, next, benchLine, "", time.Now().UnixMilli()); err != nil {
+	if _, err := tx.ExecContext(ctx, db.EventInsert, runID, next, benchLine, "", time.Now().UnixMilli(), 0); err != nil {
 		return err
 	}
 	return tx.Commit()
@@ -117,7 +117,7 @@ func BenchmarkEnqueueOnce(b *testing.B) {
 					return err
 				}
 				next++
-				if _, err := tx.ExecContext(ctx, db.EventInsert, "run", next, benchLine, key, time.Now().UnixMilli()); err != nil {
+				if _, err := tx.ExecContext(ctx, db.EventInsert, "run", next, benchLine, key, time.Now().UnixMilli(), 0); err != nil {
 					return err
 				}
 				return tx.Commit()
@@ -179,7 +179,7 @@ func fill(b *testing.B, d *sql.DB, runID string, n int) {
 		b.Fatal(err)
 	}
 	for i := 1; i <= n; i++ {
-		if _, err := tx.Exec(db.EventInsert, runID, i, benchLine, "", 0); err != nil {
+		if _, err := tx.Exec(db.EventInsert, runID, i, benchLine, "", 0, 0); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -61,10 +61,19 @@
 // row, no used number, no open transaction. The one exception is ErrNotDurable, returned only when the
 // disk failed a sync of the WAL: the call's commit was made, and its seq is returned with the error.
 // Inside a group commit, a call that fails (its builder, its line, a constraint, ErrSeqExhausted) fails
-// alone; only a transaction SQLite itself ended, or a failed COMMIT, fails the group. Errors that
-// callers branch on are sentinels (ErrInvalidRunID, ErrLocked, …) found with errors.Is; everything
-// else is wrapped with what was being done. A write refused for lack of space is errors.Is
-// syscall.ENOSPC.
+// alone; only a transaction SQLite itself ended fails the calls that ran in it, and a failed COMMIT the
+// group. A panic inside the driver or SQLite (out of memory, a VFS that panics) fails its call with
+// ErrStoreBroken, never the process; the store then refuses every call until reopened, and Close
+// returns. Errors that callers branch on are sentinels (ErrInvalidRunID, ErrLocked, …) found with
+// errors.Is; everything else is wrapped with what was being done. A write refused for lack of space
+// is errors.Is syscall.ENOSPC.
+//
+// Resources are bounded by configuration, not by the data: a line by WithMaxLineSize (16 MiB by
+// default; each SQLite connection may use 1 GiB, reserved and committed as used), a group commit by
+// 512 calls and about 1 MiB of lines, the WAL file by WithWALSizeLimit once SQLite starts it over
+// after a checkpoint (64 MiB by default), and the store's own readers hold no read transaction past
+// one bounded query. A reader of another program that holds a read transaction keeps every commit
+// since its snapshot in the WAL until it lets go (docs/RELIABILITY.md).
 //
 // A process that dies mid-call loses only its uncommitted transaction: SQLite's WAL makes the commit
 // atomic. Power loss loses no acknowledged event at DurabilityFull; at DurabilityNormal it can lose the

@@ -153,13 +153,34 @@ func (s *Store) enqueue(ctx context.Context, tx *sql.Tx, runID, onceKey string, 
 		// Ended while the line was rendered: store nothing rather than interrupt the insert.
 		return 0, err
 	}
-	if err := s.q.EventInsert(ctx, tx, db.EventInsertParams{
+	if err := s.insertEvent(ctx, inserts{tx, tx}, db.EventInsertParams{
 		EngineRunID: runID, Seq: next, Line: line, AnnounceKey: onceKey, EnqueuedAt: time.Now().UnixMilli(),
 	}); err != nil {
 		return 0, fmt.Errorf("outbox: insert line %d of run %q: %w", next, runID, mapErr(ctx, err))
 	}
 	s.markLive(runID)
 	return next, nil
+}
+
+// spillOver is the length from which a line is stored in events_lines instead of in its row
+// (migrations/00003): below it a row's cell fits in its page with room to spare, so reading it whole
+// to compare keys costs nothing.
+const spillOver = 512
+
+// inserts are where an enqueue's two inserts run: the caller's transaction, or statements prepared on
+// the writer connection (see prepared).
+type inserts struct{ event, line db.DBTX }
+
+// insertEvent is the one insert of every enqueue: the row, and a large line apart from it.
+func (s *Store) insertEvent(ctx context.Context, in inserts, p db.EventInsertParams) error {
+	if len(p.Line) >= spillOver {
+		id, err := s.q.EventLineInsert(ctx, in.line, p.Line)
+		if err != nil {
+			return err
+		}
+		p.Line, p.Spill = []byte{}, id
+	}
+	return s.q.EventInsert(ctx, in.event, p)
 }
 
 // nextSeq is the seq after last, or ErrSeqExhausted at the top of int64.

@@ -27,7 +27,8 @@ import (
 // statement that fails undoes only itself (SQLite's statement journal), so a call whose insert fails
 // on a constraint, or whose run has no seq left, fails alone and the group commits the others. Only
 // when SQLite has left the transaction (an interrupted write, a full disk, an I/O error; see txLost)
-// or COMMIT fails does every call of the group fail, since none of them is then stored. The last seq
+// do the calls that ran in it fail, since none of them is then stored (the calls not yet run go on in
+// the next group); a failed COMMIT fails the whole group. The last seq
 // of each run is carried from call to call within the group instead of being read again.
 
 // gatherWait bounds how long the committer waits for the callers of the last sync to come back: long
@@ -74,7 +75,7 @@ type committer struct {
 	stopped chan struct{}
 	// Prepared once on the writer connection; database/sql reuses them inside each transaction. The
 	// last two are the relay's progress record.
-	lastSeq, insert, onceFound, progressSet, markProjected *sql.Stmt
+	lastSeq, insert, insertLine, onceFound, progressSet, markProjected *sql.Stmt
 }
 
 func newCommitter(ctx context.Context, s *Store) (*committer, error) {
@@ -84,7 +85,7 @@ func newCommitter(ctx context.Context, s *Store) (*committer, error) {
 		stmt **sql.Stmt
 		sql  string
 	}{
-		{&c.lastSeq, db.EventLastSeq}, {&c.insert, db.EventInsert}, {&c.onceFound, db.EventsOnceKeyExists},
+		{&c.lastSeq, db.EventLastSeq}, {&c.insert, db.EventInsert}, {&c.insertLine, db.EventLineInsert}, {&c.onceFound, db.EventsOnceKeyExists},
 		{&c.progressSet, db.ProgressSet}, {&c.markProjected, db.EventMarkProjected},
 	} {
 		if *p.stmt, err = s.w.PrepareContext(ctx, p.sql); err != nil {
@@ -97,7 +98,7 @@ func newCommitter(ctx context.Context, s *Store) (*committer, error) {
 }
 
 func (c *committer) closeStmts() {
-	for _, st := range []*sql.Stmt{c.lastSeq, c.insert, c.onceFound, c.progressSet, c.markProjected} {
+	for _, st := range []*sql.Stmt{c.lastSeq, c.insert, c.insertLine, c.onceFound, c.progressSet, c.markProjected} {
 		if st != nil {
 			st.Close()
 		}
@@ -258,7 +259,8 @@ func (c *committer) write(taken []*request, results []result) (n int) {
 	defer endGroup()
 	last := map[string]int64{} // each run's last seq within this group
 	bytes := 0
-	lastSeq, insert, onceFound := tx.StmtContext(ctx, c.lastSeq), tx.StmtContext(ctx, c.insert), tx.StmtContext(ctx, c.onceFound)
+	lastSeq, onceFound := tx.StmtContext(ctx, c.lastSeq), tx.StmtContext(ctx, c.onceFound)
+	insert := c.inserts(ctx, tx)
 	for i, r := range taken {
 		var fatal error
 		var size int
@@ -297,7 +299,15 @@ func (c *committer) write(taken []*request, results []result) (n int) {
 
 // one runs one call inside the group's transaction. Its own failures (context, builder, line, a
 // constraint, an exhausted run) are its result; a failed read is fatal to the group.
-func (c *committer) one(ctx context.Context, r *request, last map[string]int64, lastSeq, insert, onceFound *sql.Stmt) (res result, size int, fatal error) {
+// inserts are the committer's prepared inserts, on tx.
+func (c *committer) inserts(ctx context.Context, tx *sql.Tx) inserts {
+	return inserts{
+		event: prepared{db.EventInsert, tx.StmtContext(ctx, c.insert)},
+		line:  prepared{db.EventLineInsert, tx.StmtContext(ctx, c.insertLine)},
+	}
+}
+
+func (c *committer) one(ctx context.Context, r *request, last map[string]int64, lastSeq *sql.Stmt, insert inserts, onceFound *sql.Stmt) (res result, size int, fatal error) {
 	res, fatal = c.insertOne(ctx, r, last, lastSeq, insert, onceFound)
 	if res.err == nil && res.seq > 0 {
 		size = res.size
@@ -305,7 +315,7 @@ func (c *committer) one(ctx context.Context, r *request, last map[string]int64, 
 	return res, size, fatal
 }
 
-func (c *committer) insertOne(ctx context.Context, r *request, last map[string]int64, lastSeq, insert, onceFound *sql.Stmt) (res result, fatal error) {
+func (c *committer) insertOne(ctx context.Context, r *request, last map[string]int64, lastSeq *sql.Stmt, insert inserts, onceFound *sql.Stmt) (res result, fatal error) {
 	if err := r.ctx.Err(); err != nil {
 		return result{err: err}, nil
 	}
@@ -344,7 +354,9 @@ func (c *committer) insertOne(ctx context.Context, r *request, last map[string]i
 	if err := c.s.checkLine(line); err != nil {
 		return result{err: fmt.Errorf("outbox: line %d of run %q: %w", seq, r.runID, err)}, nil
 	}
-	if _, err := insert.ExecContext(ctx, r.runID, seq, line, r.onceKey, time.Now().UnixMilli()); err != nil {
+	if err := c.s.insertEvent(ctx, insert, db.EventInsertParams{
+		EngineRunID: r.runID, Seq: seq, Line: line, AnnounceKey: r.onceKey, EnqueuedAt: time.Now().UnixMilli(),
+	}); err != nil {
 		return result{err: fmt.Errorf("outbox: insert line %d of run %q: %w", seq, r.runID, mapErr(ctx, err))}, nil
 	}
 	last[r.runID] = seq
@@ -398,7 +410,7 @@ func (s *Store) EnqueueEvents(ctx context.Context, runID string, builds []EventB
 		if err != nil {
 			return fmt.Errorf("outbox: last seq of run %q: %w", runID, mapErr(ctx, err))
 		}
-		insert := tx.StmtContext(ctx, s.group.insert)
+		insert := s.group.inserts(ctx, tx)
 		now := time.Now().UnixMilli()
 		for i, build := range builds {
 			next, err := nextSeq(runID, last)
@@ -419,7 +431,9 @@ func (s *Store) EnqueueEvents(ctx context.Context, runID string, builds []EventB
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			if _, err := insert.ExecContext(ctx, runID, next, line, "", now); err != nil {
+			if err := s.insertEvent(ctx, insert, db.EventInsertParams{
+				EngineRunID: runID, Seq: next, Line: line, EnqueuedAt: now,
+			}); err != nil {
 				return fmt.Errorf("outbox: insert line %d of run %q: %w", next, runID, mapErr(ctx, err))
 			}
 			seqs[i] = next

@@ -170,7 +170,7 @@ func BenchmarkEnqueueEvents(b *testing.B) {
 			now := time.Now().UnixMilli()
 			for i := 0; i < n; i++ {
 				line, _ := benchBuild(next)
-				if _, err := st.ExecContext(ctx, "run", next, line, "", now); err != nil {
+				if _, err := st.ExecContext(ctx, "run", next, line, "", now, 0); err != nil {
 					b.Fatal(err)
 				}
 				next++

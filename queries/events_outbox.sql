@@ -1,7 +1,12 @@
 -- name: EventInsert :exec
-INSERT INTO events_outbox (engine_run_id, seq, line, announce_key, enqueued_at)
+-- spill: 0, or the rowid in events_lines of a large line, whose row then holds an empty line.
+INSERT INTO events_outbox (engine_run_id, seq, line, announce_key, enqueued_at, spill)
 VALUES (sqlc.arg(engine_run_id), sqlc.arg(seq), sqlc.arg(line), CAST(sqlc.arg(announce_key) AS TEXT),
-        sqlc.arg(enqueued_at));
+        sqlc.arg(enqueued_at), sqlc.arg(spill));
+
+-- name: EventLineInsert :execlastid
+-- A large line, stored apart from its row (migrations/00003).
+INSERT INTO events_lines (line) VALUES (sqlc.arg(line));
 
 -- name: EventLastSeq :one
 -- The highest seq the run was ever given: its highest stored row, or the number recorded when its rows
@@ -75,7 +80,10 @@ SELECT CAST(EXISTS (
 -- name: EventsPending :many
 -- to_mark: the line carries an announce key not yet in the ledger, which the relay moves there once
 -- the line is in the sink; reading it here spares the relay's record a pass over the whole batch.
-SELECT seq, line, CAST(announce_key <> '' AND once_key = '' AS INTEGER) AS to_mark
+SELECT seq,
+       CAST(CASE WHEN spill = 0 THEN line
+            ELSE (SELECT events_lines.line FROM events_lines WHERE events_lines.id = events_outbox.spill) END AS BLOB) AS line,
+       CAST(announce_key <> '' AND once_key = '' AS INTEGER) AS to_mark
 FROM events_outbox
 WHERE engine_run_id = sqlc.arg(engine_run_id) AND seq > sqlc.arg(after_seq)
 ORDER BY seq

@@ -219,3 +219,39 @@ func TestLinesAtTheLargestLimitGoThroughOneAfterAnother(t *testing.T) {
 		}
 	}
 }
+
+// TestALargeLineIsStoredApartFromItsRowAndDroppedWithIt: a line past the spill size lives in
+// events_lines, so the clustered table's keys never carry it; reads return it byte for byte, and
+// forgetting or recovering its run drops it with its row.
+func TestALargeLineIsStoredApartFromItsRowAndDroppedWithIt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, path := setup(t)
+	big := bigLine("old", 64<<10)
+	mustEnqueue(t, s, "old")
+	if _, err := s.EnqueueEvent(ctx, "old", big); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.EnqueueEvents(ctx, "old", []outbox.EventBuilder{big, lineOf("small")}); err != nil {
+		t.Fatal(err)
+	}
+	var apart int
+	if err := rawDB(t, path).QueryRow(`SELECT count(*) FROM events_lines`).Scan(&apart); err != nil || apart != 2 {
+		t.Fatalf("lines stored apart: %d, %v; want 2", apart, err)
+	}
+	if n := countRows(t, path, "spill <> 0 AND length(line) = 0"); n != 2 {
+		t.Errorf("%d rows point at a line stored apart, want 2", n)
+	}
+	want, _ := big(2)
+	lines := allLines(t, s, "old")
+	if len(lines) != 4 || !bytes.Equal(lines[1].Line, want) || len(lines[2].Line) != 64<<10 {
+		t.Fatalf("read back: %d lines", len(lines))
+	}
+	s = reopen(t, s)
+	if err := fastRelay(s, newMemSink(), "new").Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := rawDB(t, path).QueryRow(`SELECT count(*) FROM events_lines`).Scan(&apart); err != nil || apart != 0 {
+		t.Errorf("lines stored apart after Recover forgot their rows: %d, %v", apart, err)
+	}
+}

@@ -21,7 +21,8 @@ var queryPlans = map[string]struct {
 	want   []string // each must appear in the plan
 	reason string   // why a SCAN of events_outbox is acceptable; empty means no scan is allowed
 }{
-	"EventInsert": {db.EventInsert, nil, ""},
+	"EventInsert":     {db.EventInsert, nil, ""},
+	"EventLineInsert": {db.EventLineInsert, nil, ""},
 	"EventLastSeq": {db.EventLastSeq,
 		[]string{"SEARCH events_outbox USING PRIMARY KEY (engine_run_id=?)",
 			"SEARCH outbox_progress USING PRIMARY KEY (engine_run_id=?)"}, ""},
@@ -56,7 +57,8 @@ var queryPlans = map[string]struct {
 			"SEARCH events_outbox USING COVERING INDEX events_outbox_announce_key (announce_key=?)",
 		}, ""},
 	"EventsPending": {db.EventsPending,
-		[]string{"SEARCH events_outbox USING PRIMARY KEY (engine_run_id=? AND seq>?)"}, ""},
+		[]string{"SEARCH events_outbox USING PRIMARY KEY (engine_run_id=? AND seq>?)",
+			"SEARCH events_lines USING INTEGER PRIMARY KEY (rowid=?)"}, ""},
 	"EventsRunUsed": {db.EventsRunUsed,
 		[]string{"SEARCH events_outbox USING PRIMARY KEY (engine_run_id=?)"}, ""},
 	"EventsLastSeq": {db.EventsLastSeq,
