@@ -23,7 +23,7 @@ test: fmt-check vet check-generated
 	go test -short -run '^$$' -bench . -benchtime 1x $(MODULES)
 	$(MAKE) fuzz
 
-## fuzz: every fuzz target for FUZZTIME inputs (60,000, 5-15 s each, in make test; make reliability
+## fuzz: every fuzz target for FUZZTIME inputs (60,000, 5-70 s each, in make test; make reliability
 ## runs 1,000,000, about 2 minutes each).
 fuzz:
 	go test -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME) ./journal/
@@ -32,11 +32,13 @@ fuzz:
 	go test -run '^$$' -fuzz '^FuzzMatchSteps$$' -fuzztime $(FUZZTIME) ./journal/
 	go test -run '^$$' -fuzz '^FuzzTerminalSafeText$$' -fuzztime $(FUZZTIME) ./cmd/outbox/
 	go test -run '^$$' -fuzz '^FuzzToken$$' -fuzztime $(FUZZTIME) ./jetstream/
+	go test -run '^$$' -fuzz '^FuzzOpenFile$$' -fuzztime $(FUZZTIME) ./journal/
 
 ## reliability: the long form of the fault campaigns: many crash seeds, longer fuzzing.
 reliability:
 	OUTBOX_CRASH_SEEDS=25 go test -race -count=1 -run 'Crash|ServerProcesses' -v ./tests/ ./jetstream/
 	go test -race -count=1 -run 'IOErrors|TornTail|PowerLoss' -v ./journal/
+	OUTBOX_VERIFY_HUGE=1 OUTBOX_VERIFY_RUNS=1000000 go test -count=1 -run 'Over2GiB|SmallConstantPerRun' -v ./journal/
 	go test -race -count=1 -run 'PowerLossOfTheDatabase|SQLiteIOError' -v ./tests/
 	OUTBOX_MODEL_STEPS=3000 go test -count=5 -run 'RandomOperations' -v ./tests/
 	OUTBOX_LOAD_SECONDS=60 go test -count=1 -run 'SustainedLoad' -v ./tests/

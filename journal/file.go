@@ -14,24 +14,47 @@ import (
 	"github.com/textmachine/outbox/outbox"
 )
 
+// Errors of File.
+var (
+	// ErrLocked is returned by OpenFile when another File, in this process or another, has the journal
+	// open.
+	ErrLocked = errors.New("journal: file is locked by another writer")
+	// ErrNotJournal is returned by OpenFile when the file is not a journal: its first or last complete
+	// line is not a JSON object with "engine_run_id" and "seq", its torn tail does not begin with '{',
+	// or what OpenFile reads of it holds a NUL byte. OpenFile leaves such a file as it was, unlocked.
+	ErrNotJournal = errors.New("journal: not a journal file")
+	// ErrModified is returned by Append when the file no longer ends where this File's last append left
+	// it (another program appended to it or truncated it), or when its path now names another file or
+	// none (it was renamed or removed). Nothing is written. It comes wrapped with
+	// outbox.ErrSinkRefused, so a relay stops instead of writing after lines it does not know.
+	ErrModified = errors.New("journal: file modified by another program")
+	// ErrFailed is returned by Append after an earlier Append failed in a way that leaves the file's
+	// state unknown (its fdatasync or its truncate-back failed). The file takes no more appends;
+	// reopen it, which re-checks the tail.
+	ErrFailed = errors.New("journal: file failed; reopen it")
+)
+
 // errHeld: another File holds the lock.
 var errHeld = errors.New("journal: lock held")
 
-// ErrFailed: an earlier Append failed in a way that leaves the file's state unknown (its fdatasync or
-// its truncate-back failed). The file takes no more appends; reopen it, which re-checks the tail.
-var ErrFailed = errors.New("journal: file failed; reopen it")
+// tailLen is how many of the file's last bytes a File remembers, to recognise the file before each
+// append.
+const tailLen = 64
 
-// File is a journal file opened for appending. It is the outbox's file sink: Append writes a batch and
-// fdatasyncs it, or leaves the file as it was. A File holds an exclusive lock on its path while open.
-// Its methods are safe for concurrent use.
+// File is a journal file opened for appending. It is the outbox's file sink: Append checks each line's
+// key, writes a batch and fdatasyncs it, or leaves the file as it was. A File holds an exclusive lock
+// on its path while open. Its methods are safe for concurrent use.
 type File struct {
 	path string
 
 	mu     sync.Mutex
 	f      *os.File
-	size   int64 // the length of the file's complete, synced content
+	size   int64  // the length of the file's complete, synced content
+	tail   []byte // its last bytes (up to tailLen)
 	failed error
 	ops    fileOps
+	scan   scanner // parses lines with the verifier's rules
+	runs   runIndex
 }
 
 // fileOps is the file system under a File, replaceable so tests can inject I/O errors and power loss.
@@ -48,9 +71,11 @@ func (osOps) Truncate(f *os.File, size int64) error                { return f.Tr
 func (osOps) Datasync(f *os.File) error                            { return datasync(f) }
 
 // OpenFile opens the journal at path for appending, creating it (and syncing its directory) if it is
-// missing. It takes an exclusive lock on the file, failing with ErrLocked when another File, in this
-// process or another, has it open. A last line without its newline was never acknowledged: OpenFile
-// cuts it off, so the next append cannot glue itself to half a line.
+// missing. A file that is not a journal is refused with ErrNotJournal and left as it was: an empty
+// file is a journal, any other must begin and end with journal lines (see ErrNotJournal). OpenFile
+// takes an exclusive lock on the file, failing with ErrLocked when another File, in this process or
+// another, has it open. A last line without its newline was never acknowledged: OpenFile cuts it
+// off, so the next append cannot glue itself to half a line.
 func OpenFile(path string) (*File, error) {
 	return openFile(path, osOps{})
 }
@@ -62,6 +87,11 @@ func openFile(path string, ops fileOps) (*File, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("journal: open %s: %w", path, err)
+	}
+	// Looked at before the lock too, so that a file that is not a journal is never locked.
+	if _, err := inspect(f); err != nil {
+		f.Close()
+		return nil, inspectError(path, err)
 	}
 	if err := lock(f); err != nil {
 		f.Close()
@@ -76,18 +106,14 @@ func openFile(path string, ops fileOps) (*File, error) {
 			return nil, err
 		}
 	}
-	size, err := completeLength(f)
+	// Again under the lock: the file may have changed in between.
+	end, err := inspect(f)
 	if err != nil {
 		unlock(f)
-		return nil, fmt.Errorf("journal: read the tail of %s: %w", path, err)
+		return nil, inspectError(path, err)
 	}
-	st, err := f.Stat()
-	if err != nil {
-		unlock(f)
-		return nil, fmt.Errorf("journal: stat %s: %w", path, err)
-	}
-	if st.Size() != size {
-		if err := ops.Truncate(f, size); err != nil {
+	if end.size != end.complete {
+		if err := ops.Truncate(f, end.complete); err != nil {
 			unlock(f)
 			return nil, fmt.Errorf("journal: cut the torn tail of %s: %w", path, err)
 		}
@@ -96,32 +122,20 @@ func openFile(path string, ops fileOps) (*File, error) {
 			return nil, fmt.Errorf("journal: sync %s after cutting its torn tail: %w", path, err)
 		}
 	}
-	return &File{path: path, f: f, size: size, ops: ops}, nil
+	j := &File{path: path, f: f, size: end.complete, tail: end.tail, ops: ops}
+	j.runs.init(end.lastStart)
+	if end.lastRun != "" {
+		j.runs.note(end.lastRun, end.lastSeq)
+	}
+	return j, nil
 }
 
-// completeLength returns the length of f up to and including its last newline.
-func completeLength(f *os.File) (int64, error) {
-	st, err := f.Stat()
-	if err != nil {
-		return 0, err
+func inspectError(path string, err error) error {
+	var nj *notJournal
+	if errors.As(err, &nj) {
+		return fmt.Errorf("%w: %s: %s", ErrNotJournal, path, nj.reason)
 	}
-	end := st.Size()
-	buf := make([]byte, 64*1024)
-	for end > 0 {
-		n := int64(len(buf))
-		if n > end {
-			n = end
-		}
-		chunk := buf[:n]
-		if _, err := f.ReadAt(chunk, end-n); err != nil && !errors.Is(err, io.EOF) {
-			return 0, err
-		}
-		if i := bytes.LastIndexByte(chunk, '\n'); i >= 0 {
-			return end - n + int64(i) + 1, nil
-		}
-		end -= n
-	}
-	return 0, nil
+	return fmt.Errorf("journal: read the ends of %s: %w", path, err)
 }
 
 // Path returns the file's path.
@@ -131,16 +145,31 @@ func (j *File) Path() string { return j.path }
 // fdatasyncs. It returns nil only when all of them are durable. A failed or short write is truncated
 // back, so the file never holds part of a batch. After a failed fdatasync the file is not trusted
 // (the kernel may have dropped the dirty pages and reported the error once): every later Append
-// returns ErrFailed until the file is reopened. A line that is empty or holds a newline is refused
-// before anything is written.
+// returns ErrFailed until the file is reopened. A write refused for lack of space returns an error
+// that errors.Is syscall.ENOSPC.
+//
+// Before anything is written, Append refuses, with an error wrapping outbox.ErrSinkRefused:
+//   - a line that is empty, holds a newline, does not begin with '{', or is longer than
+//     outbox.DefaultMaxLineSize (these wrap outbox.ErrInvalidLine too);
+//   - a line that is not a journal line (ErrMalformed), or whose own engine_run_id is not runID or
+//     whose own seq is not its EventLine.Seq;
+//   - a batch that would leave a gap (ErrStreamGap): its seqs are not consecutive, or its first seq is
+//     more than one past the run's last seq in the journal (a run the journal does not hold must
+//     start at 1). A batch that starts at or before the run's last seq is a re-delivery and is
+//     appended;
+//   - any batch when the file no longer ends where this File left it (ErrModified).
+//
+// The run's last seq is known without a scan for a run this File appended to or has read; for any
+// other, the file is read back from its end until the run's line is found, and the whole file is read
+// at most once while it is open.
 func (j *File) Append(ctx context.Context, runID string, lines []outbox.EventLine) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	n := 0
 	for _, l := range lines {
-		if len(l.Line) == 0 || bytes.IndexByte(l.Line, '\n') >= 0 {
-			return fmt.Errorf("journal: line %d: %w", l.Seq, outbox.ErrInvalidLine)
+		if err := checkLineBytes(runID, l); err != nil {
+			return err
 		}
 		n += len(l.Line) + 1
 	}
@@ -154,11 +183,17 @@ func (j *File) Append(ctx context.Context, runID string, lines []outbox.EventLin
 
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if j.f == nil {
-		return fmt.Errorf("journal: append to %s: file closed", j.path)
+	if err := j.usable(); err != nil {
+		return err
 	}
-	if j.failed != nil {
-		return fmt.Errorf("%w (%s: %v)", ErrFailed, j.path, j.failed)
+	if err := j.checkKeys(runID, lines, buf); err != nil {
+		return err
+	}
+	if err := j.checkUnmodified(); err != nil {
+		return err
+	}
+	if err := j.checkContinues(runID, lines[0].Seq); err != nil {
+		return err
 	}
 	if err := j.write(buf); err != nil {
 		if terr := j.ops.Truncate(j.f, j.size); terr != nil {
@@ -177,7 +212,72 @@ func (j *File) Append(ctx context.Context, runID string, lines []outbox.EventLin
 		return fmt.Errorf("journal: fdatasync %s: %w", j.path, err)
 	}
 	j.size += int64(len(buf))
+	j.tail = appendTail(j.tail, buf)
+	j.runs.note(runID, lines[len(lines)-1].Seq)
 	return nil
+}
+
+// LastSeq returns the highest seq of runID's lines in the journal, or 0 when it holds none. For a run
+// this File has not appended to or read, the first call reads the file back from its end; the whole
+// file is read at most once while it is open.
+func (j *File) LastSeq(runID string) (int64, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if err := j.usable(); err != nil {
+		return 0, err
+	}
+	if err := j.checkUnmodified(); err != nil {
+		return 0, err
+	}
+	return j.runs.lastAtLeast(j, runID, 1<<63-1)
+}
+
+func (j *File) usable() error {
+	if j.f == nil {
+		return fmt.Errorf("journal: %s: file closed", j.path)
+	}
+	if j.failed != nil {
+		return fmt.Errorf("%w (%s: %v)", ErrFailed, j.path, j.failed)
+	}
+	return nil
+}
+
+// checkUnmodified checks that the file still ends where the last append left it: its length, and its
+// last bytes. A program that appended (or truncated and wrote again) would otherwise have its bytes
+// overwritten, or leave a hole of NUL bytes before the next line.
+func (j *File) checkUnmodified() error {
+	st, err := j.f.Stat()
+	if err != nil {
+		return fmt.Errorf("journal: stat %s: %w", j.path, err)
+	}
+	// A journal moved away (a log rotation that renames and creates) would take the lines the reader
+	// of the path is waiting for.
+	if pst, err := os.Stat(j.path); err != nil || !os.SameFile(st, pst) {
+		return fmt.Errorf("%w: %s no longer names the file this File appends to: %w", ErrModified, j.path, outbox.ErrSinkRefused)
+	}
+	if st.Size() != j.size {
+		return fmt.Errorf("%w: %s is %d bytes long, the last append left it at %d: %w",
+			ErrModified, j.path, st.Size(), j.size, outbox.ErrSinkRefused)
+	}
+	var b [tailLen]byte
+	got := b[:len(j.tail)]
+	if _, err := j.f.ReadAt(got, j.size-int64(len(got))); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("journal: read back the end of %s: %w", j.path, err)
+	}
+	if !bytes.Equal(got, j.tail) {
+		return fmt.Errorf("%w: %s: its last bytes are not the ones last appended: %w", ErrModified, j.path, outbox.ErrSinkRefused)
+	}
+	return nil
+}
+
+// appendTail returns the last tailLen bytes of tail followed by b, in tail's storage.
+func appendTail(tail, b []byte) []byte {
+	if len(b) >= tailLen {
+		return append(tail[:0], b[len(b)-tailLen:]...)
+	}
+	keep := min(len(tail), tailLen-len(b))
+	tail = append(tail[:0], tail[len(tail)-keep:]...)
+	return append(tail, b...)
 }
 
 // write writes buf at the end of the complete content, splitting it at a fault point when tests arm

@@ -3,6 +3,7 @@ package journal
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,12 +15,29 @@ import (
 	"github.com/textmachine/outbox/outbox"
 )
 
-func lines(ss ...string) []outbox.EventLine {
-	out := make([]outbox.EventLine, len(ss))
-	for i, s := range ss {
-		out[i] = outbox.EventLine{Seq: int64(i + 1), Line: []byte(s)}
+// jline is run "r"'s journal line of seq, told apart from others by a word.
+func jline(seq int64, word string) string {
+	return fmt.Sprintf(`{"engine_run_id":"r","seq":%d,"w":%q}`, seq, word)
+}
+
+// batch is run "r"'s lines from seq from on, one per word.
+func batch(from int64, words ...string) []outbox.EventLine {
+	out := make([]outbox.EventLine, len(words))
+	for i, w := range words {
+		seq := from + int64(i)
+		out[i] = outbox.EventLine{Seq: seq, Line: []byte(jline(seq, w))}
 	}
 	return out
+}
+
+// text is what batch(from, words...) is in the file.
+func text(from int64, words ...string) string {
+	var b strings.Builder
+	for _, l := range batch(from, words...) {
+		b.Write(l.Line)
+		b.WriteByte('\n')
+	}
+	return b.String()
 }
 
 func readFile(t *testing.T, path string) string {
@@ -65,13 +83,13 @@ func TestAppendWritesWholeBatchesAndReadsBackExactly(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer j.Close()
-	if err := j.Append(context.Background(), "r", lines("a", "b")); err != nil {
+	if err := j.Append(context.Background(), "r", batch(1, "a", "b")); err != nil {
 		t.Fatal(err)
 	}
-	if err := j.Append(context.Background(), "r", lines("c")); err != nil {
+	if err := j.Append(context.Background(), "r", batch(3, "c")); err != nil {
 		t.Fatal(err)
 	}
-	if got := readFile(t, path); got != "a\nb\nc\n" {
+	if got := readFile(t, path); got != text(1, "a", "b", "c") {
 		t.Errorf("file = %q", got)
 	}
 	if err := j.Append(context.Background(), "r", nil); err != nil {
@@ -84,14 +102,17 @@ func TestAppendRefusesInvalidLinesBeforeWritingAnything(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "j.jsonl")
 	j, _ := OpenFile(path)
 	defer j.Close()
-	for _, bad := range [][]outbox.EventLine{lines("ok", "bad\nline"), lines("ok", "")} {
+	for _, bad := range [][]outbox.EventLine{
+		{batch(1, "ok")[0], {Seq: 2, Line: []byte(jline(2, "bad") + "\n" + jline(3, "line"))}},
+		{batch(1, "ok")[0], {Seq: 2, Line: nil}},
+	} {
 		if err := j.Append(context.Background(), "r", bad); !errors.Is(err, outbox.ErrInvalidLine) {
 			t.Errorf("err = %v, want ErrInvalidLine", err)
 		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := j.Append(ctx, "r", lines("x")); !errors.Is(err, context.Canceled) {
+	if err := j.Append(ctx, "r", batch(1, "x")); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled: %v", err)
 	}
 	if got := readFile(t, path); got != "" {
@@ -108,29 +129,29 @@ func TestAFailedOrShortWriteIsTruncatedBack(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		j.Append(context.Background(), "r", lines("first"))
+		j.Append(context.Background(), "r", batch(1, "first"))
 		ops.writeErr, ops.shortAfter = werr, ops.writes+1
 		if werr == nil {
 			// A short write without an error: the loop retries the rest, so the batch lands whole.
 			ops.writeErr = nil
 		}
-		err = j.Append(context.Background(), "r", lines(strings.Repeat("x", 100), "second"))
+		err = j.Append(context.Background(), "r", batch(2, strings.Repeat("x", 100), "second"))
 		if werr != nil {
 			if !errors.Is(err, werr) {
 				t.Errorf("err = %v, want %v", err, werr)
 			}
-			if got := readFile(t, path); got != "first\n" {
+			if got := readFile(t, path); got != text(1, "first") {
 				t.Errorf("after a failed write (%v) the file is %q, want only the first batch", werr, got)
 			}
 			// The file is still usable: the next batch goes right after the first.
 			ops.shortAfter = 0
-			if err := j.Append(context.Background(), "r", lines("third")); err != nil {
+			if err := j.Append(context.Background(), "r", batch(2, "third")); err != nil {
 				t.Fatal(err)
 			}
-			if got := readFile(t, path); got != "first\nthird\n" {
+			if got := readFile(t, path); got != text(1, "first", "third") {
 				t.Errorf("file = %q", got)
 			}
-		} else if err != nil || readFile(t, path) != "first\n"+strings.Repeat("x", 100)+"\nsecond\n" {
+		} else if err != nil || readFile(t, path) != text(1, "first", strings.Repeat("x", 100), "second") {
 			t.Errorf("short write: (%v) %q", err, readFile(t, path))
 		}
 		j.Close()
@@ -145,13 +166,13 @@ func TestAfterAFailedFdatasyncTheFileIsNotTrustedUntilReopened(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	j.Append(context.Background(), "r", lines("first"))
+	j.Append(context.Background(), "r", batch(1, "first"))
 	ops.syncErr = syscall.EIO
-	if err := j.Append(context.Background(), "r", lines("second")); !errors.Is(err, syscall.EIO) {
+	if err := j.Append(context.Background(), "r", batch(2, "second")); !errors.Is(err, syscall.EIO) {
 		t.Fatalf("err = %v, want EIO", err)
 	}
 	ops.syncErr = nil
-	if err := j.Append(context.Background(), "r", lines("third")); !errors.Is(err, ErrFailed) {
+	if err := j.Append(context.Background(), "r", batch(2, "third")); !errors.Is(err, ErrFailed) {
 		t.Errorf("append after a failed fdatasync: %v, want ErrFailed", err)
 	}
 	j.Close()
@@ -160,10 +181,10 @@ func TestAfterAFailedFdatasyncTheFileIsNotTrustedUntilReopened(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer j.Close()
-	if err := j.Append(context.Background(), "r", lines("second")); err != nil {
+	if err := j.Append(context.Background(), "r", batch(2, "second")); err != nil {
 		t.Fatalf("append after reopening: %v", err)
 	}
-	if got := readFile(t, path); got != "first\nsecond\n" {
+	if got := readFile(t, path); got != text(1, "first", "second") {
 		t.Errorf("file = %q", got)
 	}
 }
@@ -172,9 +193,9 @@ func TestOpenFileCutsATornTail(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "j.jsonl")
 	for _, tc := range []struct{ before, after string }{
-		{"a\nb\nhalf a li", "a\nb\n"},
-		{"no newline at all", ""},
-		{"a\n", "a\n"},
+		{text(1, "a", "b") + jline(3, "half a line")[:12], text(1, "a", "b")},
+		{jline(1, "no newline at all"), ""},
+		{text(1, "a"), text(1, "a")},
 		{"", ""},
 	} {
 		os.WriteFile(path, []byte(tc.before), 0o644)
@@ -185,8 +206,9 @@ func TestOpenFileCutsATornTail(t *testing.T) {
 		if got := readFile(t, path); got != tc.after {
 			t.Errorf("%q opened as %q, want %q", tc.before, got, tc.after)
 		}
-		j.Append(context.Background(), "r", lines("next"))
-		if got := readFile(t, path); got != tc.after+"next\n" {
+		next := int64(strings.Count(tc.after, "\n") + 1)
+		j.Append(context.Background(), "r", batch(next, "next"))
+		if got := readFile(t, path); got != tc.after+text(next, "next") {
 			t.Errorf("%q then an append: %q", tc.before, got)
 		}
 		j.Close()
@@ -196,14 +218,14 @@ func TestOpenFileCutsATornTail(t *testing.T) {
 func TestATornTailLongerThanTheScanChunkIsCut(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "j.jsonl")
-	os.WriteFile(path, []byte("a\n"+strings.Repeat("y", 200_000)), 0o644)
+	os.WriteFile(path, []byte(text(1, "a")+jline(2, strings.Repeat("y", 200_000))), 0o644)
 	j, err := OpenFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer j.Close()
-	if got := readFile(t, path); got != "a\n" {
-		t.Errorf("file has %d bytes, want 2", len(got))
+	if got := readFile(t, path); got != text(1, "a") {
+		t.Errorf("file has %d bytes, want %d", len(got), len(text(1, "a")))
 	}
 }
 
@@ -224,7 +246,7 @@ func TestASecondOpenFileGetsErrLocked(t *testing.T) {
 		t.Fatalf("OpenFile after Close: %v", err)
 	}
 	j2.Close()
-	if err := j2.Append(context.Background(), "r", lines("x")); err == nil {
+	if err := j2.Append(context.Background(), "r", batch(1, "x")); err == nil {
 		t.Error("Append after Close succeeded")
 	}
 	// The created file is in its directory.

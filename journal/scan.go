@@ -40,6 +40,8 @@ const (
 	whyRunTwice
 	whyRunNotString
 	whySeqTwice
+	whyRunSurrogate
+	whyTooLong
 )
 
 var whyText = [...]string{
@@ -58,6 +60,8 @@ var whyText = [...]string{
 	whyRunTwice:      `"engine_run_id" given twice`,
 	whyRunNotString:  `"engine_run_id" is not a string`,
 	whySeqTwice:      `"seq" given twice`,
+	whyRunSurrogate:  `"engine_run_id" holds an escape that is not a character (a lone surrogate)`,
+	whyTooLong:       "line too long",
 }
 
 func (w why) String() string { return whyText[w] }
@@ -121,6 +125,9 @@ func (s *scanner) parse(b []byte) (runID []byte, seq int64, reason why) {
 					note(whyRunTwice)
 				case val[0] != '"':
 					note(whyRunNotString)
+				case s.esc && !validEscapes(val[1:len(val)-1]):
+					// Decoded, a lone surrogate becomes U+FFFD: two different run ids would be one.
+					note(whyRunSurrogate)
 				default:
 					runID = val[1 : len(val)-1]
 					s.runAt = v0 + 1

@@ -12,7 +12,7 @@ import (
 func FuzzParseLine(f *testing.F) {
 	for _, s := range []string{
 		`{"engine_run_id":"a","seq":1}`, `{"engine_run_id":"a\u00e9","seq":12,"d":[1,{"x":"y"},null,true,-1.5e3]}`,
-		`[1,2]`, `{"a":}`, `{"seq":01}`, `"\ud800"`, `{"engine\u005frun_id":"a","seq":1}`, ` {} `, `{"a":"\x01"}`,
+		`[1,2]`, `{"a":}`, `{"seq":01}`, `"\ud800"`, `{"engine\u005frun_id":"a","seq":1}`, ` {} `, `{"a":"\x01"}`, `{"engine_run_id":"\ud800\udc00","seq":1}`, `{"engine_run_id":"\udc00","seq":1}`,
 	} {
 		f.Add([]byte(s))
 	}

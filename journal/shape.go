@@ -229,6 +229,9 @@ func (sh *shape) matchGeneric(b []byte) (runID []byte, runAt int, esc bool, seq 
 		}
 	}
 	if esc {
+		if !validEscapes(runID) {
+			return nil, 0, false, 0, 0, false
+		}
 		var r string
 		json.Unmarshal(b[runAt-1:runAt+len(runID)+1], &r)
 		if r == "" {

@@ -36,14 +36,19 @@ func shapeVariants() []string {
 	return []string{
 		shapeTemplate,
 		swap(`"run-1"`, `"run-2"`),
-		swap(`"run-1"`, `"r\u00e9n"`), // an escaped run id: decoded
-		swap(`"run-1"`, `"rün"`),      // UTF-8
-		swap(`"run-1"`, `""`),         // empty run id
-		swap(`"run-1"`, `"r\x01n"`),   // a control byte
-		swap(`"run-1"`, "\"r\xffn\""), // not UTF-8
-		swap(`"run-1"`, `"r\qn"`),     // a bad escape
-		swap(`"run-1"`, `"r\u12"`),    // a short \u
-		swap(`"run-1"`, `7`),          // a number where the string was
+		swap(`"run-1"`, `"r\u00e9n"`),     // an escaped run id: decoded
+		swap(`"run-1"`, `"\ud83d\ude00"`), // a surrogate pair: one character
+		swap(`"run-1"`, `"\ud800"`),       // a lone high surrogate
+		swap(`"run-1"`, `"r\udfffn"`),     // a lone low surrogate
+		swap(`"run-1"`, `"\ud800\u0041"`), // a high surrogate and no low one
+		swap(`"run-1"`, `"\udc00\ud800"`), // the pair the wrong way round
+		swap(`"run-1"`, `"rün"`),          // UTF-8
+		swap(`"run-1"`, `""`),             // empty run id
+		swap(`"run-1"`, `"r\x01n"`),       // a control byte
+		swap(`"run-1"`, "\"r\xffn\""),     // not UTF-8
+		swap(`"run-1"`, `"r\qn"`),         // a bad escape
+		swap(`"run-1"`, `"r\u12"`),        // a short \u
+		swap(`"run-1"`, `7`),              // a number where the string was
 		swap(`"seq":7`, `"seq":12345`),
 		swap(`"seq":7`, `"seq":1.5`),                  // not an integer
 		swap(`"seq":7`, `"seq":1e3`),                  // not an integer
@@ -106,6 +111,13 @@ func TestTheFastPathTakesLinesWithRoomToSpare(t *testing.T) {
 	}
 	if _, res := matchSteps([]byte(line), sh.line[:cap(sh.line)], sh.fast, vals[:]); res != resUnsure {
 		t.Errorf("a line with no room after it: %d, want %d", res, resUnsure)
+	}
+	// An escape is never decided here: the Go match decodes the run id and checks its surrogates.
+	for _, run := range []string{`"\ud800"`, `"r\u0041"`, `"\ud83d\ude00"`} {
+		esc := strings.Replace(shapeTemplate, `"run-1"`, run, 1)
+		if _, res := matchSteps([]byte(esc+"\n"+strings.Repeat(" ", 16)), sh.line[:cap(sh.line)], sh.fast, vals[:]); res != resUnsure {
+			t.Errorf("a run id %s: %d, want %d", run, res, resUnsure)
+		}
 	}
 }
 

@@ -8,12 +8,13 @@ import (
 	"io"
 	"runtime"
 	"sync"
+
+	"github.com/textmachine/outbox/outbox"
 )
 
-// Errors of the journal package. Verify's errors are *Error values that wrap one of the last three.
+// Errors of Verify and Check, which return them as *Error values. File.Append refuses a batch that would
+// leave a gap with ErrStreamGap too, and a line that is not a journal line with ErrMalformed.
 var (
-	// ErrLocked: another File, in this process or another, has the journal open.
-	ErrLocked = errors.New("journal: file is locked by another writer")
 	// ErrStreamGap: a run's line is not the one after its last (a run must start at seq 1). The reader
 	// cannot continue past a gap.
 	ErrStreamGap = errors.New("journal: stream gap")
@@ -47,6 +48,8 @@ type Error struct {
 	Seq      int64  // the line's seq, when it could be read
 	Expected int64  // for a gap: the seq that should have come
 	Reason   string // for a malformed line: what is wrong with it
+	Length   int64  // for a line too long: its length, or as much of it as was read before Verify stopped
+	Limit    int    // for a line too long: the longest line allowed (WithMaxLineSize)
 	Err      error
 }
 
@@ -57,6 +60,9 @@ func (e *Error) Error() string {
 	case ErrPayloadConflict:
 		return fmt.Sprintf("journal: line %d: payload conflict in run %q at seq %d: same seq, other bytes", e.Line, e.Run, e.Seq)
 	}
+	if e.Limit > 0 {
+		return fmt.Sprintf("journal: line %d: malformed line: %s (at least %d bytes; the limit is %d)", e.Line, e.Reason, e.Length, e.Limit)
+	}
 	return fmt.Sprintf("journal: line %d: malformed line: %s", e.Line, e.Reason)
 }
 
@@ -65,6 +71,9 @@ func (e *Error) Unwrap() error { return e.Err }
 // Verifier checks a journal line by line. Verify reads a whole stream with one; a reader of another
 // transport (a broker's stream) feeds its lines to Check. Use NewVerifier.
 type Verifier struct {
+	maxLine int
+	err     error // an invalid option
+
 	line  int
 	lines int
 	dups  int
@@ -89,7 +98,9 @@ type runState struct {
 }
 
 // chunked is an append-only list kept in chunks: a run that grows to millions of lines never copies
-// what it has, and each chunk is a small allocation.
+// more than a chunk, and each chunk is a small allocation. The first chunk starts with room for one
+// entry and doubles up to chunkLen, so that a journal of many short runs costs a few bytes per run
+// rather than a chunk (16 KiB of offsets, 64 KiB of digests) each.
 type chunked[T any] struct {
 	chunks [][]T
 }
@@ -98,9 +109,17 @@ const chunkLen = 2048
 
 func (c *chunked[T]) add(v T) {
 	n := len(c.chunks)
-	if n == 0 || len(c.chunks[n-1]) == chunkLen {
+	switch {
+	case n == 0:
+		c.chunks = [][]T{make([]T, 0, 1)}
+		n = 1
+	case len(c.chunks[n-1]) == chunkLen:
 		c.chunks = append(c.chunks, make([]T, 0, chunkLen))
 		n++
+	case len(c.chunks[n-1]) == cap(c.chunks[n-1]):
+		grown := make([]T, len(c.chunks[n-1]), min(2*cap(c.chunks[n-1]), chunkLen))
+		copy(grown, c.chunks[n-1])
+		c.chunks[n-1] = grown
 	}
 	c.chunks[n-1] = append(c.chunks[n-1], v)
 }
@@ -118,13 +137,54 @@ type parsed struct {
 	runEsc     bool
 }
 
+// VerifyOption configures Verify and NewVerifier.
+type VerifyOption func(*verifyConfig) error
+
+type verifyConfig struct {
+	maxLine int
+}
+
+// MaxLineSizeLimit is the largest limit WithMaxLineSize takes: the verifier holds a line whole to
+// parse it, and addresses the lines of a block of input with 32-bit offsets.
+const MaxLineSizeLimit = 1 << 30
+
+// WithMaxLineSize sets the longest line, without its newline, that Verify and Check accept; the
+// default is outbox.DefaultMaxLineSize, the longest line the store and File take. A longer line is
+// ErrMalformed with Reason "line too long"; Verify finds it while reading, holding no more than about
+// n bytes of it. n must be from 1 to MaxLineSizeLimit; another value makes Verify, and every Check of
+// the Verifier, return an error.
+func WithMaxLineSize(n int) VerifyOption {
+	return func(c *verifyConfig) error {
+		if n < 1 || n > MaxLineSizeLimit {
+			return fmt.Errorf("journal: WithMaxLineSize(%d): the limit must be from 1 to %d", n, MaxLineSizeLimit)
+		}
+		c.maxLine = n
+		return nil
+	}
+}
+
 // NewVerifier returns a Verifier with nothing seen.
-func NewVerifier() *Verifier { return &Verifier{runs: map[string]*runState{}} }
+func NewVerifier(opts ...VerifyOption) *Verifier {
+	c := verifyConfig{maxLine: outbox.DefaultMaxLineSize}
+	var err error
+	for _, o := range opts {
+		if err == nil && o != nil {
+			err = o(&c)
+		}
+	}
+	return &Verifier{maxLine: c.maxLine, err: err, runs: map[string]*runState{}}
+}
 
 // Check checks the next complete line (without its newline). It returns an *Error for a gap, a
 // conflict or a malformed line; the line is then not counted, and the Verifier's state is what it
 // was before it.
 func (v *Verifier) Check(line []byte) error {
+	if v.err != nil {
+		return v.err
+	}
+	if len(line) > v.maxLine {
+		return v.accept(line, -1, nil, 0, whyTooLong, nil)
+	}
 	run, seq, w := v.scan.parseShaped(line)
 	var digest [sha256.Size]byte
 	if w == whyNone {
@@ -137,6 +197,9 @@ func (v *Verifier) Check(line []byte) error {
 // v.src (-1 without one); digest is its SHA-256 when there is no src.
 func (v *Verifier) accept(line []byte, off int64, run []byte, seq int64, w why, digest *[sha256.Size]byte) error {
 	v.line++
+	if w == whyTooLong {
+		return &Error{Line: v.line, Reason: w.String(), Length: int64(len(line)), Limit: v.maxLine, Err: ErrMalformed}
+	}
 	if w != whyNone {
 		return &Error{Line: v.line, Run: string(run), Seq: seq, Reason: w.String(), Err: ErrMalformed}
 	}
@@ -212,11 +275,25 @@ func (v *Verifier) Report() Report {
 // shape of a recent one (the same members in the same order, other scalar values) is checked against
 // that shape, with the same verdict as a full parse.
 //
+// A line longer than the limit (WithMaxLineSize, by default outbox.DefaultMaxLineSize) is
+// ErrMalformed "line too long", found while reading: Verify holds no more of it than the limit and a
+// block of input.
+//
 // Memory grows with the journal: when r is also an io.ReaderAt and an io.Seeker (an *os.File), a
 // re-delivery is compared with the first copy by reading it back, and Verify keeps 8 bytes per
-// accepted line (its offset); otherwise it keeps each line's SHA-256, 32 bytes.
-func Verify(r io.Reader) (Report, error) {
-	v := NewVerifier()
+// accepted line (its offset); otherwise it keeps each line's SHA-256, 32 bytes. Each run costs a
+// small constant besides, about 200 bytes (BenchmarkVerifyManyRuns).
+func Verify(r io.Reader, opts ...VerifyOption) (Report, error) {
+	v, err := verify(r, opts)
+	return v.Report(), err
+}
+
+// verify is Verify, returning the Verifier.
+func verify(r io.Reader, opts []VerifyOption) (*Verifier, error) {
+	v := NewVerifier(opts...)
+	if v.err != nil {
+		return v, v.err
+	}
 	off := int64(-1)
 	// A file can be read back: re-deliveries are then compared byte for byte and nothing is hashed.
 	if ra, ok := r.(io.ReaderAt); ok {
@@ -226,23 +303,7 @@ func Verify(r io.Reader) (Report, error) {
 			}
 		}
 	}
-	err := v.run(r, off)
-	return v.Report(), err
-}
-
-// blockSize is how much input a parse job covers; a longer line makes its block longer. At 1 MiB a
-// block's per-line records (about 5,000 of 40 bytes) are still in the parsing core's cache when they
-// are checked: BenchmarkVerify measured 0.19× of the plain read against 0.18× with 4 MiB blocks.
-const blockSize = 1 << 20
-
-type block struct {
-	buf     []byte // reused from block to block
-	data    []byte // complete lines, each ending in a newline: a prefix of buf
-	off     int64  // offset of data in src, or -1
-	lines   []parsed
-	escaped [][]byte            // decoded run ids of lines whose run id holds an escape
-	digests [][sha256.Size]byte // by line, when there is no src
-	done    chan struct{}
+	return v, v.run(r, off)
 }
 
 // run is the pipeline: read blocks of whole lines, parse them in parallel, accept them in order.
@@ -259,7 +320,7 @@ func (v *Verifier) run(r io.Reader, off int64) error {
 			defer wg.Done()
 			var s scanner
 			for b := range jobs {
-				parseBlock(&s, b, v.src == nil)
+				parseBlock(&s, b, v.src == nil, v.maxLine)
 				close(b.done)
 			}
 		}()
@@ -268,7 +329,7 @@ func (v *Verifier) run(r io.Reader, off int64) error {
 	go func() {
 		defer close(ordered)
 		defer close(jobs)
-		readErr <- readBlocks(r, off, free, func(b *block) bool {
+		readErr <- readBlocks(r, off, v.maxLine, free, func(b *block) bool {
 			select {
 			case ordered <- b:
 			case <-quit:
@@ -301,6 +362,11 @@ func (v *Verifier) run(r io.Reader, off int64) error {
 				close(quit)
 			}
 		}
+		if err == nil && b.tooLong > 0 {
+			v.line++
+			err = &Error{Line: v.line, Reason: whyTooLong.String(), Length: b.tooLong, Limit: v.maxLine, Err: ErrMalformed}
+			close(quit)
+		}
 		select {
 		case free <- b:
 		default:
@@ -311,75 +377,4 @@ func (v *Verifier) run(r io.Reader, off int64) error {
 		err = fmt.Errorf("journal: read: %w", rerr)
 	}
 	return err
-}
-
-// readBlocks cuts r into blocks of whole lines and hands each to emit; the bytes after the last
-// newline are the torn tail. Blocks come from free when one is there.
-func readBlocks(r io.Reader, off int64, free chan *block, emit func(*block) bool, torn *bool) error {
-	var carry []byte
-	for {
-		var b *block
-		select {
-		case b = <-free:
-		default:
-			b = &block{}
-		}
-		if need := max(blockSize, 2*len(carry)); cap(b.buf) < need {
-			b.buf = make([]byte, need)
-		}
-		buf := b.buf[:cap(b.buf)]
-		copy(buf, carry)
-		n, err := io.ReadFull(r, buf[len(carry):])
-		buf = buf[:len(carry)+n]
-		end := bytes.LastIndexByte(buf, '\n') + 1
-		// The tail is kept apart before the block is handed on: the block may come back through free
-		// and be overwritten while the tail is still needed.
-		carry = append(carry[:0], buf[end:]...)
-		if end > 0 {
-			b.data, b.off, b.done = buf[:end], off, make(chan struct{})
-			if !emit(b) {
-				return nil
-			}
-			if off >= 0 {
-				off += int64(end)
-			}
-		}
-		switch {
-		case err == io.EOF || err == io.ErrUnexpectedEOF:
-			*torn = len(carry) > 0
-			return nil
-		case err != nil:
-			return err
-		}
-	}
-}
-
-func parseBlock(s *scanner, b *block, digests bool) {
-	b.lines, b.escaped, b.digests = b.lines[:0], b.escaped[:0], b.digests[:0]
-	data := b.data
-	for start := 0; start < len(data); {
-		n, run, seq, w := s.parseNext(data[start:])
-		i := start + n
-		line := data[start:i]
-		p := parsed{start: int32(start), end: int32(i), seq: seq, why: w, runLen: int32(len(run))}
-		switch {
-		case s.runEsc:
-			p.runEsc, p.runAt = true, int32(len(b.escaped))
-			b.escaped = append(b.escaped, run)
-		case s.runAt >= 0:
-			p.runAt = int32(start + s.runAt)
-		}
-		b.lines = append(b.lines, p)
-		if digests {
-			var d [sha256.Size]byte
-			if w == whyNone {
-				d = sha256.Sum256(line)
-			}
-			b.digests = append(b.digests, d)
-		}
-		start = i + 1
-	}
-	if !digests {
-		b.digests = nil
-	}
 }

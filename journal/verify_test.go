@@ -186,6 +186,15 @@ func TestVerifyHandlesLinesLongerThanItsBuffer(t *testing.T) {
 	if err != nil || rep.Lines != 2 || rep.Duplicates != 1 {
 		t.Errorf("(%+v, %v)", rep, err)
 	}
+	// Starting inside a block, after lines of their own, and ending one byte short of a newline.
+	pad := strings.Repeat(ln("p", 1, "")+ln("p", 1, ""), 10_000)
+	in = ln("p", 1, "") + pad + ln("a", 1, `,"big":"`+big+`"`) + pad + ln("a", 2, "") + ln("a", 1, `,"big":"`+big+`"`) + strings.TrimSuffix(ln("a", 3, `,"big":"`+big), "\n")
+	for _, r := range []io.Reader{strings.NewReader(in), struct{ io.Reader }{strings.NewReader(in)}} {
+		rep, err := journal.Verify(r)
+		if err != nil || rep.Lines != 3 || rep.Duplicates != 1+40_000 || !rep.TornTail {
+			t.Errorf("(%+v, %v)", rep, err)
+		}
+	}
 }
 
 // FuzzVerify: Verify never panics, and whenever it accepts its input, an independent reading of the
@@ -196,6 +205,7 @@ func FuzzVerify(f *testing.F) {
 	f.Add([]byte(ln("a", 1, `,"x":1`) + ln("a", 1, `,"x":2`)))
 	f.Add([]byte(`{"engine_run_id":"a","seq":1,"d":{"seq":2}}` + "\n" + `{"engine_run_id":"a","se`))
 	f.Add([]byte(`{"engine\u005frun_id":"a","seq":1}` + "\n"))
+	f.Add([]byte(`{"engine_run_id":"\ud800","seq":1}` + "\n" + `{"engine_run_id":"\udfff","seq":2}` + "\n"))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		rep, err := journal.Verify(bytes.NewReader(in))
 		// A stream that cannot be read back is checked by digest instead of by re-reading: the same
@@ -203,6 +213,20 @@ func FuzzVerify(f *testing.F) {
 		streamRep, streamErr := journal.Verify(struct{ io.Reader }{bytes.NewReader(in)})
 		if (err == nil) != (streamErr == nil) || !cmp.Equal(rep, streamRep) {
 			t.Fatalf("file mode (%+v, %v) and stream mode (%+v, %v) disagree", rep, err, streamRep, streamErr)
+		}
+		// With a small line limit, the two modes agree too, and nothing longer passes.
+		const limit = 40
+		small, smallErr := journal.Verify(bytes.NewReader(in), journal.WithMaxLineSize(limit))
+		smallStream, smallStreamErr := journal.Verify(struct{ io.Reader }{bytes.NewReader(in)}, journal.WithMaxLineSize(limit))
+		if (smallErr == nil) != (smallStreamErr == nil) || !cmp.Equal(small, smallStream) {
+			t.Fatalf("with a limit, file mode (%+v, %v) and stream mode (%+v, %v) disagree", small, smallErr, smallStream, smallStreamErr)
+		}
+		if smallErr == nil {
+			for _, l := range bytes.Split(in, []byte("\n")) {
+				if len(l) > limit {
+					t.Fatalf("a line of %d bytes passed a limit of %d", len(l), limit)
+				}
+			}
 		}
 		if rep.Lines < 0 || rep.Duplicates < 0 {
 			t.Fatalf("negative counts %+v", rep)
@@ -244,6 +268,40 @@ func FuzzVerify(f *testing.F) {
 			t.Fatalf("report says %d lines, the model %d", rep.Lines, total)
 		}
 	})
+}
+
+// TestRunIDsThatAreNotCharactersAreMalformed: decoded, a lone surrogate becomes U+FFFD, so runs
+// "\ud800", "\udfff" and "\ufffd" would be one run; they are refused instead, in Verify (by the
+// full parser and by a learnt shape alike) and in LineKey.
+func TestRunIDsThatAreNotCharactersAreMalformed(t *testing.T) {
+	t.Parallel()
+	for _, run := range []string{`\ud800`, `\udfff`, `r\ud800n`, `\ud800\u0041`, `\udc00\ud800`, `\ud800\ud800`, `\ud83d`} {
+		line := `{"engine_run_id":"` + run + `","seq":1}`
+		// After a line of the same shape, and as the first line.
+		for _, in := range []string{ln("ok", 1, "") + line + "\n", `{"engine_run_id":"x","seq":1}` + "\n" + line + "\n"} {
+			_, err := verifyString(in)
+			var ve *journal.Error
+			if !errors.Is(err, journal.ErrMalformed) || !errors.As(err, &ve) || ve.Line != 2 || !strings.Contains(ve.Reason, "surrogate") {
+				t.Errorf("%s: %v, want ErrMalformed at line 2", line, err)
+			}
+		}
+		if _, _, err := journal.LineKey([]byte(line)); !errors.Is(err, journal.ErrMalformed) {
+			t.Errorf("LineKey(%s): %v, want ErrMalformed", line, err)
+		}
+	}
+	// Three lines that once passed as one dense run.
+	in := `{"engine_run_id":"\ud800","seq":1}` + "\n" + `{"engine_run_id":"\udfff","seq":2}` + "\n" + `{"engine_run_id":"\ufffd","seq":3}` + "\n"
+	if rep, err := verifyString(in); !errors.Is(err, journal.ErrMalformed) {
+		t.Errorf("(%+v, %v), want ErrMalformed", rep, err)
+	}
+	// A pair is one character, the same run as the character written out.
+	rep, err := verifyString(`{"engine_run_id":"\ud83d\ude00","seq":1}` + "\n" + `{"engine_run_id":"😀","seq":2}` + "\n")
+	if err != nil || rep.Runs["😀"].Last != 2 {
+		t.Errorf("a surrogate pair: (%+v, %v)", rep, err)
+	}
+	if run, _, err := journal.LineKey([]byte(`{"engine_run_id":"\ud83d\ude00","seq":1}`)); err != nil || run != "😀" {
+		t.Errorf("LineKey of a surrogate pair: (%q, %v)", run, err)
+	}
 }
 
 func TestLineKeyReadsTheKeyWithVerifysRules(t *testing.T) {
