@@ -72,10 +72,7 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		defer closeSink()
 		sink, dest = ns, *streamName+" at "+*natsURL
 	} else {
-		if err := checkContinues(*jPath, runs); err != nil {
-			return failErr(stderr, exitUsage, "relay", err)
-		}
-		j, err := journal.OpenFile(*jPath)
+		j, err := openContinuing(*jPath, runs)
 		if err != nil {
 			return failErr(stderr, exitUsage, "relay", err)
 		}
@@ -100,47 +97,53 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	return exitOK
 }
 
-// checkContinues refuses a journal that does not continue the database: a file that is not a journal
-// at all, or one that lacks lines the database records as projected (a new or emptied file, another
-// book's journal). Appending to either would corrupt a file that is not ours, or start runs mid-way,
-// and the relay would then forget rows whose lines no journal holds. A missing file continues a
-// database that has projected nothing.
-func checkContinues(path string, runs []outbox.RunStats) error {
-	var rep journal.Report
+// openContinuing opens the journal at path for the relay, refusing one that does not continue the
+// database: a file that is not a journal at all (journal.OpenFile refuses it and leaves it as it was),
+// or one that lacks lines the database records as projected (a new or emptied file, another book's
+// journal). Appending to either would corrupt a file that is not ours, or start runs mid-way, and the
+// relay would then forget rows whose lines no journal holds. A missing file continues only a database
+// that has projected nothing, and is refused before OpenFile would create it.
+func openContinuing(path string, runs []outbox.RunStats) (*journal.File, error) {
 	switch st, err := os.Stat(path); {
 	case errors.Is(err, os.ErrNotExist):
-		rep.Runs = map[string]journal.RunReport{}
+		for _, r := range runs {
+			if r.Projected > 0 {
+				return nil, notContinued(path, r, 0)
+			}
+		}
 	case err != nil:
-		return err
+		return nil, err
 	case st.IsDir():
-		return fmt.Errorf("journal %s is a directory", quote(path))
+		return nil, fmt.Errorf("journal %s is a directory", quote(path))
 	case !st.Mode().IsRegular():
-		return fmt.Errorf("journal %s is not a regular file", quote(path))
-	default:
-		f, err := os.Open(path)
-		if err != nil {
-			return err
-		}
-		rep, err = journal.Verify(f)
-		f.Close()
-		var finding *journal.Error
-		switch {
-		case errors.As(err, &finding) && errors.Is(err, journal.ErrMalformed):
-			return fmt.Errorf("%s is not a journal (line %d: %s); nothing was written", quote(path), finding.Line, finding.Reason)
-		case err != nil:
-			return fmt.Errorf("journal %s fails verification (%w); nothing was written", quote(path), err)
-		}
+		return nil, fmt.Errorf("journal %s is not a regular file", quote(path))
+	}
+	j, err := journal.OpenFile(path)
+	if errors.Is(err, journal.ErrNotJournal) {
+		return nil, fmt.Errorf("%w; nothing was written", err)
+	}
+	if err != nil {
+		return nil, err
 	}
 	for _, r := range runs {
 		if r.Projected == 0 {
 			continue
 		}
-		if got := rep.Runs[r.RunID].Last; got < r.Projected {
-			return fmt.Errorf("journal %s holds run %s up to seq %d, but the database records it projected up to seq %d: "+
-				"it is not this book's journal, or it lost lines; nothing was written", quote(path), quote(r.RunID), got, r.Projected)
+		last, err := j.LastSeq(r.RunID)
+		if err == nil && last < r.Projected {
+			err = notContinued(path, r, last)
+		}
+		if err != nil {
+			j.Close()
+			return nil, err
 		}
 	}
-	return nil
+	return j, nil
+}
+
+func notContinued(path string, r outbox.RunStats, last int64) error {
+	return fmt.Errorf("journal %s holds run %s up to seq %d, but the database records it projected up to seq %d: "+
+		"it is not this book's journal, or it lost lines; nothing was written", quote(path), quote(r.RunID), last, r.Projected)
 }
 
 // progress draws a bar on a terminal and prints plain counts, at most once a second, elsewhere.

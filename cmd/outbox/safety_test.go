@@ -88,9 +88,9 @@ func TestRelayWritesOnlyIntoAJournalThatContinuesTheDatabase(t *testing.T) {
 	for _, tc := range []struct {
 		name, content, says string
 	}{
-		{"a SQLite database", "", "is not a journal"},
-		{"a text file", "dear diary\nno newline at the end", "is not a journal"},
-		{"a binary file", string(binary), "is not a journal"},
+		{"a SQLite database", "", "not a journal"},
+		{"a text file", "dear diary\nno newline at the end", "not a journal"},
+		{"a binary file", string(binary), "not a journal"},
 		{"an empty file", "", `holds run old up to seq 0, but the database records it projected up to seq 2`},
 		{"a new file", "", `holds run old up to seq 0, but the database records it projected up to seq 2`},
 		{"another book's journal", otherJournal, `holds run old up to seq 0, but the database records it projected up to seq 2`},
