@@ -49,6 +49,11 @@
 //     descriptor), so a second Open, in this process or another, fails at once with ErrLocked.
 //     OpenReadOnly takes none. Open refuses a file with more than one hard link (ErrHardLinked):
 //     SQLite gives each name its own -wal, so two names fork the book after a crash.
+//   - Readers write nothing. A store from OpenReadOnly (and a *sql.DB from OpenReadOnlyDB) reads
+//     beside a running writer through its WAL, and reads a book no writer holds open without creating
+//     a -wal or -shm beside it, so it also works where it cannot write. It reads such a book as
+//     immutable, holding a SHARED lock that keeps the file as it is; a read that meets a writer
+//     opening the book meanwhile fails with ErrBookOpened, and the same read again succeeds.
 //   - The schema it expects. Open, OpenReadOnly and Migrate refuse a book migrated by a newer release
 //     or missing a table, column or unique index the protocol relies on (ErrSchemaMismatch).
 //

@@ -360,6 +360,9 @@ func (p *pendingReader) statement(s *Store) (*sqlite3.Stmt, error) {
 	if p.stmt != nil {
 		return p.stmt, nil
 	}
+	if s.readOnly {
+		return nil, ErrReadOnly // a read-only store reads through its pool only (see readonly.go)
+	}
 	u := url.URL{Scheme: "file", OmitHost: true, Path: s.path, RawQuery: s.query("mode=ro")}
 	// mode=ro in the URI makes the connection read-only, whatever flags OpenContext adds.
 	c, err := sqlite3.OpenContext(sqlite3.WithMaxMemory(context.Background(), connMemory), u.String())

@@ -152,7 +152,7 @@ func OpenReadOnly(ctx context.Context, path string, opts ...Option) (*Store, err
 	if _, err := os.Stat(path); err != nil {
 		return nil, fmt.Errorf("outbox: open %s: %w", path, err)
 	}
-	if s.r, err = s.openReader(); err != nil {
+	if s.r, err = s.openReadOnlyPool(); err != nil {
 		return nil, err
 	}
 	octx, cancel := s.opContext(ctx)

@@ -37,17 +37,7 @@ func init() {
 }
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("outbox demo", flag.ContinueOnError)
-	dir := fs.String("dir", "", "work in `DIR` (default: a new temporary directory)")
-	units := fs.Int("units", 2000, "the book's size in `units`")
-	crashes := fs.Int("crashes", 3, "kill the engine with SIGKILL `K` times")
-	seed := fs.Uint64("seed", 1, "draw the moments of the kills from `S`")
-	sinkKind := fs.String("sink", "file", "project to a journal `file` or to nats (JetStream)")
-	natsURL := fs.String("nats", "", "with --sink nats: the server's `URL` (default: start one in DIR, on loopback)")
-	streamName := fs.String("stream", "EVENTS", "with --sink nats: the stream's `NAME`; on a server of yours it must be empty")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), `usage: outbox demo [--dir DIR] [--units N] [--crashes K] [--seed S] [--sink file|nats [--nats URL] [--stream NAME]]
-
+	fs := newFlags("demo", "outbox demo [--dir DIR] [--units N] [--crashes K] [--seed S] [--sink KIND [--nats URL] [--stream NAME]]", `
 Simulates an engine working through a book of N units. The engine runs as a child process
 (this binary, re-executed) with a fresh run id per start: it recovers what earlier starts
 left, writes its run_started handshake, announces every unit the database says is done,
@@ -58,11 +48,14 @@ the journal against the database. DIR keeps book.db and journal.jsonl for inspec
 With --sink nats the relay projects to a JetStream stream instead (a server started in
 DIR/nats when --nats is not given), and the stream, written to DIR/stream.jsonl, is checked.
 
-Exit status: 0 when every guarantee held, 1 when one did not, 2 on a usage error.
-
-flags:`)
-		fs.PrintDefaults()
-	}
+Exit status: 0 when every guarantee held, 1 when one did not, 2 on a usage error.`)
+	dir := fs.String("dir", "", "work in `dir` (default: a new temporary directory)")
+	units := fs.Int("units", 2000, "the book's size: `n` units")
+	crashes := fs.Int("crashes", 3, "kill the engine with SIGKILL `k` times")
+	seed := fs.Uint64("seed", 1, "draw the moments of the kills from the seed `s`")
+	sinkKind := fs.String("sink", "file", "project to a journal file (`kind` file) or to JetStream (nats)")
+	natsURL := fs.String("nats", "", "with --sink nats: the server's `url` (default: start one in DIR, on loopback)")
+	streamName := fs.String("stream", "EVENTS", "with --sink nats: the stream's `name`; on a server of yours it must be empty")
 	pos, code, done := parseFlags(fs, args, stderr)
 	if done {
 		return code
@@ -71,10 +64,10 @@ flags:`)
 		return usageError(stderr, "outbox demo", "takes no arguments")
 	}
 	if *units < 2 || *crashes < 0 || *crashes >= *units {
-		return fail(stderr, exitUsage, "demo: need --units of at least 2 and 0 <= --crashes < --units")
+		return usageError(stderr, "outbox demo", "need --units of at least 2 and 0 <= --crashes < --units")
 	}
 	if *sinkKind != "file" && *sinkKind != "nats" {
-		return fail(stderr, exitUsage, "demo: --sink is file or nats, not %q", *sinkKind)
+		return usageError(stderr, "outbox demo", "--sink is file or nats, not %s", quote(*sinkKind))
 	}
 	if *dir == "" {
 		d, err := os.MkdirTemp("", "outbox-demo-")

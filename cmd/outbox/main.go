@@ -42,22 +42,25 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
+	switch {
+	case len(args) == 0:
+		usage(stderr)
+		return exitUsage
+	case args[0] == "help" || args[0] == "-h" || args[0] == "--help" || args[0] == "-help":
 		usage(stdout)
-		if len(args) == 0 {
-			return exitUsage
-		}
 		return exitOK
+	case args[0] == "--version" || args[0] == "-version":
+		args[0] = "version"
 	}
 	c, ok := commands[args[0]]
 	if !ok {
 		c, ok = hidden[args[0]]
 	}
 	if !ok {
-		fmt.Fprintf(stderr, "outbox: unknown command %q (run 'outbox help')\n", args[0])
+		fmt.Fprintf(stderr, "outbox: unknown command %s (run 'outbox help')\n", quote(args[0]))
 		return exitUsage
 	}
-	return c.run(ctx, args[1:], stdout, stderr)
+	return c.run(ctx, args[1:], stdout, &streams{Writer: stderr, out: stdout})
 }
 
 func usage(w io.Writer) {
@@ -75,18 +78,18 @@ func usage(w io.Writer) {
 
 // parseFlags parses args with fs, letting flags and positional arguments come in any order
 // (`migrate up --db f` as well as `migrate --db f up`). It reports the positional arguments, or the
-// exit status to return when parsing ended the command: --help prints the usage and succeeds; a bad
-// flag is one line on stderr.
+// exit status to return when parsing ended the command: --help prints the usage on standard output
+// and succeeds; a bad flag is one line on stderr.
 func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) (positional []string, exit int, done bool) {
 	fs.SetOutput(io.Discard)
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
-				fs.SetOutput(stderr)
+				fs.SetOutput(helpOutput(stderr))
 				fs.Usage()
 				return nil, exitOK, true
 			}
-			return nil, usageError(stderr, fs.Name(), "%v", err), true
+			return nil, usageError(stderr, fs.Name(), "%s", flagError(err)), true
 		}
 		args = fs.Args()
 		if len(args) == 0 {
@@ -100,12 +103,18 @@ func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) (positional [
 
 // usageError prints one line naming the problem and where the usage is, and returns exitUsage.
 func usageError(stderr io.Writer, name, format string, a ...any) int {
-	fmt.Fprintf(stderr, "%s: %s (run '%s --help')\n", name, fmt.Sprintf(format, a...), name)
+	fmt.Fprintf(stderr, "%s: %s (run '%s --help')\n", name, sanitize(fmt.Sprintf(format, a...)), name)
 	return exitUsage
 }
 
 // fail prints one line to stderr and returns status.
 func fail(stderr io.Writer, status int, format string, a ...any) int {
-	fmt.Fprintf(stderr, "outbox: "+format+"\n", a...)
+	fmt.Fprintf(stderr, "outbox: %s\n", sanitize(fmt.Sprintf(format, a...)))
+	return status
+}
+
+// failErr prints err as the one line of command name's failure (see message) and returns status.
+func failErr(stderr io.Writer, status int, name string, err error) int {
+	fmt.Fprintf(stderr, "outbox %s: %s\n", name, message(err))
 	return status
 }

@@ -5,8 +5,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -23,7 +25,45 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == engineCommand {
 		os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 	}
+	if os.Getenv(asOutbox) == "1" {
+		main()
+	}
 	os.Exit(m.Run())
+}
+
+// asOutbox, set to 1 in its environment, makes the test binary the outbox command, so that a test
+// runs the command as a real process (see runOutbox).
+const asOutbox = "OUTBOX_TEST_AS_COMMAND"
+
+// outboxCmd returns the outbox command, as a process of its own, with args.
+func outboxCmd(t *testing.T, args ...string) *exec.Cmd {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, args...)
+	cmd.Env = append(os.Environ(), asOutbox+"=1")
+	return cmd
+}
+
+// runOutbox runs the outbox command as a process of its own and returns its exit status, standard
+// output and standard error.
+func runOutbox(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	return runCmd(t, outboxCmd(t, args...))
+}
+
+func runCmd(t *testing.T, cmd *exec.Cmd) (int, string, string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatalf("%v: %v", cmd.Args, err)
+	}
+	return cmd.ProcessState.ExitCode(), out.String(), errOut.String()
 }
 
 // cli runs the command in-process and returns its exit status, standard output and error.
@@ -75,8 +115,8 @@ func fileDigest(t *testing.T, paths ...string) string {
 
 func TestHelpForEveryCommandExitsZero(t *testing.T) {
 	for name := range commands {
-		if code, out, errOut := cli(t, name, "--help"); code != exitOK || !strings.Contains(out+errOut, "usage: outbox "+name) {
-			t.Errorf("%s --help: exit %d, %q", name, code, errOut)
+		if code, out, _ := cli(t, name, "--help"); code != exitOK || !strings.Contains(out, "usage: outbox "+name) {
+			t.Errorf("%s --help: exit %d, %q", name, code, out)
 		}
 	}
 	if code, out, _ := cli(t, "help"); code != exitOK || !strings.Contains(out, "verify") {

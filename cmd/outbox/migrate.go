@@ -3,15 +3,23 @@ package main
 import (
 	"context"
 	"database/sql"
-	"flag"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"net/url"
 	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/ncruces/go-sqlite3"
 	"github.com/ncruces/go-sqlite3/driver"
 
+	"github.com/textmachine/outbox/internal/flock"
 	"github.com/textmachine/outbox/migrations"
+	"github.com/textmachine/outbox/outbox"
 )
 
 func init() {
@@ -21,17 +29,20 @@ func init() {
 	}
 }
 
+const migrateAbout = `
+up applies every pending migration, creating the file if it is missing; down rolls back the
+latest one; status lists every migration, applied or pending, and any version the book records
+that this outbox does not know; version prints the book's current version.
+
+The version table is ` + migrations.TableName + `, the one the library and the goose CLI (-table) use.
+up and down take the book's writer lock, so they refuse to run beside an engine. down refuses a
+step that would drop stored events or once keys, saying how many, unless --force is given.
+status and version only read: they write nothing and create no file beside the database.`
+
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("outbox migrate", flag.ContinueOnError)
+	fs := newFlags("migrate", "outbox migrate up|down|status|version --db FILE [--force]", migrateAbout)
 	dbPath := fs.String("db", "", "the database `file`")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: outbox migrate up|down|status|version --db FILE\n\n"+
-			"up applies every pending migration (creating the file if missing); down rolls back the\n"+
-			"latest one; status lists them; version prints the current version. The version table is\n"+
-			migrations.TableName+", the one the library and the goose CLI (-table) use. Stop the engine\n"+
-			"before going down.\n\nflags:")
-		fs.PrintDefaults()
-	}
+	force := fs.Bool("force", false, "with down: roll back even a step that drops stored events or once keys")
 	pos, code, done := parseFlags(fs, args, stderr)
 	if done {
 		return code
@@ -40,69 +51,274 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return usageError(stderr, "outbox migrate", "need an action (up, down, status or version) and --db FILE")
 	}
 	action := pos[0]
+	var err error
 	switch action {
-	case "up", "down", "status", "version":
+	case "status", "version":
+		err = migrateRead(ctx, *dbPath, action, stdout)
+	case "up", "down":
+		err = migrateWrite(ctx, *dbPath, action, *force, stdout)
 	default:
-		return fail(stderr, exitUsage, "migrate: unknown action %q (up, down, status or version)", action)
+		return usageError(stderr, "outbox migrate", "unknown action %s (up, down, status or version)", quote(action))
 	}
-	if action != "up" {
-		if _, err := os.Stat(*dbPath); err != nil {
-			return fail(stderr, exitUsage, "migrate %s: %v", action, err)
-		}
+	var refused *lossError
+	if errors.As(err, &refused) {
+		fmt.Fprintf(stderr, "outbox migrate down: %s\n", sanitize(refused.Error()))
+		return exitUsage
 	}
-	d, err := driver.Open("file:"+*dbPath, func(c *sqlite3.Conn) error {
-		if err := c.BusyTimeout(5e9); err != nil {
-			return err
-		}
-		return c.Exec("PRAGMA synchronous=FULL")
-	})
 	if err != nil {
-		return fail(stderr, exitUsage, "migrate: %v", err)
-	}
-	defer d.Close()
-	d.SetMaxOpenConns(1)
-	if err := migrate(ctx, d, action, stdout); err != nil {
-		return fail(stderr, exitUsage, "migrate %s %s: %v", action, *dbPath, err)
+		return failErr(stderr, exitUsage, "migrate "+action, err)
 	}
 	return exitOK
 }
 
-func migrate(ctx context.Context, d *sql.DB, action string, stdout io.Writer) error {
+// migrateRead reports the book's migrations through a read-only connection.
+func migrateRead(ctx context.Context, path, action string, stdout io.Writer) error {
+	if err := checkFile(path, "database"); err != nil {
+		return err
+	}
+	d, err := outbox.OpenReadOnlyDB(ctx, path)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	applied, err := appliedVersions(ctx, d)
+	if err != nil {
+		return err
+	}
+	if action == "version" {
+		var v int64
+		for version := range applied {
+			v = max(v, version)
+		}
+		fmt.Fprintln(stdout, v)
+		return nil
+	}
+	known, err := knownMigrations()
+	if err != nil {
+		return err
+	}
+	for _, m := range known {
+		state := "pending"
+		if at, ok := applied[m.version]; ok {
+			state = "applied " + at
+		}
+		fmt.Fprintf(stdout, "%-40s %s\n", m.name, state)
+	}
+	var unknown []int64
+	for v := range applied {
+		if !slices.ContainsFunc(known, func(m migration) bool { return m.version == v }) {
+			unknown = append(unknown, v)
+		}
+	}
+	slices.Sort(unknown)
+	for _, v := range unknown {
+		fmt.Fprintf(stdout, "%-40s applied %s\n", fmt.Sprintf("%05d (unknown to this outbox)", v), applied[v])
+	}
+	return nil
+}
+
+// appliedVersions reads the version table as goose keeps it: a row per applied version (and the
+// version 0 row goose writes when it creates the table). A book without the table has none.
+func appliedVersions(ctx context.Context, d *sql.DB) (map[int64]string, error) {
+	var n int
+	err := d.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = ?`, migrations.TableName).Scan(&n)
+	if err != nil || n == 0 {
+		return map[int64]string{}, err
+	}
+	// The latest row of a version says whether it stands (see migrations.Applied).
+	rows, err := d.QueryContext(ctx, `SELECT version_id, tstamp FROM `+migrations.TableName+` AS v
+		WHERE version_id > 0 AND is_applied
+		  AND id = (SELECT MAX(id) FROM `+migrations.TableName+` WHERE version_id = v.version_id)`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[int64]string{}
+	for rows.Next() {
+		var v int64
+		var at any
+		if err := rows.Scan(&v, &at); err != nil {
+			return nil, err
+		}
+		out[v] = formatStamp(at)
+	}
+	return out, rows.Err()
+}
+
+func formatStamp(at any) string {
+	switch t := at.(type) {
+	case time.Time:
+		return t.UTC().Format("2006-01-02 15:04:05Z")
+	case string:
+		return sanitize(t)
+	}
+	return "(no time)"
+}
+
+type migration struct {
+	version int64
+	name    string
+}
+
+// knownMigrations lists the migrations embedded in this outbox, by version.
+func knownMigrations() ([]migration, error) {
+	entries, err := fs.ReadDir(migrations.FS(), ".")
+	if err != nil {
+		return nil, err
+	}
+	var out []migration
+	for _, e := range entries {
+		prefix, _, ok := strings.Cut(e.Name(), "_")
+		v, err := strconv.ParseInt(prefix, 10, 64)
+		if ok && err == nil && strings.HasSuffix(e.Name(), ".sql") {
+			out = append(out, migration{version: v, name: e.Name()})
+		}
+	}
+	return out, nil
+}
+
+// migrateWrite applies or rolls back migrations under the book's writer lock.
+func migrateWrite(ctx context.Context, path, action string, force bool, stdout io.Writer) error {
+	if err := checkFile(path, "database"); err != nil && !(action == "up" && missing(path)) {
+		return err
+	}
+	lock, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	if err := flock.Exclusive(lock); err != nil {
+		lock.Close()
+		if errors.Is(err, flock.ErrHeld) {
+			return fmt.Errorf("database %s is held by a running engine; stop it first", quote(path))
+		}
+		return err
+	}
+	defer flock.Release(lock)
+	// The path taken literally: never pasted into a URI, where "?", "#" or "%41" would mean
+	// something else.
+	u := url.URL{Scheme: "file", OmitHost: true, Path: path}
+	d, err := driver.Open(u.String(), func(c *sqlite3.Conn) error {
+		if err := c.BusyTimeout(5 * time.Second); err != nil {
+			return err
+		}
+		return c.Exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL")
+	})
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	d.SetMaxOpenConns(1)
+	err = migrateLocked(ctx, d, action, force, stdout)
+	var loss *lossError
+	if err != nil && !errors.As(err, &loss) {
+		return fmt.Errorf("%s: %w", quote(path), err)
+	}
+	return err
+}
+
+// migrateLocked applies or rolls back migrations on d, whose writer lock is held.
+func migrateLocked(ctx context.Context, d *sql.DB, action string, force bool, stdout io.Writer) error {
 	p, err := migrations.NewProvider(d)
 	if err != nil {
 		return err
 	}
-	switch action {
-	case "up":
+	// A book migrated by a newer release is not this release's to change, up or down.
+	if unknown, err := migrations.Unknown(ctx, d); err != nil || len(unknown) > 0 {
+		if err == nil {
+			err = fmt.Errorf("%w: the database is at version %d, which this release does not know: use the release that migrated it",
+				migrations.ErrSchemaMismatch, unknown[len(unknown)-1])
+		}
+		return err
+	}
+	if action == "up" {
 		res, err := p.Up(ctx)
 		for _, r := range res {
 			fmt.Fprintf(stdout, "applied %s\n", r.Source.Path)
 		}
-		if err == nil && len(res) == 0 {
+		if err != nil {
+			return err
+		}
+		if len(res) == 0 {
 			fmt.Fprintln(stdout, "no pending migrations")
 		}
-		return err
-	case "down":
-		r, err := p.Down(ctx)
-		if r != nil {
-			fmt.Fprintf(stdout, "rolled back %s\n", r.Source.Path)
+		// Up to date by its version table, but a table, column or index dropped by hand is still
+		// missing: say so rather than "nothing to do".
+		return migrations.Check(ctx, d)
+	}
+	if !force {
+		if err := checkLoss(ctx, d, p); err != nil {
+			return err
 		}
-		return err
-	case "status":
-		st, err := p.Status(ctx)
-		for _, s := range st {
-			applied := "pending"
-			if s.State == "applied" {
-				applied = "applied " + s.AppliedAt.UTC().Format("2006-01-02 15:04:05Z")
-			}
-			fmt.Fprintf(stdout, "%-40s %s\n", s.Source.Path, applied)
-		}
-		return err
-	default:
-		v, err := p.GetDBVersion(ctx)
-		if err == nil {
-			fmt.Fprintln(stdout, v)
-		}
+	}
+	r, err := p.Down(ctx)
+	if r != nil && err == nil {
+		fmt.Fprintf(stdout, "rolled back %s\n", r.Source.Path)
+	}
+	return err
+}
+
+func missing(path string) bool {
+	_, err := os.Lstat(path)
+	return errors.Is(err, os.ErrNotExist)
+}
+
+// lossError is a rollback refused because it would destroy data.
+type lossError struct {
+	version int64
+	what    string
+}
+
+func (e *lossError) Error() string {
+	return fmt.Sprintf("rolling back version %d would drop %s; nothing was changed (give --force to roll back anyway)", e.version, e.what)
+}
+
+// checkLoss refuses rolling back the book's current version when that drops stored events or once
+// keys: version 1 drops the table of events and the ledger with it; version 2 drops the once keys of
+// lines not yet projected, which would then never reach the ledger; version 3 drops the record of
+// how far forgotten runs went.
+func checkLoss(ctx context.Context, d *sql.DB, p interface {
+	GetDBVersion(context.Context) (int64, error)
+}) error {
+	v, err := p.GetDBVersion(ctx)
+	if err != nil {
 		return err
 	}
+	count := func(query string) (int64, error) {
+		var n int64
+		err := d.QueryRowContext(ctx, query).Scan(&n)
+		return n, err
+	}
+	switch v {
+	case 1:
+		events, err := count(`SELECT count(*) FROM events_outbox`)
+		if err != nil {
+			return err
+		}
+		keys, err := count(`SELECT count(*) FROM events_outbox WHERE once_key <> ''`)
+		if err != nil {
+			return err
+		}
+		if events > 0 {
+			return &lossError{v, fmt.Sprintf("%d stored events, %d of them once keys in the ledger", events, keys)}
+		}
+	case 2:
+		keys, err := count(`SELECT count(*) FROM events_outbox WHERE announce_key <> '' AND once_key = ''`)
+		if err != nil {
+			return err
+		}
+		if keys > 0 {
+			return &lossError{v, fmt.Sprintf("the once keys of %d events not yet projected", keys)}
+		}
+	case 3:
+		// Without last_seq, a run whose rows were forgotten starts again below its highest seq.
+		runs, err := count(`SELECT count(*) FROM outbox_progress AS p WHERE last_seq >
+			(SELECT COALESCE(MAX(seq), 0) FROM events_outbox AS e WHERE e.engine_run_id = p.engine_run_id)`)
+		if err != nil {
+			return err
+		}
+		if runs > 0 {
+			return &lossError{v, fmt.Sprintf("the highest seq of %d runs whose lines were forgotten, so their next events would reuse numbers", runs)}
+		}
+	}
+	return nil
 }

@@ -3,30 +3,36 @@ package main
 import (
 	"bufio"
 	"context"
-	"flag"
-	"fmt"
 	"io"
+	"strconv"
 
 	"github.com/textmachine/outbox/outbox"
 )
 
 func init() {
 	commands["pending"] = command{
-		summary: "print a run's stored lines, exactly as stored (read-only)",
+		summary: "print a run's lines not yet projected (or, with --all, every stored line; read-only)",
 		run:     runPending,
 	}
 }
 
+const pendingAbout = `
+Prints the run's lines that are not yet projected, in seq order, one per line: those above the
+run's projected position (and above --after N when that is higher). With --all, every line still
+stored above --after N, projected or not.
+
+A line is printed as stored when every byte of it is printable; a line holding a control byte, DEL
+or invalid UTF-8 is printed quoted and escaped (Go's %q), so that it cannot act on a terminal.
+--raw prints every line byte for byte as stored. Opens the database read-only.`
+
 func runPending(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("outbox pending", flag.ContinueOnError)
+	fs := newFlags("pending", "outbox pending --db FILE --run ID [--all] [--after SEQ] [--limit N] [--raw]", pendingAbout)
 	dbPath := fs.String("db", "", "the database `file`")
-	runID := fs.String("run", "", "the run `id`")
-	after := fs.Int64("after", 0, "print lines with a seq above `N`")
-	limit := fs.Int("limit", 100, "print at most `N` lines")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: outbox pending --db FILE --run ID [--after N] [--limit N]\n\nPrints the run's stored lines with seq > N, in seq order, byte for byte as stored,\neach followed by a newline. Opens the database read-only.\n\nflags:")
-		fs.PrintDefaults()
-	}
+	runID := fs.String("run", "", "the run's `id`")
+	all := fs.Bool("all", false, "every stored line, projected or not")
+	after := fs.Int64("after", 0, "only lines with a seq above `seq`")
+	limit := fs.Int("limit", 100, "print at most `n` lines")
+	raw := fs.Bool("raw", false, "print the lines byte for byte, unescaped")
 	pos, code, done := parseFlags(fs, args, stderr)
 	if done {
 		return code
@@ -35,31 +41,50 @@ func runPending(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return usageError(stderr, "outbox pending", "need --db FILE and --run ID")
 	}
 	if *limit < 1 {
-		return fail(stderr, exitUsage, "pending: --limit must be at least 1")
+		return usageError(stderr, "outbox pending", "--limit must be at least 1")
 	}
-	s, err := outbox.OpenReadOnly(ctx, *dbPath)
+	s, err := openReadOnly(ctx, *dbPath)
 	if err != nil {
-		return fail(stderr, exitUsage, "pending: %v", err)
+		return failErr(stderr, exitUsage, "pending", err)
 	}
 	defer s.Close()
-	w := bufio.NewWriter(stdout)
-	for left := *limit; left > 0; {
-		lines, err := s.PendingEvents(ctx, *runID, *after, min(left, 1000))
+	from := *after
+	if !*all {
+		projected, err := s.Projected(ctx, *runID)
 		if err != nil {
-			return fail(stderr, exitUsage, "pending: %v", err)
+			return failErr(stderr, exitUsage, "pending", err)
 		}
-		if len(lines) == 0 {
-			break
-		}
-		for _, l := range lines {
-			w.Write(l.Line)
-			w.WriteByte('\n')
-		}
-		*after = lines[len(lines)-1].Seq
-		left -= len(lines)
+		from = max(from, projected)
+	}
+	w := bufio.NewWriter(stdout)
+	if err := printPending(ctx, s, w, *runID, from, *limit, *raw); err != nil {
+		return failErr(stderr, exitUsage, "pending", err)
 	}
 	if err := w.Flush(); err != nil {
-		return fail(stderr, exitUsage, "pending: %v", err)
+		return failErr(stderr, exitUsage, "pending", err)
 	}
 	return exitOK
+}
+
+func printPending(ctx context.Context, s *outbox.Store, w *bufio.Writer, runID string, after int64, limit int, raw bool) error {
+	for left := limit; left > 0; {
+		lines, err := s.PendingEvents(ctx, runID, after, min(left, 1000))
+		if err != nil {
+			return err
+		}
+		if len(lines) == 0 {
+			return nil
+		}
+		for _, l := range lines {
+			if raw || printable(string(l.Line)) {
+				w.Write(l.Line)
+			} else {
+				w.WriteString(strconv.Quote(string(l.Line)))
+			}
+			w.WriteByte('\n')
+		}
+		after = lines[len(lines)-1].Seq
+		left -= len(lines)
+	}
+	return nil
 }

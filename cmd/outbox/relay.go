@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -21,16 +20,23 @@ func init() {
 	}
 }
 
+const relayAbout = `
+Recovers a stopped engine's backlog: projects every run's committed lines that the journal may
+lack, in order and byte for byte, records them, and forgets the projected rows, as the engine's
+next start would. Takes the database's writer lock and the journal's lock, so it refuses to run
+beside an engine.
+
+It writes only into a journal that continues this database: before writing anything it checks
+that the file is a journal (not a database, a text file or anything else) and that it holds every
+run up to the seq the database records as projected. Otherwise it exits with status 2, naming the
+problem, and leaves the journal and the database as they were.`
+
 func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("outbox relay", flag.ContinueOnError)
+	fs := newFlags("relay", "outbox relay --db FILE (--journal FILE | --nats URL --stream NAME)", relayAbout)
 	dbPath := fs.String("db", "", "the database `file`")
 	jPath := fs.String("journal", "", "the journal `file` (created if missing)")
-	natsURL := fs.String("nats", "", "project to the NATS server at `URL` instead of a journal file")
-	streamName := fs.String("stream", "", "the JetStream stream `NAME` (with --nats)")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: outbox relay --db FILE (--journal FILE | --nats URL --stream NAME)\n\nRecovers a stopped engine's backlog: projects every run's committed lines that the\njournal may lack, in order and byte for byte, records them, and forgets the projected\nrows, as the engine's next start would. Takes the database's writer lock and the\njournal's lock, so it refuses to run beside an engine.\n\nflags:")
-		fs.PrintDefaults()
-	}
+	natsURL := fs.String("nats", "", "project to the NATS server at `url` instead of a journal")
+	streamName := fs.String("stream", "", "the JetStream stream's `name` (with --nats)")
 	pos, code, done := parseFlags(fs, args, stderr)
 	if done {
 		return code
@@ -38,42 +44,45 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if len(pos) != 0 || *dbPath == "" || (*jPath == "") == (*natsURL == "") || (*natsURL != "") != (*streamName != "") {
 		return usageError(stderr, "outbox relay", "need --db FILE and either --journal FILE or --nats URL --stream NAME")
 	}
-	if _, err := os.Stat(*dbPath); err != nil {
-		return fail(stderr, exitUsage, "relay: %v", err)
+	if err := checkFile(*dbPath, "database"); err != nil {
+		return failErr(stderr, exitUsage, "relay", err)
 	}
 	s, err := outbox.Open(ctx, *dbPath)
 	if errors.Is(err, outbox.ErrLocked) {
-		return fail(stderr, exitUsage, "relay: %v (is the engine running?)", err)
+		return fail(stderr, exitUsage, "relay: database %s is locked (is the engine running?)", quote(*dbPath))
 	}
 	if err != nil {
-		return fail(stderr, exitUsage, "relay: %v", err)
+		return failErr(stderr, exitUsage, "relay", err)
 	}
 	defer s.Close()
+	var runs []outbox.RunStats
+	for r, err := range s.AllRuns(ctx) {
+		if err != nil {
+			return failErr(stderr, exitUsage, "relay", err)
+		}
+		runs = append(runs, r)
+	}
 	var sink outbox.Sink
 	dest := *jPath
 	if *natsURL != "" {
 		ns, closeSink, err := openNATSSink(*natsURL, *streamName)
 		if err != nil {
-			return fail(stderr, exitUsage, "relay: %v", err)
+			return failErr(stderr, exitUsage, "relay", err)
 		}
 		defer closeSink()
 		sink, dest = ns, *streamName+" at "+*natsURL
 	} else {
-		j, err := journal.OpenFile(*jPath)
+		j, err := openContinuing(*jPath, runs)
 		if err != nil {
-			return fail(stderr, exitUsage, "relay: %v", err)
+			return failErr(stderr, exitUsage, "relay", err)
 		}
 		defer j.Close()
 		sink = j
 	}
 
-	runs, err := s.Runs(ctx)
-	if err != nil {
-		return fail(stderr, exitUsage, "relay: %v", err)
-	}
 	var total int64
 	for _, r := range runs {
-		total += max(0, r.LastSeq-r.Projected)
+		total += r.Unprojected
 	}
 	bar := newProgress(stderr, total)
 	// A run id of its own that has no rows: Recover treats every run in the database as earlier.
@@ -82,10 +91,59 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	err = relay.Recover(ctx)
 	bar.done()
 	if err != nil {
-		return fail(stderr, exitUsage, "relay: %v", err)
+		return failErr(stderr, exitUsage, "relay", err)
 	}
-	fmt.Fprintf(stdout, "projected %d lines of %d runs into %s\n", bar.n, len(runs), dest)
+	fmt.Fprintf(stdout, "projected %d lines of %d runs into %s\n", bar.n, len(runs), quote(dest))
 	return exitOK
+}
+
+// openContinuing opens the journal at path for the relay, refusing one that does not continue the
+// database: a file that is not a journal at all (journal.OpenFile refuses it and leaves it as it was),
+// or one that lacks lines the database records as projected (a new or emptied file, another book's
+// journal). Appending to either would corrupt a file that is not ours, or start runs mid-way, and the
+// relay would then forget rows whose lines no journal holds. A missing file continues only a database
+// that has projected nothing, and is refused before OpenFile would create it.
+func openContinuing(path string, runs []outbox.RunStats) (*journal.File, error) {
+	switch st, err := os.Stat(path); {
+	case errors.Is(err, os.ErrNotExist):
+		for _, r := range runs {
+			if r.Projected > 0 {
+				return nil, notContinued(path, r, 0)
+			}
+		}
+	case err != nil:
+		return nil, err
+	case st.IsDir():
+		return nil, fmt.Errorf("journal %s is a directory", quote(path))
+	case !st.Mode().IsRegular():
+		return nil, fmt.Errorf("journal %s is not a regular file", quote(path))
+	}
+	j, err := journal.OpenFile(path)
+	if errors.Is(err, journal.ErrNotJournal) {
+		return nil, fmt.Errorf("%w; nothing was written", err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range runs {
+		if r.Projected == 0 {
+			continue
+		}
+		last, err := j.LastSeq(r.RunID)
+		if err == nil && last < r.Projected {
+			err = notContinued(path, r, last)
+		}
+		if err != nil {
+			j.Close()
+			return nil, err
+		}
+	}
+	return j, nil
+}
+
+func notContinued(path string, r outbox.RunStats, last int64) error {
+	return fmt.Errorf("journal %s holds run %s up to seq %d, but the database records it projected up to seq %d: "+
+		"it is not this book's journal, or it lost lines; nothing was written", quote(path), quote(r.RunID), last, r.Projected)
 }
 
 // progress draws a bar on a terminal and prints plain counts, at most once a second, elsewhere.
@@ -98,13 +156,7 @@ type progress struct {
 }
 
 func newProgress(w io.Writer, total int64) *progress {
-	p := &progress{w: w, total: total}
-	if f, ok := w.(*os.File); ok {
-		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
-			p.tty = true
-		}
-	}
-	return p
+	return &progress{w: w, total: total, tty: isTerminal(w)}
 }
 
 func (p *progress) add(n int64) {

@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/textmachine/outbox/outbox"
 )
@@ -25,29 +27,40 @@ type statsReport struct {
 	DB        string        `json:"db"`
 	FileBytes int64         `json:"file_bytes"`
 	WALBytes  int64         `json:"wal_bytes"`
-	Ledger    int           `json:"ledger_keys"`
+	Ledger    int64         `json:"ledger_keys"`
 	Runs      []runStatsRow `json:"runs"`
 }
 
 type runStatsRow struct {
-	RunID       string   `json:"run"`
-	Lines       int64    `json:"lines"`
-	LedgerLines int64    `json:"ledger_lines"`
-	Buffered    int64    `json:"buffered"`
-	LastSeq     int64    `json:"last_seq"`
-	Projected   int64    `json:"projected"`
-	Pending     int64    `json:"pending"`
+	RunID string `json:"run"`
+	// RunEscaped is the run id quoted and escaped as Go's %q does, given only when the id is not valid
+	// UTF-8: JSON cannot carry such bytes, and "run" then holds U+FFFD in their place.
+	RunEscaped  string   `json:"run_escaped,omitempty"`
+	LastSeq     int64    `json:"last_seq"`                   // the highest seq the run was ever given
+	Lines       int64    `json:"lines"`                      // rows still stored
+	LedgerLines int64    `json:"ledger_lines"`               // stored rows whose once key is in the ledger
+	Buffered    int64    `json:"buffered"`                   // stored rows not in the ledger
+	Projected   int64    `json:"projected"`                  // every seq up to this one is in the journal
+	Pending     int64    `json:"pending"`                    // seqs above projected: lines not yet projected
 	OldestAge   *float64 `json:"oldest_pending_age_seconds"` // null when nothing is pending or the age is unknown
 }
 
+const statsAbout = `
+Per run: the highest seq ever assigned (kept after its lines are forgotten), the lines still
+stored, how far the run is projected, the lines not yet projected and the age of the oldest of
+them; then the number of once keys in the ledger (counted, not loaded) and the sizes of the
+database and its WAL. Opens the database read-only: beside a running engine it reads what the
+engine has committed, and on a book no engine holds open it leaves the directory exactly as it
+found it (no -wal, no -shm), so it also works where you cannot write.
+
+With --watch DURATION it redraws the table every DURATION until interrupted (on a terminal; one
+block per refresh otherwise).`
+
 func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("outbox stats", flag.ContinueOnError)
+	fs := newFlags("stats", "outbox stats --db FILE [--json] [--watch DURATION]", statsAbout)
 	dbPath := fs.String("db", "", "the database `file`")
 	asJSON := fs.Bool("json", false, "print JSON")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: outbox stats --db FILE [--json]\n\nPer run: lines stored, buffered (not in the ledger), highest seq, projected up to,\nthe age of the oldest line not yet projected; the ledger's size; the file's size.\nOpens the database read-only and writes nothing to it.\n\nflags:")
-		fs.PrintDefaults()
-	}
+	watch := fs.Duration("watch", 0, "refresh every `duration` (such as 2s) until interrupted")
 	pos, code, done := parseFlags(fs, args, stderr)
 	if done {
 		return code
@@ -55,55 +68,148 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if len(pos) != 0 || *dbPath == "" {
 		return usageError(stderr, "outbox stats", "need --db FILE and no arguments")
 	}
-	s, err := outbox.OpenReadOnly(ctx, *dbPath)
+	if *watch < 0 {
+		return usageError(stderr, "outbox stats", "--watch must be a positive duration")
+	}
+	s, err := openReadOnly(ctx, *dbPath)
 	if err != nil {
-		return fail(stderr, exitUsage, "stats: %v", err)
+		return failErr(stderr, exitUsage, "stats", err)
 	}
 	defer s.Close()
-	runs, err := s.Runs(ctx)
-	if err != nil {
-		return fail(stderr, exitUsage, "stats: %v", err)
-	}
-	ledger, err := s.AnnouncedOnceKeys(ctx)
-	if err != nil {
-		return fail(stderr, exitUsage, "stats: %v", err)
-	}
-	rep := statsReport{DB: *dbPath, Ledger: len(ledger), Runs: []runStatsRow{}}
-	if st, err := os.Stat(*dbPath); err == nil {
-		rep.FileBytes = st.Size()
-	}
-	if st, err := os.Stat(*dbPath + "-wal"); err == nil {
-		rep.WALBytes = st.Size()
-	}
-	now := time.Now()
-	for _, r := range runs {
-		rs := runStatsRow{RunID: r.RunID, Lines: r.Lines, LedgerLines: r.LedgerLines, Buffered: r.Lines - r.LedgerLines,
-			LastSeq: r.LastSeq, Projected: r.Projected, Pending: max(0, r.LastSeq-r.Projected)}
-		if !r.OldestPending.IsZero() && rs.Pending > 0 {
-			age := now.Sub(r.OldestPending).Seconds()
-			rs.OldestAge = &age
+	if *watch == 0 {
+		rep, err := collectStats(ctx, s, time.Now())
+		if err != nil {
+			return failErr(stderr, exitUsage, "stats", err)
 		}
-		rep.Runs = append(rep.Runs, rs)
-	}
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
-			return fail(stderr, exitUsage, "stats: %v", err)
+		if err := printStats(stdout, rep, *asJSON); err != nil {
+			return failErr(stderr, exitUsage, "stats", err)
 		}
 		return exitOK
 	}
-	fmt.Fprintf(stdout, "%s: %d bytes (WAL %d), %d once keys in the ledger, %d runs\n\n",
-		rep.DB, rep.FileBytes, rep.WALBytes, rep.Ledger, len(rep.Runs))
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "run\tlines\tbuffered\tlast seq\tprojected\tpending\toldest pending\t")
+	return watchStats(ctx, s, *watch, *asJSON, stdout, stderr)
+}
+
+// watchStats prints the report every interval until ctx ends: redrawn in place on a terminal, one
+// block after another elsewhere.
+func watchStats(ctx context.Context, s *outbox.Store, interval time.Duration, asJSON bool, stdout, stderr io.Writer) int {
+	tty := isTerminal(stdout) && !asJSON
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for first := true; ; first = false {
+		rep, err := collectStats(ctx, s, time.Now())
+		if ctx.Err() != nil {
+			return exitOK
+		}
+		if err != nil {
+			return failErr(stderr, exitUsage, "stats", err)
+		}
+		switch {
+		case tty:
+			fmt.Fprint(stdout, "\x1b[H\x1b[2J") // home, clear screen
+		case !first && !asJSON:
+			fmt.Fprintln(stdout)
+		}
+		if err := printStats(stdout, rep, asJSON); err != nil {
+			return failErr(stderr, exitUsage, "stats", err)
+		}
+		select {
+		case <-ctx.Done():
+			return exitOK
+		case <-t.C:
+		}
+	}
+}
+
+// openReadOnly opens the book at path read-only, after refusing a missing file or a directory with
+// a message that says which.
+func openReadOnly(ctx context.Context, path string) (*outbox.Store, error) {
+	if err := checkFile(path, "database"); err != nil {
+		return nil, err
+	}
+	return outbox.OpenReadOnly(ctx, path)
+}
+
+// collectStats reads the report; a read that met an engine opening the book is read again, through
+// the engine's WAL.
+func collectStats(ctx context.Context, s *outbox.Store, now time.Time) (statsReport, error) {
+	rep, err := readStats(ctx, s, now)
+	if errors.Is(err, outbox.ErrBookOpened) {
+		rep, err = readStats(ctx, s, now)
+	}
+	return rep, err
+}
+
+func readStats(ctx context.Context, s *outbox.Store, now time.Time) (statsReport, error) {
+	rep := statsReport{DB: s.Path(), Runs: []runStatsRow{}}
+	for r, err := range s.AllRuns(ctx) {
+		if err != nil {
+			return rep, err
+		}
+		rep.Runs = append(rep.Runs, statsRow(r, now))
+	}
+	var err error
+	if rep.Ledger, err = s.LedgerSize(ctx); err != nil {
+		return rep, err
+	}
+	rep.FileBytes, rep.WALBytes = fileSize(s.Path()), fileSize(s.Path()+"-wal")
+	return rep, nil
+}
+
+func statsRow(r outbox.RunStats, now time.Time) runStatsRow {
+	row := runStatsRow{RunID: r.RunID, RunEscaped: escapedIfInvalid(r.RunID), LastSeq: r.LastSeq, Lines: r.Lines, LedgerLines: r.LedgerLines,
+		Buffered: r.Lines - r.LedgerLines, Projected: r.Projected, Pending: r.Unprojected}
+	if !r.OldestPending.IsZero() && row.Pending > 0 {
+		// Never negative: the line's time is the engine's clock at enqueue, and a clock that has
+		// stepped back since would otherwise give an age below zero.
+		age := max(0, now.Sub(r.OldestPending).Seconds())
+		row.OldestAge = &age
+	}
+	return row
+}
+
+func escapedIfInvalid(s string) string {
+	if utf8.ValidString(s) {
+		return ""
+	}
+	return strconv.Quote(s)
+}
+
+func fileSize(path string) int64 {
+	if st, err := os.Stat(path); err == nil {
+		return st.Size()
+	}
+	return 0
+}
+
+func printStats(w io.Writer, rep statsReport, asJSON bool) error {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	fmt.Fprintf(w, "%s: %d bytes, WAL %d bytes; %d once keys in the ledger; %d runs\n\n",
+		quote(rep.DB), rep.FileBytes, rep.WALBytes, rep.Ledger, len(rep.Runs))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "run\thighest seq\tlines stored\tprojected up to\tnot yet projected\toldest not projected\t")
 	for _, r := range rep.Runs {
 		age := "-"
 		if r.OldestAge != nil {
 			age = time.Duration(*r.OldestAge * float64(time.Second)).Round(time.Millisecond).String()
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%s\t\n", r.RunID, r.Lines, r.Buffered, r.LastSeq, r.Projected, r.Pending, age)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t\n", quote(r.RunID), r.LastSeq, r.Lines, r.Projected, r.Pending, age)
 	}
-	tw.Flush()
-	return exitOK
+	return tw.Flush()
+}
+
+// isTerminal reports whether w is a terminal (a command's standard error counts as its own).
+func isTerminal(w io.Writer) bool {
+	if s, ok := w.(*streams); ok {
+		w = s.Writer
+	}
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -22,7 +21,8 @@ func init() {
 	}
 }
 
-// verifyReport is the --json output. Field names are part of the command's interface.
+// verifyReport is the --json output, one object on every outcome. Field names are part of the
+// command's interface.
 type verifyReport struct {
 	File       string               `json:"file"`
 	OK         bool                 `json:"ok"`
@@ -30,7 +30,8 @@ type verifyReport struct {
 	Duplicates int                  `json:"duplicates"`
 	TornTail   bool                 `json:"torn_tail"`
 	Runs       map[string]verifyRun `json:"runs"`
-	Finding    *verifyFinding       `json:"finding"` // null when clean
+	Finding    *verifyFinding       `json:"finding"`         // null when clean
+	Error      string               `json:"error,omitempty"` // set when the input could not be read
 }
 
 type verifyRun struct {
@@ -49,81 +50,120 @@ type verifyFinding struct {
 	Message  string `json:"message"`
 }
 
+const verifyAbout = `
+Checks a journal the way its reader does: each run's seqs go 1, 2, 3, ...; a repeated seq
+carries the same bytes (a duplicate, skipped) or is a conflict; every complete line is a JSON
+object with a string "engine_run_id" and an integer "seq". A last line without its newline is a
+torn tail, reported, not an error.
+
+Prints a per-run summary and ends with a one-line verdict, "OK" or "FAILED: " and what failed.
+With --json it prints one JSON object whatever happens; when the input could not be read, its
+"error" member says why.
+
+Exit status: 0 clean, 1 a gap, a conflict or a malformed line, 2 a usage or I/O error.`
+
 func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("outbox verify", flag.ContinueOnError)
-	asJSON := fs.Bool("json", false, "print JSON")
-	natsURL := fs.String("nats", "", "check a stream on the NATS server at `URL` instead of a file")
-	streamName := fs.String("stream", "", "the JetStream stream `NAME` (with --nats)")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: outbox verify [--json] (FILE | --nats URL --stream NAME)\n\nChecks a journal the way its reader does: each run's seqs go 1, 2, 3, ...; a repeated\nseq carries the same bytes (a duplicate, skipped) or is a conflict; every complete line is a\nJSON object with a string \"engine_run_id\" and an integer \"seq\". A last line without its\nnewline is a torn tail, reported, not an error.\n\nExit status: 0 clean, 1 a gap, a conflict or a malformed line, 2 a usage or I/O error.\n\nflags:")
-		fs.PrintDefaults()
-	}
+	fs := newFlags("verify", "outbox verify [--json] (FILE | --nats URL --stream NAME)", verifyAbout)
+	asJSON := fs.Bool("json", false, "print one JSON object")
+	natsURL := fs.String("nats", "", "check a stream on the NATS server at `url` instead of a file")
+	streamName := fs.String("stream", "", "the JetStream stream's `name` (with --nats)")
 	pos, code, done := parseFlags(fs, args, stderr)
 	if done {
 		return code
 	}
-	var rep journal.Report
-	var verr error
 	var source string
+	var check func() (journal.Report, error)
 	switch {
 	case *natsURL != "" && *streamName != "" && len(pos) == 0:
-		js, closeConn, err := connectJetStream(*natsURL)
-		if err != nil {
-			return fail(stderr, exitUsage, "verify: %v", err)
-		}
-		defer closeConn()
 		source = *streamName + " at " + *natsURL
-		rep, verr = ojs.Verify(ctx, js, *streamName)
-	case *natsURL == "" && *streamName == "" && len(pos) == 1:
-		f, err := os.Open(pos[0])
-		if err != nil {
-			return fail(stderr, exitUsage, "verify: %v", err)
+		check = func() (journal.Report, error) {
+			js, closeConn, err := connectJetStream(*natsURL)
+			if err != nil {
+				return journal.Report{}, err
+			}
+			defer closeConn()
+			return ojs.Verify(ctx, js, *streamName)
 		}
-		defer f.Close()
+	case *natsURL == "" && *streamName == "" && len(pos) == 1:
 		source = pos[0]
-		rep, verr = journal.Verify(f)
+		check = func() (journal.Report, error) { return verifyFile(pos[0]) }
 	default:
 		return usageError(stderr, "outbox verify", "need exactly one journal FILE, or --nats URL --stream NAME")
 	}
-	var finding *journal.Error
-	if verr != nil && !errors.As(verr, &finding) {
-		return fail(stderr, exitUsage, "verify: %v", verr)
-	}
+	rep, verr := check()
 	out := verifyReport{File: source, OK: verr == nil, Lines: rep.Lines, Duplicates: rep.Duplicates,
 		TornTail: rep.TornTail, Runs: map[string]verifyRun{}}
 	for id, r := range rep.Runs {
 		out.Runs[id] = verifyRun{Last: r.Last, Lines: r.Lines, Duplicates: r.Duplicates}
 	}
-	if finding != nil {
+	status := exitOK
+	var finding *journal.Error
+	switch {
+	case errors.As(verr, &finding):
 		kind := map[error]string{journal.ErrStreamGap: "gap", journal.ErrPayloadConflict: "conflict", journal.ErrMalformed: "malformed"}[finding.Err]
 		out.Finding = &verifyFinding{Kind: kind, Line: finding.Line, Run: finding.Run, Seq: finding.Seq,
-			Expected: finding.Expected, Reason: finding.Reason, Message: finding.Error()}
+			Expected: finding.Expected, Reason: finding.Reason, Message: message(finding)}
+		status = exitFindings
+	case verr != nil:
+		out.Error = message(verr)
+		status = exitUsage
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		enc.Encode(out)
 	} else {
-		ids := make([]string, 0, len(out.Runs))
-		for id := range out.Runs {
-			ids = append(ids, id)
-		}
-		sort.Strings(ids)
-		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+		printVerify(stdout, out)
+	}
+	if verr != nil {
+		return failErr(stderr, status, "verify", verr)
+	}
+	return status
+}
+
+// verifyFile verifies the journal at path, refusing a directory or a missing file by name.
+func verifyFile(path string) (journal.Report, error) {
+	if err := checkFile(path, "journal"); err != nil {
+		return journal.Report{}, err
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return journal.Report{}, err
+	}
+	defer f.Close()
+	return journal.Verify(f)
+}
+
+// printVerify prints the per-run table, the totals, and the verdict as the last line.
+func printVerify(w io.Writer, out verifyReport) {
+	ids := make([]string, 0, len(out.Runs))
+	for id := range out.Runs {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	if len(ids) > 0 {
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "run\tlast seq\tlines\tduplicates\t")
 		for _, id := range ids {
 			r := out.Runs[id]
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t\n", id, r.Last, r.Lines, r.Duplicates)
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t\n", quote(id), r.Last, r.Lines, r.Duplicates)
 		}
 		tw.Flush()
-		fmt.Fprintf(stdout, "\n%d runs, %d lines, %d duplicates skipped", len(ids), out.Lines, out.Duplicates)
+		fmt.Fprintln(w)
+	}
+	if out.Error == "" {
+		fmt.Fprintf(w, "%d runs, %d lines, %d duplicates skipped", len(ids), out.Lines, out.Duplicates)
 		if out.TornTail {
-			fmt.Fprint(stdout, ", torn last line")
+			fmt.Fprint(w, ", torn last line")
 		}
-		fmt.Fprintln(stdout)
+		fmt.Fprintln(w)
 	}
-	if finding != nil {
-		return fail(stderr, exitFindings, "verify: %v", finding)
+	switch {
+	case out.Finding != nil:
+		fmt.Fprintf(w, "FAILED: %s\n", out.Finding.Message)
+	case out.Error != "":
+		fmt.Fprintf(w, "FAILED: %s\n", out.Error)
+	default:
+		fmt.Fprintln(w, "OK")
 	}
-	return exitOK
 }

@@ -1,0 +1,169 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// newFlags returns the flag set of `outbox <name>`. Its usage, printed by --help, is the synopsis, the
+// description, and every flag as `--name VALUE` with its meaning, the convention of every command.
+// A flag's VALUE is the back-quoted word of its usage string, as with the flag package.
+func newFlags(name, synopsis, about string) *flag.FlagSet {
+	fs := flag.NewFlagSet("outbox "+name, flag.ContinueOnError)
+	fs.Usage = func() {
+		w := fs.Output()
+		fmt.Fprintf(w, "usage: %s\n\n%s\n", synopsis, strings.TrimSpace(about))
+		printFlags(w, fs)
+	}
+	return fs
+}
+
+// printFlags lists fs's flags as `--name VALUE`, each meaning on the next line.
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	first := true
+	fs.VisitAll(func(f *flag.Flag) {
+		if first {
+			fmt.Fprintln(w, "\nflags:")
+			first = false
+		}
+		value, usage := flag.UnquoteUsage(f)
+		if isBool(f) {
+			value = ""
+		}
+		// The placeholder reads the same in the meaning as after the flag: "work in DIR".
+		if i := strings.IndexByte(f.Usage, '`'); i >= 0 {
+			if j := strings.IndexByte(f.Usage[i+1:], '`'); j >= 0 {
+				usage = f.Usage[:i] + strings.ToUpper(f.Usage[i+1:i+1+j]) + f.Usage[i+2+j:]
+			}
+		}
+		line := "  --" + f.Name
+		if value != "" {
+			line += " " + strings.ToUpper(value)
+		}
+		def := ""
+		if f.DefValue != "" && f.DefValue != "0" && f.DefValue != "0s" && f.DefValue != "false" {
+			def = fmt.Sprintf(" (default %s)", f.DefValue)
+		}
+		fmt.Fprintf(w, "%s\n      %s%s\n", line, usage, def)
+	})
+}
+
+func isBool(f *flag.Flag) bool {
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
+// flagError rewrites the flag package's messages to the `--name` spelling the usage shows.
+func flagError(err error) string {
+	msg := err.Error()
+	msg = strings.ReplaceAll(msg, ": -", ": --")
+	msg = strings.ReplaceAll(msg, "flag -", "flag --")
+	return msg
+}
+
+// streams is the standard error a command writes to; it also knows the standard output, where
+// --help goes (see parseFlags).
+type streams struct {
+	io.Writer
+	out io.Writer
+}
+
+// helpOutput is where a command's --help is printed: its standard output.
+func helpOutput(stderr io.Writer) io.Writer {
+	if s, ok := stderr.(*streams); ok {
+		return s.out
+	}
+	return stderr
+}
+
+// quote shows a run id, a once key or any other name taken from a book or a journal so that a
+// terminal prints it as data: as it is when every rune is printable, otherwise (control bytes,
+// DEL, invalid UTF-8, formatting runes) quoted and escaped as Go's %q does. A name that itself begins
+// with a quote is quoted too, so that no plain name reads as an escaped one.
+func quote(s string) string {
+	if printable(s) && !strings.HasPrefix(s, `"`) {
+		return s
+	}
+	return strconv.Quote(s)
+}
+
+func printable(s string) bool {
+	for i, r := range s {
+		if r == utf8.RuneError {
+			if _, n := utf8.DecodeRuneInString(s[i:]); n == 1 {
+				return false
+			}
+		}
+		if !strconv.IsPrint(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// sanitize escapes, in free text such as an error message, every rune that quote would escape, and
+// leaves the rest as it is.
+func sanitize(s string) string {
+	if printable(s) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case !strconv.IsPrint(r):
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		default:
+			b.WriteString(s[i : i+n])
+		}
+		i += n
+	}
+	return b.String()
+}
+
+// message renders err for one line of standard error, saying each thing once: the library's
+// package prefix is dropped wherever a wrap repeated it, and a segment that repeats the one before it
+// ("open X: open X: …") is kept once.
+func message(err error) string {
+	parts := strings.Split(err.Error(), ": ")
+	out := parts[:0]
+	for _, p := range parts {
+		for _, prefix := range []string{"outbox", "journal", "migrations", "sqlite3"} {
+			if p == prefix && len(parts) > 1 {
+				p = ""
+			}
+		}
+		if p == "" || (len(out) > 0 && out[len(out)-1] == p) {
+			continue
+		}
+		out = append(out, p)
+	}
+	return sanitize(strings.Join(out, ": "))
+}
+
+// checkFile refuses, before anything opens it, a path that is missing or is a directory (or, for a
+// database, anything but a regular file), with a message that says which.
+func checkFile(path, what string) error {
+	st, err := os.Stat(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("%s %s does not exist", what, quote(path))
+	case err != nil:
+		return fmt.Errorf("%s %s: %w", what, quote(path), errors.Unwrap(err))
+	case st.IsDir():
+		return fmt.Errorf("%s %s is a directory", what, quote(path))
+	case what == "database" && !st.Mode().IsRegular():
+		// SQLite would block on a pipe, or read a device.
+		return fmt.Errorf("%s %s is not a regular file", what, quote(path))
+	}
+	return nil
+}

@@ -1,0 +1,349 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/textmachine/outbox/journal"
+	"github.com/textmachine/outbox/outbox"
+)
+
+// dirState is every file of dir with a digest of its bytes.
+func dirState(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[e.Name()] = fmt.Sprintf("%x", sha256.Sum256(b))
+	}
+	return out
+}
+
+// contents is what the database holds, read through the library: every run's figures and lines.
+func contents(t *testing.T, dbPath string) string {
+	t.Helper()
+	ctx := context.Background()
+	s, err := outbox.OpenReadOnly(ctx, dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	runs, err := s.Runs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, r := range runs {
+		fmt.Fprintf(&b, "%q last %d lines %d projected %d\n", r.RunID, r.LastSeq, r.Lines, r.Projected)
+		lines, err := s.PendingEvents(ctx, r.RunID, 0, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range lines {
+			fmt.Fprintf(&b, "%d %s\n", l.Seq, l.Line)
+		}
+	}
+	keys, err := s.AnnouncedOnceKeys(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(&b, "ledger %d\n", len(keys))
+	return b.String()
+}
+
+func TestRelayWritesOnlyIntoAJournalThatContinuesTheDatabase(t *testing.T) {
+	dbPath, _ := book(t) // run "old" is projected up to 2
+	dir := t.TempDir()
+	otherDB := filepath.Join(dir, "other.db")
+	s, err := outbox.Open(context.Background(), otherDB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	binary := make([]byte, 4096)
+	for i := range binary {
+		binary[i] = byte(i * 7)
+	}
+	otherJournal := `{"engine_run_id":"x","seq":1}` + "\n" + `{"engine_run_id":"x","seq":2}` + "\n"
+	for _, tc := range []struct {
+		name, content, says string
+	}{
+		{"a SQLite database", "", "not a journal"},
+		{"a text file", "dear diary\nno newline at the end", "not a journal"},
+		{"a binary file", string(binary), "not a journal"},
+		{"an empty file", "", `holds run old up to seq 0, but the database records it projected up to seq 2`},
+		{"a new file", "", `holds run old up to seq 0, but the database records it projected up to seq 2`},
+		{"another book's journal", otherJournal, `holds run old up to seq 0, but the database records it projected up to seq 2`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			target := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-"))
+			switch tc.name {
+			case "a SQLite database":
+				target = otherDB
+			case "a new file":
+			default:
+				if err := os.WriteFile(target, []byte(tc.content), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before, beforeDB := dirState(t, dir), contents(t, dbPath)
+			code, out, errOut := runOutbox(t, "relay", "--db", dbPath, "--journal", target)
+			if code != exitUsage || out != "" || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, tc.says) {
+				t.Errorf("relay into %s: exit %d, stdout %q, stderr %q; want 2 and one line saying %q", tc.name, code, out, errOut, tc.says)
+			}
+			if diff := cmp.Diff(before, dirState(t, dir)); diff != "" {
+				t.Errorf("the journal's directory changed (-before +after):\n%s", diff)
+			}
+			if diff := cmp.Diff(beforeDB, contents(t, dbPath)); diff != "" {
+				t.Errorf("the database changed (-before +after):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestDBAndJournalAreFilePathsTakenLiterally(t *testing.T) {
+	for _, name := range []string{"a%41.db", "book?.db", "x.db?mode=memory"} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			jName := "j" + strings.TrimSuffix(name, ".db") + ".jsonl"
+			in := func(args ...string) {
+				t.Helper()
+				cmd := outboxCmd(t, args...)
+				cmd.Dir = dir
+				if code, out, errOut := runCmd(t, cmd); code != exitOK {
+					t.Errorf("%v: exit %d\n%s%s", args, code, out, errOut)
+				}
+			}
+			in("migrate", "up", "--db", name)
+			s, err := outbox.Open(context.Background(), filepath.Join(dir, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.EnqueueEvent(context.Background(), "r", journal.Handshake("r", nil)); err != nil {
+				t.Fatal(err)
+			}
+			s.Close()
+			in("migrate", "status", "--db", name)
+			in("migrate", "version", "--db", name)
+			in("stats", "--db", name)
+			in("pending", "--db", name, "--run", "r")
+			in("relay", "--db", name, "--journal", jName)
+			in("verify", jName)
+			in("migrate", "down", "--db", name, "--force")
+			var names []string
+			for n := range dirState(t, dir) {
+				names = append(names, n)
+			}
+			if diff := cmp.Diff([]string{name, jName}, names, sortStrings); diff != "" {
+				t.Errorf("files in the directory (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// readOnlyRuns are the read-only commands, each run on the book at db with journal j.
+func readOnlyRuns(db, j string) [][]string {
+	return [][]string{
+		{"stats", "--db", db},
+		{"stats", "--db", db, "--json"},
+		{"pending", "--db", db, "--run", "dead"},
+		{"pending", "--db", db, "--run", "old", "--all"},
+		{"verify", j},
+		{"verify", "--json", j},
+		{"migrate", "status", "--db", db},
+		{"migrate", "version", "--db", db},
+	}
+}
+
+func TestReadOnlyCommandsWriteNothing(t *testing.T) {
+	t.Run("on a book that no engine holds open", func(t *testing.T) {
+		dbPath, jPath := book(t)
+		dir := filepath.Dir(dbPath)
+		before := dirState(t, dir)
+		for _, args := range readOnlyRuns(dbPath, jPath) {
+			if code, _, errOut := runOutbox(t, args...); code != exitOK {
+				t.Errorf("%v: exit %d: %s", args, code, errOut)
+			}
+			if diff := cmp.Diff(before, dirState(t, dir)); diff != "" {
+				t.Fatalf("%v changed the directory (-before +after):\n%s", args, diff)
+			}
+		}
+	})
+	t.Run("in a directory the user cannot write", func(t *testing.T) {
+		base, err := os.MkdirTemp("", "outbox-cli-ro-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := filepath.Join(base, "book")
+		t.Cleanup(func() { os.Chmod(dir, 0o755); os.RemoveAll(base) })
+		srcDB, srcJ := book(t)
+		os.Mkdir(dir, 0o755)
+		dbPath, jPath := filepath.Join(dir, "book.db"), filepath.Join(dir, "journal.jsonl")
+		copyFile(t, srcDB, dbPath, 0o444)
+		copyFile(t, srcJ, jPath, 0o444)
+		os.Chmod(dir, 0o555)
+		exe, err := os.Executable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		bin := filepath.Join(base, "outbox")
+		os.Chmod(base, 0o755)
+		copyFile(t, exe, bin, 0o755)
+		before := dirState(t, dir)
+		for _, args := range readOnlyRuns(dbPath, jPath) {
+			cmd := exec.Command(bin, args...)
+			cmd.Env = append(os.Environ(), asOutbox+"=1")
+			if os.Geteuid() == 0 { // permissions do not bind root: read as nobody
+				cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+			}
+			if code, _, errOut := runCmd(t, cmd); code != exitOK {
+				t.Errorf("%v: exit %d: %s", args, code, errOut)
+			}
+		}
+		if diff := cmp.Diff(before, dirState(t, dir)); diff != "" {
+			t.Errorf("the directory changed (-before +after):\n%s", diff)
+		}
+	})
+	t.Run("beside a running engine", func(t *testing.T) {
+		dbPath, jPath := book(t)
+		s, err := outbox.Open(context.Background(), dbPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		if _, err := s.EnqueueEvent(context.Background(), "dead", journal.Builder("dead", "late", nil)); err != nil {
+			t.Fatal(err)
+		}
+		for _, args := range readOnlyRuns(dbPath, jPath) {
+			if code, _, errOut := runOutbox(t, args...); code != exitOK {
+				t.Errorf("%v: exit %d: %s", args, code, errOut)
+			}
+		}
+		if _, out, _ := runOutbox(t, "pending", "--db", dbPath, "--run", "dead"); strings.Count(out, "\n") != 4 {
+			t.Errorf("pending beside the engine does not show its commit:\n%s", out)
+		}
+	})
+}
+
+func copyFile(t *testing.T, from, to string, mode os.FileMode) {
+	t.Helper()
+	in, err := os.Open(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	out, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		t.Fatal(err)
+	}
+	if err := out.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMigrateDownDoesNotSilentlyDestroy(t *testing.T) {
+	dbPath, _ := book(t) // five events stored, one once key still pending in run "dead"
+	version := func() string {
+		_, out, _ := runOutbox(t, "migrate", "version", "--db", dbPath)
+		return strings.TrimSpace(out)
+	}
+	// Run "gone" keeps its ledger row at seq 1 after seqs 1-2 are forgotten: only last_seq (version 3)
+	// remembers that it reached 2.
+	s, err := outbox.Open(context.Background(), dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.EnqueueOnce(context.Background(), "gone", "g", journal.Builder("gone", "x", 1))
+	s.EnqueueEvent(context.Background(), "gone", journal.Builder("gone", "x", 2))
+	s.MarkAnnounced(context.Background(), "gone", map[int64]string{1: "g"})
+	if _, err := s.ForgetEvents(context.Background(), "dead"); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	code, _, errOut := runOutbox(t, "migrate", "down", "--db", dbPath)
+	if code != exitUsage || !strings.Contains(errOut, "the highest seq of 2 runs whose lines were forgotten") || !strings.Contains(errOut, "--force") {
+		t.Errorf("down from 3 with a forgotten run: exit %d, %q", code, errOut)
+	}
+	if v := version(); v != "3" {
+		t.Errorf("version after a refused down: %s, want 3", v)
+	}
+	if code, _, errOut := runOutbox(t, "migrate", "down", "--db", dbPath, "--force"); code != exitOK {
+		t.Fatalf("down --force: exit %d, %s", code, errOut)
+	}
+	code, _, errOut = runOutbox(t, "migrate", "down", "--db", dbPath)
+	if code != exitUsage || !strings.Contains(errOut, "the once keys of 1 events not yet projected") || !strings.Contains(errOut, "--force") {
+		t.Errorf("down from 2 with a pending once key: exit %d, %q", code, errOut)
+	}
+	if v := version(); v != "2" {
+		t.Errorf("version after a refused down: %s, want 2", v)
+	}
+	if code, _, errOut := runOutbox(t, "migrate", "down", "--db", dbPath, "--force"); code != exitOK {
+		t.Fatalf("down --force: exit %d, %s", code, errOut)
+	}
+	code, _, errOut = runOutbox(t, "migrate", "down", "--db", dbPath)
+	if code != exitUsage || !strings.Contains(errOut, "would drop 4 stored events, 1 of them once keys in the ledger") {
+		t.Errorf("down from 1 with events stored: exit %d, %q", code, errOut)
+	}
+	if v := version(); v != "1" {
+		t.Errorf("version after a refused down: %s, want 1", v)
+	}
+	// A step that loses nothing needs no --force.
+	empty := filepath.Join(t.TempDir(), "empty.db")
+	runOutbox(t, "migrate", "up", "--db", empty)
+	for range 3 {
+		if code, _, errOut := runOutbox(t, "migrate", "down", "--db", empty); code != exitOK {
+			t.Errorf("down on an empty book: exit %d, %s", code, errOut)
+		}
+	}
+}
+
+var sortStrings = cmpopts.SortSlices(func(a, b string) bool { return a < b })
+
+func TestMigrateStatusListsVersionsItDoesNotKnow(t *testing.T) {
+	dbPath := emptyBook(t)
+	u := url.URL{Scheme: "file", OmitHost: true, Path: dbPath}
+	d, err := sql.Open("sqlite3", u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Exec(`INSERT INTO outbox_db_version (version_id, is_applied) VALUES (7, 1)`); err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	code, out, errOut := runOutbox(t, "migrate", "status", "--db", dbPath)
+	if code != exitOK || !strings.Contains(out, "00007 (unknown to this outbox)") || strings.Count(out, "applied") != 4 {
+		t.Errorf("status: exit %d\n%s%s", code, out, errOut)
+	}
+	if _, out, _ := runOutbox(t, "migrate", "version", "--db", dbPath); strings.TrimSpace(out) != "7" {
+		t.Errorf("version: %q, want 7", out)
+	}
+	for _, action := range []string{"up", "down"} {
+		code, out, errOut := runOutbox(t, "migrate", action, "--db", dbPath, "--force")
+		if code != exitUsage || out != "" || !strings.Contains(errOut, "version 7, which this release does not know") {
+			t.Errorf("%s on a book of an unknown version: exit %d, %q %q", action, code, out, errOut)
+		}
+	}
+}
