@@ -7,15 +7,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"strconv"
 	"strings"
 
-	"github.com/ncruces/go-sqlite3"
-	"github.com/ncruces/go-sqlite3/driver"
-
 	"github.com/textmachine/outbox/journal"
+	"github.com/textmachine/outbox/outbox"
 )
 
 // Result is what Check found in a finished book.
@@ -146,7 +143,7 @@ func Check(ctx context.Context, dbPath, journalPath string, units int, committed
 		}
 	}
 
-	d, err := openRead(dbPath)
+	d, err := openRead(ctx, dbPath)
 	if err != nil {
 		return res, err
 	}
@@ -163,10 +160,10 @@ func Check(ctx context.Context, dbPath, journalPath string, units int, committed
 	return res, nil
 }
 
-// openRead opens the book read-only: a check must not write to what it checks.
-func openRead(path string) (*sql.DB, error) {
-	u := url.URL{Scheme: "file", OmitHost: true, Path: path, RawQuery: "mode=ro"}
-	d, err := driver.Open(u.String(), func(c *sqlite3.Conn) error { return c.BusyTimeout(5e9) })
+// openRead opens the book read-only, the way the outbox's read-only store does: a check must not write
+// to what it checks, not even a -wal or -shm beside a closed book.
+func openRead(ctx context.Context, path string) (*sql.DB, error) {
+	d, err := outbox.OpenReadOnlyDB(ctx, path)
 	if err != nil {
 		return nil, fmt.Errorf("demo: open %s: %w", path, err)
 	}

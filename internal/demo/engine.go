@@ -199,7 +199,7 @@ func announce(ctx context.Context, s *outbox.Store, runID string, unit int, ledg
 }
 
 func doneUnits(ctx context.Context, path string) (map[int]bool, error) {
-	d, err := openRead(path)
+	d, err := openRead(ctx, path)
 	if err != nil {
 		return nil, err
 	}
