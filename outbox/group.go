@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -156,6 +157,13 @@ func (c *committer) run() {
 	}
 }
 
+// timers are the stopped timers of submit's operation timeout.
+var timers = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}}
+
 // submit queues one call and waits for the commit of its group.
 func (s *Store) submit(ctx context.Context, runID, onceKey string, build EventBuilder) (int64, error) {
 	if err := s.enter(true); err != nil {
@@ -165,13 +173,23 @@ func (s *Store) submit(ctx context.Context, runID, onceKey string, build EventBu
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	ctx, cancel := s.opContext(ctx)
-	defer cancel()
+	// The operation timeout bounds the wait of a caller whose context has no deadline. It is a
+	// pooled timer, not a context of its own: a context per call cost 16 producers about a tenth of
+	// their throughput (BenchmarkProducersRatio).
+	var timeout <-chan time.Time
+	if _, ok := ctx.Deadline(); !ok && s.cfg.opTimeout > 0 {
+		t := timers.Get().(*time.Timer)
+		t.Reset(s.cfg.opTimeout)
+		defer func() { t.Stop(); timers.Put(t) }()
+		timeout = t.C
+	}
 	r := &request{ctx: ctx, runID: runID, onceKey: onceKey, build: build, done: make(chan result, 1)}
 	select {
 	case s.group.queue <- r:
 	case <-ctx.Done():
 		return 0, ctx.Err()
+	case <-timeout:
+		return 0, context.DeadlineExceeded
 	}
 	var res result
 	select {
@@ -181,6 +199,11 @@ func (s *Store) submit(ctx context.Context, runID, onceKey string, build EventBu
 			return 0, ctx.Err()
 		}
 		// Running: the outcome, durable or not, is on its way and must be reported as it is.
+		res = <-r.done
+	case <-timeout:
+		if r.state.CompareAndSwap(reqQueued, reqWithdrawn) || r.state.CompareAndSwap(reqTaken, reqWithdrawn) {
+			return 0, fmt.Errorf("outbox: waited for the writer past the operation timeout (WithOpTimeout): %w", context.DeadlineExceeded)
+		}
 		res = <-r.done
 	}
 	if res.panicked {
