@@ -164,13 +164,20 @@ func TestAnEnqueueTxAfterAnInterruptedStatementStoresNothing(t *testing.T) {
 	if err == nil {
 		t.Error("WriteTx of a transaction SQLite rolled back returned nil")
 	}
-	if n := len(allLines(t, s, "r")); n != 0 {
-		t.Errorf("%d lines stored by a transaction SQLite rolled back", n)
+	checkNothingStored(t, s, "r")
+	checkUsable(t, s, "r")
+}
+
+// checkNothingStored fails the test when a WriteTx that returned an error left a line of run or a row
+// of the caller's spend table.
+func checkNothingStored(t *testing.T, s *outbox.Store, run string) {
+	t.Helper()
+	if n := len(allLines(t, s, run)); n != 0 {
+		t.Errorf("%d lines stored by a WriteTx that returned an error", n)
 	}
 	if n := spendRows(t, s); n != 0 {
 		t.Errorf("%d of the caller's rows stored by a WriteTx that returned an error", n)
 	}
-	checkUsable(t, s, "r")
 }
 
 func spendRows(t *testing.T, s *outbox.Store) int {
@@ -210,12 +217,7 @@ func TestAWriteTxFunctionThatCommitsItselfStoresNothing(t *testing.T) {
 	if err == nil {
 		t.Error("WriteTx whose function committed the transaction itself returned nil")
 	}
-	if n := len(allLines(t, s, "r")); n != 0 {
-		t.Errorf("%d lines stored by a WriteTx that returned an error", n)
-	}
-	if n := spendRows(t, s); n != 0 {
-		t.Errorf("%d of the caller's rows stored by a WriteTx that returned an error", n)
-	}
+	checkNothingStored(t, s, "r")
 	checkUsable(t, s, "r")
 	if got := seqsOf(allLines(t, s, "r"))[0]; got != 1 {
 		t.Errorf("first seq %d, want 1", got)
