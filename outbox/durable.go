@@ -118,21 +118,40 @@ func (s *Store) attachWriter(ctx context.Context) error {
 		return nil
 	}
 	s.dur.wal = wal
-	t := s.dur.issue()
-	s.dur.done(t, 0)
-	return s.dur.wait(t)
+	// A ticket after every commit made so far, the earlier process's included.
+	t, _ := s.dur.commit(0, func() error { return nil })
+	return t.wait()
 }
 
-// issue takes the ticket of a commit about to be made. Call done with it once COMMIT has returned,
-// whether it succeeded or not.
-func (d *durability) issue() uint64 { return d.issued.Add(1) }
+// ticket is a commit's place in the order of the store's commits. The zero ticket belongs to a commit
+// that nothing waits for.
+type ticket struct {
+	d *durability
+	n uint64
+}
 
-// done records that the commit holding ticket t has returned, and how many of the group committer's
-// calls it held (0 for any other commit), so that a sync can tell how many callers it releases.
-// Commits are made one at a time on the writer connection, so tickets are done in order.
-func (d *durability) done(t uint64, calls int) {
-	d.writtenCalls.Add(int64(calls))
-	d.written.Store(t)
+// commit makes the commit that fn performs under the next ticket, in the order the tickets rely on:
+// the ticket is issued before COMMIT, so that every commit a reader can see has a ticket at most
+// issued, and recorded as written once COMMIT has returned, whether it succeeded, failed or panicked,
+// since a sync covers every ticket up to written and one never recorded would stall them all. Commits
+// are made one at a time on the writer connection, so tickets are written in order. calls is how many
+// of the group committer's calls the commit holds (0 for any other), so that a sync can tell how many
+// callers it releases.
+func (d *durability) commit(calls int, fn func() error) (ticket, error) {
+	n := d.issued.Add(1)
+	defer func() {
+		d.writtenCalls.Add(int64(calls))
+		d.written.Store(n)
+	}()
+	return ticket{d, n}, fn()
+}
+
+// wait returns once the ticket's commit is durable; see durability.wait.
+func (t ticket) wait() error {
+	if t.d == nil {
+		return nil
+	}
+	return t.d.wait(t.n)
 }
 
 // groupStart and groupEnd bracket a group the committer is writing, for a sync to wait on.

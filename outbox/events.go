@@ -42,20 +42,11 @@ func (s *Store) EnqueueEvent(ctx context.Context, runID string, build EventBuild
 	if s.cfg.groupCommit && !s.readOnly {
 		return s.submit(ctx, runID, "", build)
 	}
-	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		seq, err = s.enqueue(ctx, tx, runID, "", build)
-		return err
+	err = s.write(ctx, durable, func(w *txWriter) error {
+		seq, _, err = s.enqueue(w.ctx, w, runID, "", build)
+		return raise(err)
 	})
 	return committedSeq(seq, err)
-}
-
-// committedSeq is what an enqueue returns: the seq with a nil error, or with ErrNotDurable, whose
-// commit was made; 0 with any other error, which means nothing was stored.
-func committedSeq(seq int64, err error) (int64, error) {
-	if err != nil && !errors.Is(err, ErrNotDurable) {
-		return 0, err
-	}
-	return seq, err
 }
 
 // EnqueueOnce is EnqueueEvent for an event that must reach the journal once for the life of the book,
@@ -77,19 +68,53 @@ func (s *Store) EnqueueOnce(ctx context.Context, runID, onceKey string, build Ev
 		seq, err := s.submit(ctx, runID, onceKey, build)
 		return seq > 0, seq, err
 	}
-	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		found, err := s.q.EventsOnceKeyExists(ctx, tx, onceKey)
-		if err != nil {
-			return fmt.Errorf("outbox: look up once key: %w", mapErr(ctx, err))
-		}
-		if found != 0 {
-			return nil
-		}
-		seq, err = s.enqueue(ctx, tx, runID, onceKey, build)
-		return err
+	err = s.write(ctx, durable, func(w *txWriter) error {
+		seq, _, err = s.enqueue(w.ctx, w, runID, onceKey, build)
+		return raise(err)
 	})
 	seq, err = committedSeq(seq, err)
 	return seq > 0, seq, err
+}
+
+// EnqueueEvents enqueues a batch of runID's events in one transaction, all or nothing: each builder
+// gets the next number in order; a declining builder takes none, and its entry in seqs is 0. An error
+// from any builder (or a line it renders that is invalid) stores none of them.
+func (s *Store) EnqueueEvents(ctx context.Context, runID string, builds []EventBuilder) (seqs []int64, err error) {
+	if err := checkRunID(runID); err != nil {
+		return nil, err
+	}
+	for i, b := range builds {
+		if b == nil {
+			return nil, fmt.Errorf("outbox: EnqueueEvents: builder %d is nil", i)
+		}
+	}
+	seqs = make([]int64, len(builds))
+	if len(builds) == 0 {
+		return seqs, nil
+	}
+	err = s.write(ctx, durable, func(w *txWriter) error {
+		for i, build := range builds {
+			seq, _, err := s.enqueue(w.ctx, w, runID, "", build)
+			if err != nil {
+				return raise(err)
+			}
+			seqs[i] = seq
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, ErrNotDurable) {
+		return nil, err
+	}
+	return seqs, err
+}
+
+// committedSeq is what an enqueue returns: the seq with a nil error, or with ErrNotDurable, whose
+// commit was made; 0 with any other error, which means nothing was stored.
+func committedSeq(seq int64, err error) (int64, error) {
+	if err != nil && !errors.Is(err, ErrNotDurable) {
+		return 0, err
+	}
+	return seq, err
 }
 
 // EnqueueTx is EnqueueEvent inside a transaction the caller holds, usually the one WriteTx passes to
@@ -111,12 +136,15 @@ func (s *Store) EnqueueTx(ctx context.Context, tx *sql.Tx, runID string, build E
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
+	var st *statements
 	if s.current.Load() == tx {
 		if err := s.txLost(); err != nil {
 			return 0, err
 		}
+		st = s.stmts // the store's own transaction, on the writer connection
 	}
-	return s.enqueue(ctx, tx, runID, "", build)
+	seq, _, err = s.enqueue(ctx, s.newTxWriter(ctx, tx, st), runID, "", build)
+	return seq, raise(err)
 }
 
 func checkEnqueue(runID string, build EventBuilder) error {
@@ -129,66 +157,83 @@ func checkEnqueue(runID string, build EventBuilder) error {
 	return nil
 }
 
-// enqueue is the one body of every enqueue: next number, render, validate, insert.
-func (s *Store) enqueue(ctx context.Context, tx *sql.Tx, runID, onceKey string, build EventBuilder) (int64, error) {
-	last, err := s.q.EventLastSeq(ctx, tx, runID)
-	if err != nil {
-		return 0, fmt.Errorf("outbox: last seq of run %q: %w", runID, mapErr(ctx, err))
+// enqueue is the one body of every enqueue, on a transaction or in a group: a once key already taken
+// ends it, then the next number, the line rendered and checked, the insert. It returns the seq and the
+// line's length, or seq 0 when the key was taken or build declined. ctx is the caller's: a call whose
+// context has ended stores nothing. A panic of build's comes back as a userPanic error, for the
+// caller's goroutine to raise.
+func (s *Store) enqueue(ctx context.Context, w *txWriter, runID, onceKey string, build EventBuilder) (seq int64, size int, err error) {
+	if err := ctx.Err(); err != nil {
+		return 0, 0, err
 	}
-	next, err := nextSeq(runID, last)
-	if err != nil {
-		return 0, err
+	if onceKey != "" {
+		if found, err := w.onceKeyFound(onceKey); err != nil || found {
+			return 0, 0, err
+		}
 	}
-	line, err := callUser(build, next)
+	seq, err = w.nextSeq(runID)
 	if err != nil {
-		return 0, fmt.Errorf("outbox: build line %d of run %q: %w", next, runID, err)
+		return 0, 0, err
 	}
-	if line == nil {
-		return 0, nil
+	line, err := s.render(ctx, runID, seq, build)
+	if err != nil || line == nil {
+		return 0, 0, err
+	}
+	if err := w.insert(db.EventInsertParams{
+		EngineRunID: runID, Seq: seq, Line: line, AnnounceKey: onceKey, EnqueuedAt: time.Now().UnixMilli(),
+	}); err != nil {
+		return 0, 0, err
+	}
+	s.markLive(runID)
+	return seq, len(line), nil
+}
+
+// render has build render seq's line and checks it: nil when build declined. A panic of build's is
+// returned as a userPanic: build may run on the committer's goroutine, which must not die of it.
+func (s *Store) render(ctx context.Context, runID string, seq int64, build EventBuilder) (line []byte, err error) {
+	line, err = callBuild(build, seq)
+	switch {
+	case err != nil:
+		if up, ok := err.(userPanic); ok {
+			return nil, up
+		}
+		return nil, fmt.Errorf("build line %d of run %q: %w", seq, runID, err)
+	case line == nil:
+		return nil, nil
 	}
 	if err := s.checkLine(line); err != nil {
-		return 0, fmt.Errorf("outbox: line %d of run %q: %w", next, runID, err)
+		return nil, fmt.Errorf("line %d of run %q: %w", seq, runID, err)
 	}
 	if err := ctx.Err(); err != nil {
 		// Ended while the line was rendered: store nothing rather than interrupt the insert.
-		return 0, err
+		return nil, err
 	}
-	if err := s.insertEvent(ctx, inserts{tx, tx}, db.EventInsertParams{
-		EngineRunID: runID, Seq: next, Line: line, AnnounceKey: onceKey, EnqueuedAt: time.Now().UnixMilli(),
-	}); err != nil {
-		return 0, fmt.Errorf("outbox: insert line %d of run %q: %w", next, runID, mapErr(ctx, err))
-	}
-	s.markLive(runID)
-	return next, nil
+	return line, nil
 }
 
-// spillOver is the length from which a line is stored in events_lines instead of in its row
-// (migrations/00003): below it a row's cell fits in its page with room to spare, so reading it whole
-// to compare keys costs nothing.
-const spillOver = 512
+// userPanic carries a panic of the caller's own code (a builder, a WriteTx function) through the
+// store's recovery, which turns any other panic, one inside the driver or SQLite, into an error.
+type userPanic struct{ val any }
 
-// inserts are where an enqueue's two inserts run: the caller's transaction, or statements prepared on
-// the writer connection (see prepared).
-type inserts struct{ event, line db.DBTX }
+func (p userPanic) Error() string { return fmt.Sprintf("outbox: the builder panicked: %v", p.val) }
 
-// insertEvent is the one insert of every enqueue: the row, and a large line apart from it.
-func (s *Store) insertEvent(ctx context.Context, in inserts, p db.EventInsertParams) error {
-	if len(p.Line) >= spillOver {
-		id, err := s.q.EventLineInsert(ctx, in.line, p.Line)
-		if err != nil {
-			return err
+// callBuild runs a builder, turning its panic into a userPanic error.
+func callBuild(build EventBuilder, seq int64) (line []byte, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			line, err = nil, userPanic{v}
 		}
-		p.Line, p.Spill = []byte{}, id
-	}
-	return s.q.EventInsert(ctx, in.event, p)
+	}()
+	return build(seq)
 }
 
-// nextSeq is the seq after last, or ErrSeqExhausted at the top of int64.
-func nextSeq(runID string, last int64) (int64, error) {
-	if last == math.MaxInt64 {
-		return 0, fmt.Errorf("%w: run %q", ErrSeqExhausted, runID)
+// raise re-raises a builder's panic on the caller's goroutine, as the caller's own; any other error
+// is returned as it is.
+func raise(err error) error {
+	if up, ok := err.(userPanic); ok {
+		panic(up)
 	}
-	return last + 1, nil
+	return err
 }
 
 // checkLine refuses a line the journal could not hold as one line, or longer than the store's limit.
@@ -221,8 +266,8 @@ func (s *Store) MarkAnnounced(ctx context.Context, runID string, keyBySeq map[in
 	if len(keyBySeq) == 0 {
 		return nil
 	}
-	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		return s.markAnnounced(ctx, tx, runID, keyBySeq)
+	return s.write(ctx, durable, func(w *txWriter) error {
+		return s.markAnnounced(w.ctx, w.tx, runID, keyBySeq)
 	})
 }
 
@@ -335,7 +380,7 @@ func (s *Store) readPendingRows(ctx context.Context, runID string, after int64, 
 	defer conn.Close()
 	err = conn.Raw(func(dc any) error {
 		c := dc.(driver.Conn).Raw()
-		stmt, _, err := c.Prepare(db.EventsPending)
+		stmt, err := preparePending(c)
 		if err != nil {
 			return err
 		}
@@ -373,12 +418,25 @@ func (p *pendingReader) statement(s *Store) (*sqlite3.Stmt, error) {
 		c.Close()
 		return nil, err
 	}
-	stmt, _, err := c.Prepare(db.EventsPending)
+	stmt, err := preparePending(c)
 	if err != nil {
 		c.Close()
 		return nil, err
 	}
 	p.conn, p.stmt = c, stmt
+	return stmt, nil
+}
+
+// preparePending prepares sqlc's pending read on c, holding it to the columns readPending reads.
+func preparePending(c *sqlite3.Conn) (*sqlite3.Stmt, error) {
+	stmt, _, err := c.Prepare(db.EventsPending)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkColumns(stmt, pendingColumns); err != nil {
+		stmt.Close()
+		return nil, err
+	}
 	return stmt, nil
 }
 
@@ -404,7 +462,11 @@ func readPending(ctx context.Context, c *sqlite3.Conn, stmt *sqlite3.Stmt, runID
 	old := c.SetInterrupt(ctx)
 	defer c.SetInterrupt(old)
 	defer stmt.Reset()
-	if err := errors.Join(stmt.BindText(1, runID), stmt.BindInt64(2, after), stmt.BindInt64(3, int64(limit))); err != nil {
+	err = bindFrom(stmt, db.EventsPending, func(b db.DBTX) error {
+		_, err := queries.EventsPending(ctx, b, db.EventsPendingParams{EngineRunID: runID, AfterSeq: after, MaxRows: int64(limit)})
+		return err
+	})
+	if err != nil {
 		return nil, nil, err
 	}
 	rows := min(limit, 1024)
@@ -412,8 +474,8 @@ func readPending(ctx context.Context, c *sqlite3.Conn, stmt *sqlite3.Stmt, runID
 	ends := make([]int, 0, rows)
 	var buf []byte
 	for stmt.Step() {
-		seq := stmt.ColumnInt64(0)
-		line := stmt.ColumnRawBlob(1)
+		seq := stmt.ColumnInt64(pendingSeq)
+		line := stmt.ColumnRawBlob(pendingLine)
 		if len(out) > 0 && len(line) > maxBytes-len(buf) {
 			break
 		}
@@ -427,7 +489,7 @@ func readPending(ctx context.Context, c *sqlite3.Conn, stmt *sqlite3.Stmt, runID
 		buf = appendBounded(buf, line, maxBytes)
 		ends = append(ends, len(buf))
 		out = append(out, EventLine{Seq: seq})
-		if stmt.ColumnInt64(2) != 0 {
+		if stmt.ColumnInt64(pendingToMark) != 0 {
 			toMark = append(toMark, seq)
 		}
 		if len(buf) >= maxBytes {
@@ -488,7 +550,8 @@ func (s *Store) ForgetEvents(ctx context.Context, runID string) (forgotten int64
 	if err := checkRunID(runID); err != nil {
 		return 0, err
 	}
-	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	err = s.write(ctx, durable, func(w *txWriter) error {
+		ctx, tx := w.ctx, w.tx
 		if err := s.q.ProgressKeepLastSeqs(ctx, tx, runID); err != nil {
 			return fmt.Errorf("outbox: record other runs' last seqs: %w", mapErr(ctx, err))
 		}

@@ -2,15 +2,12 @@ package outbox
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/textmachine/outbox/db"
 	"github.com/textmachine/outbox/internal/faultpoint"
 )
 
@@ -64,7 +61,7 @@ type request struct {
 type result struct {
 	seq      int64
 	size     int    // the line's length, for the group's byte bound
-	ticket   uint64 // the group's commit, which the caller waits to be durable; 0 if it failed
+	ticket   ticket // the group's commit, which the caller waits to be durable; zero if it failed
 	err      error
 	panicked bool
 	panicVal any
@@ -75,43 +72,18 @@ type committer struct {
 	queue   chan *request
 	stop    chan struct{}
 	stopped chan struct{}
-	// Prepared once on the writer connection; database/sql reuses them inside each transaction. The
-	// last two are the relay's progress record.
-	lastSeq, insert, insertLine, onceFound, progressSet, markProjected *sql.Stmt
 }
 
-func newCommitter(ctx context.Context, s *Store) (*committer, error) {
+func newCommitter(s *Store) *committer {
 	c := &committer{s: s, queue: make(chan *request, maxGroup), stop: make(chan struct{}), stopped: make(chan struct{})}
-	var err error
-	for _, p := range []struct {
-		stmt **sql.Stmt
-		sql  string
-	}{
-		{&c.lastSeq, db.EventLastSeq}, {&c.insert, db.EventInsert}, {&c.insertLine, db.EventLineInsert}, {&c.onceFound, db.EventsOnceKeyExists},
-		{&c.progressSet, db.ProgressSet}, {&c.markProjected, db.EventMarkProjected},
-	} {
-		if *p.stmt, err = s.w.PrepareContext(ctx, p.sql); err != nil {
-			c.closeStmts()
-			return nil, fmt.Errorf("outbox: prepare: %w", err)
-		}
-	}
 	go c.run()
-	return c, nil
-}
-
-func (c *committer) closeStmts() {
-	for _, st := range []*sql.Stmt{c.lastSeq, c.insert, c.insertLine, c.onceFound, c.progressSet, c.markProjected} {
-		if st != nil {
-			st.Close()
-		}
-	}
+	return c
 }
 
 // close stops the committer. The store calls it once no operation is in flight, so the queue is empty.
 func (c *committer) close() {
 	close(c.stop)
 	<-c.stopped
-	c.closeStmts()
 }
 
 func (c *committer) run() {
@@ -209,13 +181,13 @@ func (s *Store) submit(ctx context.Context, runID, onceKey string, build EventBu
 	if res.panicked {
 		panic(res.panicVal)
 	}
-	if res.err == nil && res.ticket != 0 {
+	if res.err == nil {
 		// A call that stored nothing waits too: a once key found already queued may belong to a
 		// commit that is not durable yet.
-		if err := s.dur.wait(res.ticket); err != nil {
+		if err := res.ticket.wait(); err != nil {
 			// Committed: the seq goes back with the error, so that a caller does not retry an
 			// event that is stored.
-			return res.seq, fmt.Errorf("outbox: commit: %w", err)
+			return res.seq, fmt.Errorf("commit: %w", err)
 		}
 	}
 	return res.seq, res.err
@@ -283,28 +255,29 @@ func (c *committer) write(taken []*request, results []result) (n int) {
 		}
 	}
 	defer endGroup()
-	last := map[string]int64{} // each run's last seq within this group
+	w := c.s.newTxWriter(ctx, tx, c.s.stmts) // carries each run's last seq from call to call
 	bytes := 0
-	lastSeq, onceFound := tx.StmtContext(ctx, c.lastSeq), tx.StmtContext(ctx, c.onceFound)
-	insert := c.inserts(ctx, tx)
 	for i, r := range taken {
 		if !r.state.CompareAndSwap(reqTaken, reqRunning) {
 			// Withdrawn while the group waited (for the writer, or for the calls before it).
 			results[i] = result{err: context.Canceled}
 			continue
 		}
-		var fatal error
-		var size int
-		results[i], size, fatal = c.one(ctx, r, last, lastSeq, insert, onceFound)
-		if fatal == nil && results[i].err != nil {
-			// A failed statement undoes itself, unless SQLite ended the whole transaction.
-			fatal = c.s.txLost()
+		seq, size, err := c.s.enqueue(r.ctx, w, r.runID, r.onceKey, r.build)
+		if up, ok := err.(userPanic); ok {
+			results[i] = result{panicked: true, panicVal: up.val}
+			continue
 		}
-		if fatal != nil {
-			n = i + 1
-			c.s.rollback(tx)
-			failAll(fatal)
-			return n
+		results[i] = result{seq: seq, err: err}
+		if err != nil {
+			// A failed statement undoes itself, unless SQLite ended the whole transaction.
+			if lost := c.s.txLost(); lost != nil {
+				n = i + 1
+				c.s.rollback(tx)
+				failAll(lost)
+				return n
+			}
+			continue
 		}
 		if bytes += size; bytes >= maxGroupBytes {
 			n = i + 1
@@ -312,11 +285,10 @@ func (c *committer) write(taken []*request, results []result) (n int) {
 		}
 	}
 	faultpoint.Hit(faultpoint.BeforeCommit)
-	ticket := c.s.dur.issue()
-	err = c.s.commitGroup(tx, ticket, n)
+	ticket, err := c.s.commitTx(tx, durable, n)
 	endGroup()
 	if err != nil {
-		failAll(fmt.Errorf("outbox: commit: %w", mapErr(ctx, err)))
+		failAll(fmt.Errorf("commit: %w", mapErr(ctx, err)))
 		return n
 	}
 	faultpoint.Hit(faultpoint.AfterCommit)
@@ -326,155 +298,4 @@ func (c *committer) write(taken []*request, results []result) (n int) {
 		results[i].ticket = ticket
 	}
 	return n
-}
-
-// one runs one call inside the group's transaction. Its own failures (context, builder, line, a
-// constraint, an exhausted run) are its result; a failed read is fatal to the group.
-// inserts are the committer's prepared inserts, on tx.
-func (c *committer) inserts(ctx context.Context, tx *sql.Tx) inserts {
-	return inserts{
-		event: prepared{db.EventInsert, tx.StmtContext(ctx, c.insert)},
-		line:  prepared{db.EventLineInsert, tx.StmtContext(ctx, c.insertLine)},
-	}
-}
-
-func (c *committer) one(ctx context.Context, r *request, last map[string]int64, lastSeq *sql.Stmt, insert inserts, onceFound *sql.Stmt) (res result, size int, fatal error) {
-	res, fatal = c.insertOne(ctx, r, last, lastSeq, insert, onceFound)
-	if res.err == nil && res.seq > 0 {
-		size = res.size
-	}
-	return res, size, fatal
-}
-
-func (c *committer) insertOne(ctx context.Context, r *request, last map[string]int64, lastSeq *sql.Stmt, insert inserts, onceFound *sql.Stmt) (res result, fatal error) {
-	if err := r.ctx.Err(); err != nil {
-		return result{err: err}, nil
-	}
-	if r.onceKey != "" {
-		var found int64
-		if err := onceFound.QueryRowContext(ctx, r.onceKey).Scan(&found); err != nil {
-			return result{}, fmt.Errorf("outbox: look up once key: %w", mapErr(ctx, err))
-		}
-		if found != 0 {
-			return result{}, nil
-		}
-	}
-	prev, ok := last[r.runID]
-	if !ok {
-		if err := lastSeq.QueryRowContext(ctx, r.runID).Scan(&prev); err != nil {
-			return result{}, fmt.Errorf("outbox: last seq of run %q: %w", r.runID, mapErr(ctx, err))
-		}
-		last[r.runID] = prev
-	}
-	seq, err := nextSeq(r.runID, prev)
-	if err != nil {
-		return result{err: err}, nil
-	}
-	line, panicked, val, err := callBuild(r.build, seq)
-	switch {
-	case panicked:
-		return result{panicked: true, panicVal: val}, nil
-	case err != nil:
-		return result{err: fmt.Errorf("outbox: build line %d of run %q: %w", seq, r.runID, err)}, nil
-	case line == nil:
-		return result{}, nil
-	case r.ctx.Err() != nil:
-		// Cancelled while its line was rendered: it stores nothing, as on a transaction of its own.
-		return result{err: r.ctx.Err()}, nil
-	}
-	if err := c.s.checkLine(line); err != nil {
-		return result{err: fmt.Errorf("outbox: line %d of run %q: %w", seq, r.runID, err)}, nil
-	}
-	if err := c.s.insertEvent(ctx, insert, db.EventInsertParams{
-		EngineRunID: r.runID, Seq: seq, Line: line, AnnounceKey: r.onceKey, EnqueuedAt: time.Now().UnixMilli(),
-	}); err != nil {
-		return result{err: fmt.Errorf("outbox: insert line %d of run %q: %w", seq, r.runID, mapErr(ctx, err))}, nil
-	}
-	last[r.runID] = seq
-	c.s.markLive(r.runID)
-	return result{seq: seq, size: len(line)}, nil
-}
-
-// userPanic carries a panic of the caller's own code (a builder, a WriteTx function) through the
-// store's recovery, which turns any other panic, one inside the driver or SQLite, into an error.
-type userPanic struct{ val any }
-
-// callUser runs a builder on the caller's goroutine, marking its panic as the caller's.
-func callUser(build EventBuilder, seq int64) ([]byte, error) {
-	line, panicked, val, err := callBuild(build, seq)
-	if panicked {
-		panic(userPanic{val})
-	}
-	return line, err
-}
-
-// callBuild runs a builder on the committer's goroutine, turning a panic into a value the caller's
-// goroutine re-raises.
-func callBuild(build EventBuilder, seq int64) (line []byte, panicked bool, val any, err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			panicked, val = true, v
-		}
-	}()
-	line, err = build(seq)
-	return line, false, nil, err
-}
-
-// EnqueueEvents enqueues a batch of runID's events in one transaction, all or nothing: each builder
-// gets the next number in order; a declining builder takes none, and its entry in seqs is 0. An error
-// from any builder (or a line it renders that is invalid) stores none of them.
-func (s *Store) EnqueueEvents(ctx context.Context, runID string, builds []EventBuilder) (seqs []int64, err error) {
-	if err := checkRunID(runID); err != nil {
-		return nil, err
-	}
-	for i, b := range builds {
-		if b == nil {
-			return nil, fmt.Errorf("outbox: EnqueueEvents: builder %d is nil", i)
-		}
-	}
-	seqs = make([]int64, len(builds))
-	if len(builds) == 0 {
-		return seqs, nil
-	}
-	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		last, err := s.q.EventLastSeq(ctx, tx, runID)
-		if err != nil {
-			return fmt.Errorf("outbox: last seq of run %q: %w", runID, mapErr(ctx, err))
-		}
-		insert := s.group.inserts(ctx, tx)
-		now := time.Now().UnixMilli()
-		for i, build := range builds {
-			next, err := nextSeq(runID, last)
-			if err != nil {
-				return err
-			}
-			line, err := callUser(build, next)
-			switch {
-			case err != nil:
-				return fmt.Errorf("outbox: build line %d of run %q: %w", next, runID, err)
-			case line == nil:
-				seqs[i] = 0
-				continue
-			}
-			if err := s.checkLine(line); err != nil {
-				return fmt.Errorf("outbox: line %d of run %q: %w", next, runID, err)
-			}
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			if err := s.insertEvent(ctx, insert, db.EventInsertParams{
-				EngineRunID: runID, Seq: next, Line: line, EnqueuedAt: now,
-			}); err != nil {
-				return fmt.Errorf("outbox: insert line %d of run %q: %w", next, runID, mapErr(ctx, err))
-			}
-			seqs[i] = next
-			last = next
-		}
-		s.markLive(runID)
-		return nil
-	})
-	if err != nil && !errors.Is(err, ErrNotDurable) {
-		return nil, err
-	}
-	return seqs, err
 }

@@ -2,7 +2,6 @@ package outbox
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"iter"
 	"time"
@@ -42,20 +41,15 @@ func (s *Store) lastSeq(ctx context.Context, runID string) (int64, error) {
 
 // recordProjected records, in one transaction, that runID's lines up to last are in the sink: the
 // progress moves to last and the once keys of the lines in toMark enter the ledger. It is a relaxed
-// write (see writeRelaxed): losing it to power failure re-sends the batch, and loses nothing.
+// write: losing it to power failure re-sends the batch, and loses nothing.
 func (s *Store) recordProjected(ctx context.Context, runID string, last int64, toMark []int64) error {
-	return s.writeRelaxed(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		// The statements are sqlc's (db.ProgressSet, db.EventMarkProjected), prepared once.
-		if _, err := tx.StmtContext(ctx, s.group.progressSet).ExecContext(ctx, runID, last); err != nil {
-			return fmt.Errorf("outbox: record progress of run %q: %w", runID, mapErr(ctx, err))
+	return s.write(ctx, relaxed, func(w *txWriter) error {
+		if err := w.setProgress(db.ProgressSetParams{EngineRunID: runID, Projected: last}); err != nil {
+			return err
 		}
-		if len(toMark) == 0 {
-			return nil
-		}
-		mark := tx.StmtContext(ctx, s.group.markProjected)
 		for _, seq := range toMark {
-			if _, err := mark.ExecContext(ctx, runID, seq); err != nil {
-				return fmt.Errorf("outbox: mark line %d of run %q announced: %w", seq, runID, mapErr(ctx, err))
+			if err := w.markProjected(db.EventMarkProjectedParams{EngineRunID: runID, Seq: seq}); err != nil {
+				return err
 			}
 		}
 		return nil
@@ -163,7 +157,8 @@ func (s *Store) LedgerSize(ctx context.Context) (int64, error) {
 // recovery's deletion: rows whose lines the sink may lack are never touched.
 func (s *Store) forgetProjected(ctx context.Context, runs []RunStats) (int64, error) {
 	var n int64
-	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	err := s.write(ctx, durable, func(w *txWriter) error {
+		ctx, tx := w.ctx, w.tx
 		for _, r := range runs {
 			if err := s.q.ProgressKeepLastSeq(ctx, tx, db.ProgressKeepLastSeqParams{EngineRunID: r.RunID, LastSeq: r.LastSeq}); err != nil {
 				return fmt.Errorf("outbox: record the last seq of run %q: %w", r.RunID, mapErr(ctx, err))

@@ -35,7 +35,8 @@ type Store struct {
 	r        *sql.DB
 	lock     *os.File // the writer lock; nil when read-only
 	readOnly bool
-	group    *committer // the group committer and the prepared statements; nil when read-only
+	stmts    *statements // prepared on the writer connection; nil when read-only
+	group    *committer  // nil when read-only
 	dur      *durability
 	pr       pendingReader
 	proj     projections // the relays' turns per run, and the batches Close waits for
@@ -129,10 +130,11 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 		s.release()
 		return nil, err
 	}
-	if s.group, err = newCommitter(octx, s); err != nil {
+	if s.stmts, err = prepareStatements(octx, s.w); err != nil {
 		s.release()
-		return nil, err
+		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
+	s.group = newCommitter(s)
 	s.log.Debug("outbox: opened", "path", path, "durability", s.cfg.durability)
 	return s, nil
 }
@@ -288,6 +290,9 @@ func (s *Store) Close() error {
 // release closes what the store holds, the writer lock last, so that a following Open cannot meet a
 // connection of this store still open on the file.
 func (s *Store) release() error {
+	if s.stmts != nil {
+		s.stmts.close()
+	}
 	errs := []error{s.pr.close()}
 	if s.r != nil {
 		errs = append(errs, s.r.Close())
@@ -374,7 +379,7 @@ func (s *Store) WriteTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	if fn == nil {
 		return errors.New("outbox: WriteTx with a nil function")
 	}
-	return s.write(ctx, func(_ context.Context, tx *sql.Tx) (err error) {
+	return s.write(ctx, durable, func(w *txWriter) (err error) {
 		defer func() {
 			if v := recover(); v != nil {
 				if _, ok := v.(userPanic); ok {
@@ -383,49 +388,41 @@ func (s *Store) WriteTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 				panic(userPanic{v})
 			}
 		}()
-		return fn(tx)
+		return fn(w.tx)
 	})
 }
 
-// write is writeTx behind the closed and read-only checks.
-func (s *Store) write(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	if err := s.enter(true); err != nil {
-		return err
-	}
-	defer s.exit()
-	return s.writeTx(ctx, fn)
-}
+// commitMode says whether a write returns only once its commit is durable.
+type commitMode int
 
-// writeRelaxed is write for a transaction whose loss on power failure costs nothing but repeated
-// work: it returns without waiting for the WAL sync and becomes durable with the next commit that does
-// wait (the WAL is appended in order). The relay's progress record is the one such transaction: if
-// power takes it, the relay re-sends one batch, byte for byte, and the batch's once keys, still
-// pending, are marked again. At FULL that saves one of the two fdatasyncs per batch.
-func (s *Store) writeRelaxed(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	if err := s.enter(true); err != nil {
-		return err
-	}
-	defer s.exit()
-	return s.txOn(ctx, fn, false)
-}
+const (
+	durable commitMode = iota
+	// relaxed is for a transaction whose loss on power failure costs nothing but repeated work: the
+	// write returns without waiting for the WAL sync and becomes durable with the next commit that
+	// does wait (the WAL is appended in order). The relay's progress record is the one such
+	// transaction: if power takes it, the relay re-sends one batch, byte for byte, and the batch's
+	// once keys, still pending, are marked again. At FULL that saves one of the two fdatasyncs per
+	// batch.
+	relaxed
+)
 
-// writeTx is WriteTx for the store's own methods: fn gets the transaction's context, which carries the
-// operation timeout.
-func (s *Store) writeTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	return s.txOn(ctx, fn, true)
-}
-
-// txOn runs fn in a write transaction on the writer connection; when durable, it returns only once the
-// commit is durable (see durability).
+// write runs fn in a write transaction on the writer connection and commits it; a durable write
+// returns only once the commit is durable (see durability). It is every write of the store's but the
+// group committer's.
 //
-// The caller's context never reaches the transaction itself, only its statements. database/sql
-// rolls a transaction back and closes its connection when the transaction's context ends mid-way
-// (the driver cannot vouch for a reused session), and this is the store's one writer connection,
-// whose WAL handle the store syncs: a cancelled call would take the store down with it. So the
-// transaction is begun without cancellation, the context is checked between steps and before COMMIT,
-// and a statement it interrupts fails that statement. COMMIT itself is never interrupted: once
-// begun, the call's outcome is the commit's.
-func (s *Store) txOn(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error, durable bool) (err error) {
+// The caller's context never reaches the transaction itself, only its statements (through w.ctx,
+// which carries the operation timeout). database/sql rolls a transaction back and closes its
+// connection when the transaction's context ends mid-way (the driver cannot vouch for a reused
+// session), and this is the store's one writer connection, whose WAL handle the store syncs: a
+// cancelled call would take the store down with it. So the transaction is begun without
+// cancellation, the context is checked between steps and before COMMIT, and a statement it
+// interrupts fails that statement. COMMIT itself is never interrupted: once begun, the call's outcome
+// is the commit's.
+func (s *Store) write(ctx context.Context, mode commitMode, fn func(w *txWriter) error) (err error) {
+	if err := s.enter(true); err != nil {
+		return err
+	}
+	defer s.exit()
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -436,7 +433,7 @@ func (s *Store) txOn(ctx context.Context, fn func(ctx context.Context, tx *sql.T
 	// with its context; the transaction begun on it is not (see above).
 	conn, err := s.w.Conn(ctx)
 	if err != nil {
-		return fmt.Errorf("outbox: wait for the writer: %w", mapErr(ctx, err))
+		return fmt.Errorf("wait for the writer: %w", mapErr(ctx, err))
 	}
 	// Given back once the transaction has ended; after a panic inside the driver it is kept, since
 	// giving back a connection in a transaction that never ended would wait forever.
@@ -449,7 +446,7 @@ func (s *Store) txOn(ctx context.Context, fn func(ctx context.Context, tx *sql.T
 	tx, err := conn.BeginTx(context.WithoutCancel(ctx), nil)
 	if err != nil {
 		ended = true
-		return fmt.Errorf("outbox: begin: %w", mapErr(ctx, err))
+		return fmt.Errorf("begin: %w", mapErr(ctx, err))
 	}
 	s.current.Store(tx)
 	done := false
@@ -472,7 +469,7 @@ func (s *Store) txOn(ctx context.Context, fn func(ctx context.Context, tx *sql.T
 		s.rollback(tx)
 		ended = true
 	}()
-	if err := fn(ctx, tx); err != nil {
+	if err := fn(s.newTxWriter(ctx, tx, s.stmts)); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -484,23 +481,15 @@ func (s *Store) txOn(ctx context.Context, fn func(ctx context.Context, tx *sql.T
 	}
 	faultpoint.Hit(faultpoint.BeforeCommit)
 	done = true
-	// A relaxed commit takes no ticket: nothing waits for it, and a reader that saw it need not
-	// wait for a sync on its account.
-	var ticket uint64
-	if durable {
-		ticket = s.dur.issue()
-	}
-	err = s.commit(tx, ticket)
+	t, err := s.commitTx(tx, mode, 0)
 	ended = true
 	if err != nil {
-		return fmt.Errorf("outbox: commit: %w", mapErr(ctx, err))
+		return fmt.Errorf("commit: %w", mapErr(ctx, err))
 	}
 	faultpoint.Hit(faultpoint.AfterCommit)
 	s.signalCommit()
-	if durable {
-		if err := s.dur.wait(ticket); err != nil {
-			return fmt.Errorf("outbox: commit: %w", err)
-		}
+	if err := t.wait(); err != nil {
+		return fmt.Errorf("commit: %w", err)
 	}
 	return nil
 }
@@ -534,23 +523,17 @@ func (s *Store) isLive(runID string) bool {
 	return ok
 }
 
-// commit commits tx and marks its ticket (0: none) done, even if COMMIT panics: a sync would otherwise
-// wait forever for that ticket.
-func (s *Store) commit(tx *sql.Tx, ticket uint64) error {
-	if ticket != 0 {
-		defer s.dur.done(ticket, 0)
+// commitTx commits tx, a transaction of the store's own on the writer connection, whose commit hook
+// refuses every other commit. A durable commit takes a ticket to wait on (see durability.commit),
+// which covers calls of the group committer's; a relaxed one takes none: nothing waits for it, and a
+// reader that saw it need not wait for a sync on its account.
+func (s *Store) commitTx(tx *sql.Tx, mode commitMode, calls int) (ticket, error) {
+	s.committing.Store(true)
+	defer s.committing.Store(false)
+	if mode == relaxed {
+		return ticket{}, tx.Commit()
 	}
-	s.committing.Store(true)
-	defer s.committing.Store(false)
-	return tx.Commit()
-}
-
-// commitGroup is commit for the group committer: its ticket covers calls callers.
-func (s *Store) commitGroup(tx *sql.Tx, ticket uint64, calls int) error {
-	defer s.dur.done(ticket, calls)
-	s.committing.Store(true)
-	defer s.committing.Store(false)
-	return tx.Commit()
+	return s.dur.commit(calls, tx.Commit)
 }
 
 func (s *Store) rollback(tx *sql.Tx) {

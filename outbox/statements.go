@@ -1,0 +1,287 @@
+package outbox
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/ncruces/go-sqlite3"
+
+	"github.com/textmachine/outbox/db"
+)
+
+// The statements every write runs, prepared once on the writer connection. They still run through
+// sqlc's generated calls (see txWriter.on), which bind the arguments from the query's …Params struct:
+// a query whose parameters are reordered regenerates its binding with it, instead of writing a value
+// into another column.
+type stmtID int
+
+const (
+	stmtLastSeq stmtID = iota
+	stmtOnceFound
+	stmtInsert
+	stmtInsertLine
+	stmtProgressSet
+	stmtMarkProjected
+	numStmts
+)
+
+var stmtSQL = [numStmts]string{
+	stmtLastSeq:       db.EventLastSeq,
+	stmtOnceFound:     db.EventsOnceKeyExists,
+	stmtInsert:        db.EventInsert,
+	stmtInsertLine:    db.EventLineInsert,
+	stmtProgressSet:   db.ProgressSet,
+	stmtMarkProjected: db.EventMarkProjected,
+}
+
+// statements are the prepared statements of a writable store.
+type statements [numStmts]*sql.Stmt
+
+func prepareStatements(ctx context.Context, w *sql.DB) (*statements, error) {
+	st := &statements{}
+	for id, query := range stmtSQL {
+		stmt, err := w.PrepareContext(ctx, query)
+		if err != nil {
+			st.close()
+			return nil, fmt.Errorf("prepare: %w", err)
+		}
+		st[id] = stmt
+	}
+	return st, nil
+}
+
+func (st *statements) close() {
+	for _, stmt := range st {
+		if stmt != nil {
+			stmt.Close()
+		}
+	}
+}
+
+// txWriter is one write transaction as the store's methods use it: each method is one generated call,
+// run on the store's prepared statement when the transaction is the store's own. It also remembers
+// each run's last seq once read, so that the calls of a group, or the events of a batch, number on
+// from each other without reading it again.
+type txWriter struct {
+	ctx   context.Context // the operation's: it bounds each statement
+	q     *db.Queries
+	tx    *sql.Tx
+	st    *statements // nil on a transaction the store did not begin, where statements run unprepared
+	bound [numStmts]prepared
+	last  map[string]int64
+}
+
+func (s *Store) newTxWriter(ctx context.Context, tx *sql.Tx, st *statements) *txWriter {
+	return &txWriter{ctx: ctx, q: s.q, tx: tx, st: st}
+}
+
+// on returns where the generated call for id runs: the prepared statement bound to the transaction,
+// or the transaction itself.
+func (w *txWriter) on(id stmtID) db.DBTX {
+	if w.st == nil {
+		return w.tx
+	}
+	p := &w.bound[id]
+	if p.stmt == nil {
+		*p = prepared{stmtSQL[id], w.tx.StmtContext(w.ctx, w.st[id])}
+	}
+	return p
+}
+
+// nextSeq returns the seq runID's next event gets in this transaction, or ErrSeqExhausted.
+func (w *txWriter) nextSeq(runID string) (int64, error) {
+	last, ok := w.last[runID]
+	if !ok {
+		var err error
+		if last, err = w.q.EventLastSeq(w.ctx, w.on(stmtLastSeq), runID); err != nil {
+			return 0, fmt.Errorf("last seq of run %q: %w", runID, mapErr(w.ctx, err))
+		}
+	}
+	if last == math.MaxInt64 {
+		return 0, fmt.Errorf("%w: run %q", ErrSeqExhausted, runID)
+	}
+	return last + 1, nil
+}
+
+// onceKeyFound reports whether key is in the ledger or held by a pending row.
+func (w *txWriter) onceKeyFound(key string) (bool, error) {
+	found, err := w.q.EventsOnceKeyExists(w.ctx, w.on(stmtOnceFound), key)
+	if err != nil {
+		return false, fmt.Errorf("look up once key %q: %w", key, mapErr(w.ctx, err))
+	}
+	return found != 0, nil
+}
+
+// spillOver is the length from which a line is stored in events_lines instead of in its row
+// (migrations/00003): below it a row's cell fits in its page with room to spare, so reading it whole
+// to compare keys costs nothing.
+const spillOver = 512
+
+// insert stores one event: its row, and a large line apart from it. A failed insert undoes only
+// itself (SQLite's statement journal), unless SQLite ends the transaction (see Store.txLost).
+func (w *txWriter) insert(p db.EventInsertParams) error {
+	if len(p.Line) >= spillOver {
+		id, err := w.q.EventLineInsert(w.ctx, w.on(stmtInsertLine), p.Line)
+		if err != nil {
+			return fmt.Errorf("insert line %d of run %q: %w", p.Seq, p.EngineRunID, mapErr(w.ctx, err))
+		}
+		p.Line, p.Spill = []byte{}, id
+	}
+	if err := w.q.EventInsert(w.ctx, w.on(stmtInsert), p); err != nil {
+		return fmt.Errorf("insert line %d of run %q: %w", p.Seq, p.EngineRunID, mapErr(w.ctx, err))
+	}
+	if w.last == nil {
+		w.last = map[string]int64{}
+	}
+	w.last[p.EngineRunID] = p.Seq
+	return nil
+}
+
+// setProgress moves a run's projected position.
+func (w *txWriter) setProgress(p db.ProgressSetParams) error {
+	if err := w.q.ProgressSet(w.ctx, w.on(stmtProgressSet), p); err != nil {
+		return fmt.Errorf("record progress of run %q: %w", p.EngineRunID, mapErr(w.ctx, err))
+	}
+	return nil
+}
+
+// markProjected moves a projected line's announce key into the ledger.
+func (w *txWriter) markProjected(p db.EventMarkProjectedParams) error {
+	if _, err := w.q.EventMarkProjected(w.ctx, w.on(stmtMarkProjected), p); err != nil {
+		return fmt.Errorf("mark line %d of run %q announced: %w", p.Seq, p.EngineRunID, mapErr(w.ctx, err))
+	}
+	return nil
+}
+
+// prepared is a db.DBTX that runs sqlc's generated call on a statement prepared from the same SQL.
+// Any other query is refused: it would be a mistake in the package's own code.
+type prepared struct {
+	sql  string
+	stmt *sql.Stmt
+}
+
+var errOtherQuery = errors.New("outbox: a prepared statement was given another query")
+
+func (p *prepared) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if query != p.sql {
+		return nil, errOtherQuery
+	}
+	return p.stmt.ExecContext(ctx, args...)
+}
+
+func (p *prepared) PrepareContext(context.Context, string) (*sql.Stmt, error) {
+	return nil, errOtherQuery
+}
+
+func (p *prepared) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	if query != p.sql {
+		return nil, errOtherQuery
+	}
+	return p.stmt.QueryContext(ctx, args...)
+}
+
+func (p *prepared) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	if query != p.sql {
+		// A *sql.Row cannot carry an error of its own making, and this is a mistake in the
+		// package's own code, which its tests run.
+		panic(errOtherQuery)
+	}
+	return p.stmt.QueryRowContext(ctx, args...)
+}
+
+// bindArgs is a db.DBTX that runs nothing: it keeps the arguments a generated call passes, in the
+// order its SQL numbers them, so that a statement the store steps through the driver's own API (the
+// pending read) is bound from the query's …Params struct too.
+type bindArgs struct {
+	sql  string
+	args []any
+}
+
+var errBound = errors.New("bound") // ends the generated call once it has passed its arguments
+
+func (b *bindArgs) capture(query string, args []any) error {
+	if query != b.sql {
+		return errOtherQuery
+	}
+	b.args = args
+	return errBound
+}
+
+func (b *bindArgs) ExecContext(_ context.Context, query string, args ...any) (sql.Result, error) {
+	return nil, b.capture(query, args)
+}
+
+func (b *bindArgs) PrepareContext(context.Context, string) (*sql.Stmt, error) {
+	return nil, errOtherQuery
+}
+
+func (b *bindArgs) QueryContext(_ context.Context, query string, args ...any) (*sql.Rows, error) {
+	return nil, b.capture(query, args)
+}
+
+func (b *bindArgs) QueryRowContext(context.Context, string, ...any) *sql.Row {
+	panic(errOtherQuery) // no statement stepped by hand is a one-row query
+}
+
+// queries runs the generated calls whose arguments bindFrom keeps; it holds no state.
+var queries = db.New()
+
+// bindFrom binds stmt, prepared from query, with the arguments that call passes to query's generated
+// function.
+func bindFrom(stmt *sqlite3.Stmt, query string, call func(db.DBTX) error) error {
+	b := bindArgs{sql: query}
+	if err := call(&b); err != errBound {
+		if err == nil {
+			err = errOtherQuery
+		}
+		return err
+	}
+	return bind(stmt, b.args)
+}
+
+// bind binds the arguments a generated call passed, as bindArgs kept them, to a driver statement.
+func bind(stmt *sqlite3.Stmt, args []any) error {
+	for i, a := range args {
+		var err error
+		switch v := a.(type) {
+		case int64:
+			err = stmt.BindInt64(i+1, v)
+		case string:
+			err = stmt.BindText(i+1, v)
+		case []byte:
+			err = stmt.BindBlob(i+1, v)
+		default:
+			err = fmt.Errorf("outbox: cannot bind parameter %d of type %T", i+1, a)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pendingColumns are the pending read's columns as readPending steps them; checkColumns holds the
+// statement to them, so that a reordered SELECT fails its first read instead of reading one column
+// as another.
+const (
+	pendingSeq = iota
+	pendingLine
+	pendingToMark
+)
+
+var pendingColumns = []string{pendingSeq: "seq", pendingLine: "line", pendingToMark: "to_mark"}
+
+func checkColumns(stmt *sqlite3.Stmt, want []string) error {
+	if n := stmt.ColumnCount(); n != len(want) {
+		return fmt.Errorf("outbox: the pending read has %d columns, the store reads %d", n, len(want))
+	}
+	for i, name := range want {
+		if got := stmt.ColumnName(i); got != name {
+			return fmt.Errorf("outbox: the pending read's column %d is %q, the store reads it as %q", i, got, name)
+		}
+	}
+	return nil
+}
