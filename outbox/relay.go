@@ -335,10 +335,7 @@ func lineBytes(lines []EventLine) int64 {
 //
 // Each batch is appended to the sink and recorded before the next one is appended, so a crash leaves
 // at most one batch in the sink that is not recorded: K crashes re-send at most K batches. (Recording
-// batch k while appending batch k+1 would be faster, and would make that two.) While a batch is being
-// appended, the sink's fdatasync usually, the next ones are read from the store (see readAhead). The
-// first batch of a call is never read ahead: a sink that keeps failing costs one bounded read per
-// attempt.
+// batch k while appending batch k+1 would be faster, and would make that two.)
 func (r *Relay) project(ctx context.Context, runID string, target int64) (int, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -354,54 +351,101 @@ func (r *Relay) project(ctx context.Context, runID string, target int64) (int, e
 	if err != nil || (target > 0 && cursor >= target) {
 		return 0, err
 	}
-	lines, toMark, err := r.s.pending(ctx, runID, cursor, r.cfg.batch, r.cfg.batchBytes)
-	if err != nil {
-		return 0, err
-	}
+	src := batches{r: r, runID: runID, target: target}
+	defer src.close()
 	placed := 0
-	var ahead *prefetch
-	defer func() {
-		if ahead != nil {
-			ahead.close()
-		}
-	}()
-	for len(lines) > 0 {
-		held := lineBytes(lines) // before contiguous: what the reader ahead counted
-		if lines, err = contiguous(runID, cursor, lines); err != nil {
+	for {
+		b, err := src.next(ctx, cursor)
+		if err != nil || len(b.lines) == 0 {
 			return placed, err
 		}
-		last := lines[len(lines)-1].Seq
-		if placed > 0 && ahead == nil && (target == 0 || last < target) {
-			ahead = r.startPrefetch(ctx, runID, last, target, held)
-		}
-		if err := r.place(ctx, turn, runID, lines, toMark); err != nil {
+		if err := r.place(ctx, turn, runID, b.lines, b.toMark); err != nil {
 			return placed, err
 		}
-		placed += len(lines)
-		cursor = last
-		if ahead != nil {
-			ahead.release(held)
-		}
-		switch {
-		case target > 0 && cursor >= target:
+		placed += len(b.lines)
+		cursor = b.lines[len(b.lines)-1].Seq
+		src.placed(b)
+		if target > 0 && cursor >= target {
 			return placed, nil
-		case ahead != nil:
-			if f, ok := ahead.next(); ok {
-				if f.err != nil {
-					return placed, f.err
-				}
-				lines, toMark = f.lines, f.toMark
-				break
-			}
-			// The reader stopped short of the cursor (a batch cut at a hole): read from it.
-			fallthrough
-		default:
-			if lines, toMark, err = r.s.pending(ctx, runID, cursor, r.cfg.batch, r.cfg.batchBytes); err != nil {
-				return placed, err
-			}
 		}
 	}
-	return placed, nil
+}
+
+// batches are the batches project places, in order. The first two are read when asked for; from the
+// second on, while a batch is being appended (the sink's fdatasync usually), the next ones are read
+// ahead (see prefetch). The first is never read ahead, so a sink that keeps failing costs one bounded
+// read per attempt.
+type batches struct {
+	r      *Relay
+	runID  string
+	target int64
+	reads  int
+	ahead  *prefetch
+}
+
+// batch is lines that follow the cursor without a hole, and the bytes of lines the reader ahead
+// counted for it, to be given back once it is placed.
+type batch struct {
+	lines  []EventLine
+	toMark []int64
+	held   int64
+}
+
+// next returns the batch that follows cursor; an empty one when nothing is pending.
+func (b *batches) next(ctx context.Context, cursor int64) (batch, error) {
+	if b.ahead != nil {
+		if f, ok := b.ahead.next(); ok {
+			if f.err != nil {
+				return batch{}, f.err
+			}
+			return b.cut(cursor, f.lines, f.toMark, lineBytes(f.lines))
+		}
+		// The reader stopped short of the cursor (a batch cut at a hole, or the target): read from
+		// the cursor.
+	}
+	lines, toMark, err := b.r.s.pending(ctx, b.runID, cursor, b.r.cfg.batch, b.r.cfg.batchBytes)
+	if err != nil {
+		return batch{}, err
+	}
+	b.reads++
+	held := lineBytes(lines)
+	next, err := b.cut(cursor, lines, toMark, held)
+	if err != nil || len(next.lines) == 0 {
+		return next, err
+	}
+	if last := next.lines[len(next.lines)-1].Seq; b.reads == 2 && b.ahead == nil && (b.target == 0 || last < b.target) {
+		// The reader ahead counts this batch among the bytes the relay holds.
+		b.ahead = b.r.startPrefetch(ctx, b.runID, last, b.target, held)
+	} else {
+		next.held = 0
+	}
+	return next, nil
+}
+
+// cut keeps the lines that follow cursor without a hole (see contiguous).
+func (b *batches) cut(cursor int64, lines []EventLine, toMark []int64, held int64) (batch, error) {
+	if len(lines) == 0 {
+		return batch{held: held}, nil
+	}
+	lines, err := contiguous(b.runID, cursor, lines)
+	if err != nil {
+		return batch{}, err
+	}
+	return batch{lines: lines, toMark: toMark, held: held}, nil
+}
+
+// placed gives back the room of a batch the sink now has.
+func (b *batches) placed(p batch) {
+	if b.ahead != nil && p.held > 0 {
+		b.ahead.release(p.held)
+	}
+}
+
+// close stops the reader ahead, if any.
+func (b *batches) close() {
+	if b.ahead != nil {
+		b.ahead.close()
+	}
 }
 
 // place appends one batch to the sink and records it, as one batch in flight that Close waits for.
