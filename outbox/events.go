@@ -260,7 +260,7 @@ func (s *Store) MarkAnnounced(ctx context.Context, runID string, keyBySeq map[in
 	}
 	for seq, key := range keyBySeq {
 		if err := checkOnceKey(key); err != nil {
-			return fmt.Errorf("outbox: mark line %d of run %q: %w", seq, runID, err)
+			return fmt.Errorf("mark line %d of run %q: %w", seq, runID, err)
 		}
 	}
 	if len(keyBySeq) == 0 {
@@ -276,7 +276,7 @@ func (s *Store) markAnnounced(ctx context.Context, tx *sql.Tx, runID string, key
 		key := keyBySeq[seq]
 		n, err := s.q.EventMarkAnnounced(ctx, tx, db.EventMarkAnnouncedParams{OnceKey: key, EngineRunID: runID, Seq: seq})
 		if err != nil {
-			return fmt.Errorf("outbox: mark line %d of run %q announced as %q: %w", seq, runID, key, mapErr(ctx, err))
+			return fmt.Errorf("mark line %d of run %q announced as %q: %w", seq, runID, key, mapErr(ctx, err))
 		}
 		if n == 1 {
 			continue
@@ -284,24 +284,24 @@ func (s *Store) markAnnounced(ctx context.Context, tx *sql.Tx, runID string, key
 		row, err := s.q.EventOnceKey(ctx, tx, db.EventOnceKeyParams{EngineRunID: runID, Seq: seq})
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
-			return fmt.Errorf("outbox: mark line %d of run %q announced: %w", seq, runID, ErrUnknownEvent)
+			return fmt.Errorf("mark line %d of run %q announced: %w", seq, runID, ErrUnknownEvent)
 		case err != nil:
-			return fmt.Errorf("outbox: mark line %d of run %q announced: %w", seq, runID, mapErr(ctx, err))
+			return fmt.Errorf("mark line %d of run %q announced: %w", seq, runID, mapErr(ctx, err))
 		}
 		held := row.OnceKey
 		if held == "" || held == key {
 			held = row.AnnounceKey
 		}
 		if held != "" && held != key {
-			return fmt.Errorf("outbox: mark line %d of run %q announced as %q: it holds %q: %w",
+			return fmt.Errorf("mark line %d of run %q announced as %q: it holds %q: %w",
 				seq, runID, key, held, ErrAnnounceConflict)
 		}
 		// The row is free: another row holds the key pending.
 		other, err := s.q.EventKeyHolder(ctx, tx, key)
 		if err != nil {
-			return fmt.Errorf("outbox: mark line %d of run %q announced as %q: %w", seq, runID, key, mapErr(ctx, err))
+			return fmt.Errorf("mark line %d of run %q announced as %q: %w", seq, runID, key, mapErr(ctx, err))
 		}
-		return fmt.Errorf("outbox: mark line %d of run %q announced as %q: line %d of run %q holds it pending: %w",
+		return fmt.Errorf("mark line %d of run %q announced as %q: line %d of run %q holds it pending: %w",
 			seq, runID, key, other.Seq, other.EngineRunID, ErrAnnounceConflict)
 	}
 	return nil
@@ -316,7 +316,7 @@ func (s *Store) AnnouncedOnceKeys(ctx context.Context) (map[string]bool, error) 
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("outbox: read the ledger: %w", err)
+		return nil, fmt.Errorf("read the ledger: %w", err)
 	}
 	out := make(map[string]bool, len(keys))
 	for _, k := range keys {
@@ -359,7 +359,7 @@ func (s *Store) pending(ctx context.Context, runID string, after int64, limit, m
 		return s.dur.waitVisible()
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("outbox: read pending lines of run %q: %w", runID, err)
+		return nil, nil, fmt.Errorf("read pending lines of run %q: %w", runID, err)
 	}
 	return out, toMark, nil
 }
@@ -534,7 +534,7 @@ func (s *Store) EventsUsed(ctx context.Context, runID string) (bool, error) {
 		return err
 	})
 	if err != nil {
-		return false, fmt.Errorf("outbox: check run %q: %w", runID, err)
+		return false, fmt.Errorf("check run %q: %w", runID, err)
 	}
 	return used != 0, nil
 }
@@ -553,11 +553,11 @@ func (s *Store) ForgetEvents(ctx context.Context, runID string) (forgotten int64
 	err = s.write(ctx, durable, func(w *txWriter) error {
 		ctx, tx := w.ctx, w.tx
 		if err := s.q.ProgressKeepLastSeqs(ctx, tx, runID); err != nil {
-			return fmt.Errorf("outbox: record other runs' last seqs: %w", mapErr(ctx, err))
+			return fmt.Errorf("record other runs' last seqs: %w", mapErr(ctx, err))
 		}
 		forgotten, err = s.q.EventsForget(ctx, tx, runID)
 		if err != nil {
-			return fmt.Errorf("outbox: forget other runs: %w", mapErr(ctx, err))
+			return fmt.Errorf("forget other runs: %w", mapErr(ctx, err))
 		}
 		return nil
 	})

@@ -174,7 +174,7 @@ func (s *Store) submit(ctx context.Context, runID, onceKey string, build EventBu
 		res = <-r.done
 	case <-timeout:
 		if r.state.CompareAndSwap(reqQueued, reqWithdrawn) || r.state.CompareAndSwap(reqTaken, reqWithdrawn) {
-			return 0, fmt.Errorf("outbox: waited for the writer past the operation timeout (WithOpTimeout): %w", context.DeadlineExceeded)
+			return 0, fmt.Errorf("waited for the writer past the operation timeout (WithOpTimeout): %w", context.DeadlineExceeded)
 		}
 		res = <-r.done
 	}
@@ -242,7 +242,7 @@ func (c *committer) write(taken []*request, results []result) (n int) {
 	// connection (see txOn). The statements take the operation timeout.
 	tx, err := c.s.w.BeginTx(context.Background(), nil)
 	if err != nil {
-		failAll(fmt.Errorf("outbox: begin: %w", mapErr(ctx, err)))
+		failAll(fmt.Errorf("begin: %w", mapErr(ctx, err)))
 		return n
 	}
 	// A sync about to start waits for this group rather than leave its callers to the next one.

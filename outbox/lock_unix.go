@@ -20,14 +20,14 @@ import (
 func lockFile(path string) (*os.File, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
-		return nil, fmt.Errorf("outbox: open %s for locking: %w", path, err)
+		return nil, fmt.Errorf("open %s for locking: %w", path, err)
 	}
 	if err := flock.Exclusive(f); err != nil {
 		f.Close()
 		if errors.Is(err, flock.ErrHeld) {
 			return nil, fmt.Errorf("%w: %s", ErrLocked, path)
 		}
-		return nil, fmt.Errorf("outbox: lock %s: %w", path, err)
+		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
 	// Checked on the locked descriptor, so a name added before the lock was taken is seen. A name
 	// added later is the operator's doing; the lock keeps a second writer out either way.

@@ -21,7 +21,7 @@ func (s *Store) Projected(ctx context.Context, runID string) (int64, error) {
 		return err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("outbox: read progress of run %q: %w", runID, err)
+		return 0, fmt.Errorf("read progress of run %q: %w", runID, err)
 	}
 	return p.Projected, nil
 }
@@ -34,7 +34,7 @@ func (s *Store) lastSeq(ctx context.Context, runID string) (int64, error) {
 		return err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("outbox: read last seq of run %q: %w", runID, err)
+		return 0, fmt.Errorf("read last seq of run %q: %w", runID, err)
 	}
 	return last, nil
 }
@@ -124,7 +124,7 @@ func (s *Store) runsAfter(ctx context.Context, after string, limit int) ([]RunSt
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("outbox: list runs: %w", err)
+		return nil, fmt.Errorf("list runs: %w", err)
 	}
 	out := make([]RunStats, len(rows))
 	for i, r := range rows {
@@ -147,7 +147,7 @@ func (s *Store) LedgerSize(ctx context.Context) (int64, error) {
 		return err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("outbox: count the ledger: %w", err)
+		return 0, fmt.Errorf("count the ledger: %w", err)
 	}
 	return n, nil
 }
@@ -161,11 +161,11 @@ func (s *Store) forgetProjected(ctx context.Context, runs []RunStats) (int64, er
 		ctx, tx := w.ctx, w.tx
 		for _, r := range runs {
 			if err := s.q.ProgressKeepLastSeq(ctx, tx, db.ProgressKeepLastSeqParams{EngineRunID: r.RunID, LastSeq: r.LastSeq}); err != nil {
-				return fmt.Errorf("outbox: record the last seq of run %q: %w", r.RunID, mapErr(ctx, err))
+				return fmt.Errorf("record the last seq of run %q: %w", r.RunID, mapErr(ctx, err))
 			}
 			k, err := s.q.EventsForgetProjected(ctx, tx, db.EventsForgetProjectedParams{EngineRunID: r.RunID, Projected: r.Projected})
 			if err != nil {
-				return fmt.Errorf("outbox: forget projected lines of run %q: %w", r.RunID, mapErr(ctx, err))
+				return fmt.Errorf("forget projected lines of run %q: %w", r.RunID, mapErr(ctx, err))
 			}
 			n += k
 		}

@@ -89,7 +89,7 @@ func OpenReadOnlyDB(ctx context.Context, path string, opts ...Option) (*sql.DB, 
 		return nil, err
 	}
 	if _, err := os.Stat(path); err != nil {
-		return nil, fmt.Errorf("outbox: open %s: %w", path, err)
+		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	r, err := s.openReadOnlyPool()
 	if err != nil {
@@ -98,7 +98,7 @@ func OpenReadOnlyDB(ctx context.Context, path string, opts ...Option) (*sql.DB, 
 	var n int
 	if err := r.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema`).Scan(&n); err != nil {
 		r.Close()
-		return nil, fmt.Errorf("outbox: open %s: %w", path, mapErr(ctx, err))
+		return nil, fmt.Errorf("open %s: %w", path, mapErr(ctx, err))
 	}
 	return r, nil
 }

@@ -25,14 +25,15 @@ type Sink interface {
 	Append(ctx context.Context, runID string, lines []EventLine) error
 }
 
-// ErrSinkRefused: a sink wraps it in an error that retrying cannot cure (the destination already holds
-// another line under the same key, or lacks the line before it). The relay stops projecting and returns
-// the error instead of backing off and trying again.
+// ErrSinkRefused is returned when a sink refuses a batch in a way no retry can cure: the destination
+// already holds another line under the same key, or lacks the line before the batch's first. A sink
+// wraps it in its error; the relay then stops projecting and returns the error instead of backing off
+// and trying again.
 var ErrSinkRefused = errors.New("outbox: the sink refuses the batch")
 
-// ErrRowsMissing: a run's stored lines are not contiguous after its projected position, so projecting
-// them would put a gap in the journal. It happens only when rows were deleted outside the protocol
-// (ForgetEvents without Recover, or by hand).
+// ErrRowsMissing is returned when a run's stored lines are not contiguous after its projected
+// position, so that projecting them would put a gap in the journal. It happens only when rows were
+// deleted outside the protocol (ForgetEvents without Recover, or by hand).
 var ErrRowsMissing = errors.New("outbox: stored lines are not contiguous")
 
 // Relay defaults.
@@ -200,7 +201,7 @@ func NewRelay(s *Store, sink Sink, runID string, opts ...RelayOption) *Relay {
 		r.err = errors.New("outbox: relay with a nil sink")
 	case s.readOnly:
 		// It could append but never record: every attempt would send its batch again.
-		r.err = fmt.Errorf("outbox: relay on a read-only store: %w", ErrReadOnly)
+		r.err = fmt.Errorf("relay on a read-only store: %w", ErrReadOnly)
 	default:
 		r.err = checkRunID(runID)
 	}
@@ -220,7 +221,7 @@ func NewRelay(s *Store, sink Sink, runID string, opts ...RelayOption) *Relay {
 // sinkError marks an error as the sink's, which is worth retrying, unlike the store's own failures.
 type sinkError struct{ err error }
 
-func (e *sinkError) Error() string { return "outbox: sink: " + e.err.Error() }
+func (e *sinkError) Error() string { return "sink: " + e.err.Error() }
 func (e *sinkError) Unwrap() error { return e.err }
 
 type fetched struct {
@@ -472,7 +473,7 @@ func (r *Relay) record(ctx context.Context, turn *runTurn) error {
 		return nil
 	}
 	if err := r.s.recordProjected(ctx, b.runID, b.last, b.toMark); err != nil {
-		return fmt.Errorf("outbox: record lines up to %d of run %q as projected: %w", b.last, b.runID, err)
+		return fmt.Errorf("record lines up to %d of run %q as projected: %w", b.last, b.runID, err)
 	}
 	turn.unrecorded = nil
 	if r.failing != nil {
@@ -562,7 +563,7 @@ func (r *Relay) drain(ctx context.Context, runID string, target int64) error {
 		}
 		failures++
 		if !retriable(ctx, err) || failures >= r.cfg.flushAttempts {
-			return fmt.Errorf("outbox: project run %q after %d attempts: %w", runID, failures, err)
+			return fmt.Errorf("project run %q after %d attempts: %w", runID, failures, err)
 		}
 		r.cfg.log.Debug("outbox: batch failed, retrying", "run", runID, "attempt", failures, "err", err)
 		if wait, err = r.backoff(ctx, wait); err != nil {
@@ -616,14 +617,14 @@ func (r *Relay) Recover(ctx context.Context) error {
 	}
 	for run, err := range r.s.AllRuns(ctx) {
 		if err != nil {
-			return fmt.Errorf("outbox: recover: %w", err)
+			return fmt.Errorf("recover: %w", err)
 		}
 		if run.RunID == r.runID || r.s.isLive(run.RunID) {
 			continue
 		}
 		if run.Projected < run.storedLast {
 			if err := r.drain(ctx, run.RunID, run.storedLast); err != nil {
-				return fmt.Errorf("outbox: recover: %w", err)
+				return fmt.Errorf("recover: %w", err)
 			}
 			r.cfg.log.Info("outbox: recovered an earlier run", "run", run.RunID,
 				"from", run.Projected+1, "to", run.storedLast)
@@ -633,14 +634,14 @@ func (r *Relay) Recover(ctx context.Context) error {
 			done = append(done, run)
 			if len(done) == runsPage {
 				if err := forget(); err != nil {
-					return fmt.Errorf("outbox: recover: %w", err)
+					return fmt.Errorf("recover: %w", err)
 				}
 			}
 		}
 	}
 	faultpoint.Hit(faultpoint.RecoverBeforeForget)
 	if err := forget(); err != nil {
-		return fmt.Errorf("outbox: recover: %w", err)
+		return fmt.Errorf("recover: %w", err)
 	}
 	faultpoint.Hit(faultpoint.RecoverAfterForget)
 	return nil

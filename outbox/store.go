@@ -78,7 +78,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("outbox: open %s: %w", path, err)
+		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	_, statErr := os.Stat(path)
 	created := errors.Is(statErr, os.ErrNotExist)
@@ -116,15 +116,15 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	defer cancel()
 	if err := s.w.PingContext(octx); err != nil {
 		s.release()
-		return nil, fmt.Errorf("outbox: open %s: %w", path, mapErr(octx, err))
+		return nil, fmt.Errorf("open %s: %w", path, mapErr(octx, err))
 	}
 	if err := migrations.Up(octx, s.w); err != nil {
 		s.release()
-		return nil, fmt.Errorf("outbox: open %s: %w", path, mapErr(octx, err))
+		return nil, fmt.Errorf("open %s: %w", path, mapErr(octx, err))
 	}
 	if err := s.attachWriter(octx); err != nil {
 		s.release()
-		return nil, fmt.Errorf("outbox: open %s: %w", path, err)
+		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	if s.r, err = s.openReader(); err != nil {
 		s.release()
@@ -149,10 +149,10 @@ func OpenReadOnly(ctx context.Context, path string, opts ...Option) (*Store, err
 	}
 	s.readOnly = true
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("outbox: open %s: %w", path, err)
+		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	if _, err := os.Stat(path); err != nil {
-		return nil, fmt.Errorf("outbox: open %s: %w", path, err)
+		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	if s.r, err = s.openReadOnlyPool(); err != nil {
 		return nil, err
@@ -170,7 +170,7 @@ func OpenReadOnly(ctx context.Context, path string, opts ...Option) (*Store, err
 	}
 	if err != nil {
 		s.release()
-		return nil, fmt.Errorf("outbox: open %s: %w", path, mapErr(octx, err))
+		return nil, fmt.Errorf("open %s: %w", path, mapErr(octx, err))
 	}
 	return s, nil
 }
@@ -220,7 +220,7 @@ func openDB(path, query string, init func(*sqlite3.Conn) error) (*sql.DB, error)
 	u := url.URL{Scheme: "file", OmitHost: true, Path: path, RawQuery: query}
 	c, err := (&driver.SQLite{}).OpenConnector(u.String())
 	if err != nil {
-		return nil, fmt.Errorf("outbox: open %s: %w", path, err)
+		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	return sql.OpenDB(memConnector{c, init}), nil
 }
@@ -252,11 +252,11 @@ func (m memConnector) Connect(ctx context.Context) (sqldriver.Conn, error) {
 func syncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
-		return fmt.Errorf("outbox: sync directory %s: %w", dir, err)
+		return fmt.Errorf("sync directory %s: %w", dir, err)
 	}
 	defer d.Close()
 	if err := d.Sync(); err != nil {
-		return fmt.Errorf("outbox: sync directory %s: %w", dir, err)
+		return fmt.Errorf("sync directory %s: %w", dir, err)
 	}
 	return nil
 }
@@ -304,7 +304,7 @@ func (s *Store) release() error {
 		errs = append(errs, unlockFile(s.lock))
 	}
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("outbox: close %s: %w", s.path, err)
+		return fmt.Errorf("close %s: %w", s.path, err)
 	}
 	return nil
 }

@@ -1,0 +1,106 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"testing"
+
+	"github.com/ncruces/go-sqlite3"
+
+	"github.com/textmachine/outbox/db"
+)
+
+func openConn(t *testing.T) *sqlite3.Conn {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "book.db")
+	s, err := Open(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := sqlite3.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// TestPendingReadRefusesReorderedColumns: the pending read is stepped by column number, so a SELECT
+// whose columns moved must fail when it is prepared, not read one column as another.
+func TestPendingReadRefusesReorderedColumns(t *testing.T) {
+	c := openConn(t)
+	for _, query := range []string{
+		`SELECT line, seq, 0 AS to_mark FROM events_outbox`,
+		`SELECT seq, line FROM events_outbox`,
+	} {
+		stmt, _, err := c.Prepare(query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := checkColumns(stmt, pendingColumns); err == nil {
+			t.Errorf("%s: accepted", query)
+		}
+		stmt.Close()
+	}
+	stmt, err := preparePending(c)
+	if err != nil {
+		t.Fatalf("the generated pending read: %v", err)
+	}
+	stmt.Close()
+}
+
+// TestPendingReadIsBoundFromTheGeneratedParams: bindFrom binds each argument where the generated call
+// puts it, whatever order the struct's fields are written in.
+func TestPendingReadIsBoundFromTheGeneratedParams(t *testing.T) {
+	c := openConn(t)
+	for seq := int64(1); seq <= 5; seq++ {
+		if err := c.Exec(fmt.Sprintf(`INSERT INTO events_outbox (engine_run_id, seq, line) VALUES ('r', %d, 'x')`, seq)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stmt, err := preparePending(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stmt.Close()
+	lines, _, err := readPending(context.Background(), c, stmt, "r", 2, 2, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lines) != 2 || lines[0].Seq != 3 || lines[1].Seq != 4 {
+		t.Fatalf("after 2, at most 2: got %v, want seqs 3 and 4", lines)
+	}
+
+	// A call that passes another query is refused rather than bound.
+	err = bindFrom(stmt, db.EventsPending, func(b db.DBTX) error {
+		_, err := queries.EventsAnnouncedKeys(context.Background(), b)
+		return err
+	})
+	if !errors.Is(err, errOtherQuery) {
+		t.Fatalf("another query: got %v, want errOtherQuery", err)
+	}
+}
+
+// TestPreparedStatementsRefuseAnotherQuery: a generated call given the wrong prepared statement fails
+// instead of running that statement with its arguments.
+func TestPreparedStatementsRefuseAnotherQuery(t *testing.T) {
+	s, err := Open(context.Background(), filepath.Join(t.TempDir(), "book.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	err = s.write(context.Background(), durable, func(w *txWriter) error {
+		return w.q.EventInsert(w.ctx, w.on(stmtProgressSet), db.EventInsertParams{EngineRunID: "r", Seq: 1, Line: []byte("x")})
+	})
+	if !errors.Is(err, errOtherQuery) {
+		t.Fatalf("an insert on the progress statement: got %v, want errOtherQuery", err)
+	}
+	if n, err := s.EventsUsed(context.Background(), "r"); err != nil || n {
+		t.Fatalf("EventsUsed after the refused insert: %v, %v; want false", n, err)
+	}
+}
