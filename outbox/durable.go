@@ -75,7 +75,7 @@ func newDurability() *durability {
 // and syncs it once, so that whatever an earlier process committed without a sync is durable before
 // this store projects any of it. Both are valid for the connection's life, and the store never lets
 // that connection go: it has one, never idle-closed, and no context of a caller's ever reaches a
-// transaction on it (see txOn), which is what makes database/sql discard a connection.
+// transaction on it (see Store.write), which is what makes database/sql discard a connection.
 func (s *Store) attachWriter(ctx context.Context) error {
 	conn, err := s.w.Conn(ctx)
 	if err != nil {

@@ -239,7 +239,7 @@ func (c *committer) write(taken []*request, results []result) (n int) {
 	ctx, cancel := c.s.opContext(context.Background())
 	defer cancel()
 	// The transaction takes no context: its end would make database/sql close the writer
-	// connection (see txOn). The statements take the operation timeout.
+	// connection (see Store.write). The statements take the operation timeout.
 	tx, err := c.s.w.BeginTx(context.Background(), nil)
 	if err != nil {
 		failAll(fmt.Errorf("begin: %w", mapErr(ctx, err)))

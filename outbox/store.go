@@ -43,9 +43,9 @@ type Store struct {
 
 	// wconn is the writer connection as the driver has it, kept to ask SQLite whether a transaction is
 	// still open (an interrupted write statement rolls the whole transaction back). The store never
-	// lets database/sql replace that connection; see txOn.
+	// lets database/sql replace that connection; see write.
 	wconn *sqlite3.Conn
-	// current is the transaction txOn has open, so that EnqueueTx can tell the store's own transaction
+	// current is the transaction write has open, so that EnqueueTx can tell the store's own transaction
 	// from a foreign one.
 	current atomic.Pointer[sql.Tx]
 	// committing is true while the store itself commits on the writer connection; any other commit
