@@ -78,6 +78,16 @@ func (q *Queries) EventLastSeq(ctx context.Context, db DBTX, engineRunID string)
 	return last_seq, err
 }
 
+const EventLineDelete = `-- name: EventLineDelete :exec
+DELETE FROM events_lines WHERE id = ?1
+`
+
+// A large line whose row could not be inserted: in a group commit only the failed statement is undone.
+func (q *Queries) EventLineDelete(ctx context.Context, db DBTX, id int64) error {
+	_, err := db.ExecContext(ctx, EventLineDelete, id)
+	return err
+}
+
 const EventLineInsert = `-- name: EventLineInsert :execlastid
 INSERT INTO events_lines (line) VALUES (?1)
 `

@@ -20,14 +20,15 @@ import (
 // time, so the committer waits a moment (gatherWait) for as many as the last sync released before it
 // begins a group: one group instead of several, each paying for BEGIN and COMMIT.
 //
-// Each call stays isolated without a SAVEPOINT: it writes at most one statement (its INSERT; the
-// once-key lookup only reads), and a builder that fails, panics or declines writes nothing. A
-// statement that fails undoes only itself (SQLite's statement journal), so a call whose insert fails
-// on a constraint, or whose run has no seq left, fails alone and the group commits the others. Only
-// when SQLite has left the transaction (an interrupted write, a full disk, an I/O error; see txLost)
-// do the calls that ran in it fail, since none of them is then stored (the calls not yet run go on in
-// the next group); a failed COMMIT fails the whole group. The last seq
-// of each run is carried from call to call within the group instead of being read again.
+// Each call stays isolated without a SAVEPOINT: it writes one statement, its INSERT (a large line is a
+// second, deleted again if the row's insert fails; the once-key lookup only reads), and a builder that
+// fails, panics or declines writes nothing. A statement that fails undoes only itself (SQLite's
+// statement journal), so a call whose insert fails on a constraint, or whose run has no seq left,
+// fails alone and the group commits the others. Only when SQLite has left the transaction (an
+// interrupted write, a full disk, an I/O error; see txLost) do the calls that ran in it fail, since
+// none of them is then stored (the calls not yet run go on in the next group); a failed COMMIT fails
+// the whole group. The group's txWriter carries the last seq of each run from call to call instead of
+// reading it again.
 
 // gatherWait bounds how long the committer waits for the callers of the last sync to come back: long
 // enough for a released cohort to return (they arrive within some tens of microseconds here), short

@@ -120,8 +120,11 @@ func (w *txWriter) onceKeyFound(key string) (bool, error) {
 // to compare keys costs nothing.
 const spillOver = 512
 
-// insert stores one event: its row, and a large line apart from it. A failed insert undoes only
-// itself (SQLite's statement journal), unless SQLite ends the transaction (see Store.txLost).
+// insert stores one event: its row, and a large line apart from it. A failed statement undoes only
+// itself (SQLite's statement journal), unless SQLite ends the transaction (see Store.txLost), and the
+// transaction may still commit (a group's other calls, a caller's own writes around EnqueueTx): so a
+// large line whose row fails is deleted again, rather than left in events_lines with no row to drop
+// it.
 func (w *txWriter) insert(p db.EventInsertParams) error {
 	if len(p.Line) >= spillOver {
 		id, err := w.q.EventLineInsert(w.ctx, w.on(stmtInsertLine), p.Line)
@@ -131,7 +134,15 @@ func (w *txWriter) insert(p db.EventInsertParams) error {
 		p.Line, p.Spill = []byte{}, id
 	}
 	if err := w.q.EventInsert(w.ctx, w.on(stmtInsert), p); err != nil {
-		return fmt.Errorf("insert line %d of run %q: %w", p.Seq, p.EngineRunID, mapErr(w.ctx, err))
+		err = fmt.Errorf("insert line %d of run %q: %w", p.Seq, p.EngineRunID, mapErr(w.ctx, err))
+		if p.Spill != 0 {
+			// Without the caller's context: an insert refused for another reason must not leave
+			// its line behind because the caller's context ended in between.
+			if derr := w.q.EventLineDelete(context.WithoutCancel(w.ctx), w.tx, p.Spill); derr != nil {
+				err = errors.Join(err, fmt.Errorf("delete its line: %w", derr))
+			}
+		}
+		return err
 	}
 	if w.last == nil {
 		w.last = map[string]int64{}

@@ -1,7 +1,9 @@
 package outbox
 
 import (
+	"bytes"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -102,5 +104,53 @@ func TestPreparedStatementsRefuseAnotherQuery(t *testing.T) {
 	}
 	if n, err := s.EventsUsed(context.Background(), "r"); err != nil || n {
 		t.Fatalf("EventsUsed after the refused insert: %v, %v; want false", n, err)
+	}
+}
+
+// TestARefusedInsertLeavesNoLargeLineBehind: a large line is stored before its row; when the row's
+// insert fails but the transaction goes on to commit (a group's other calls, the caller's own writes
+// around EnqueueTx), the line must not stay behind with no row to drop it.
+func TestARefusedInsertLeavesNoLargeLineBehind(t *testing.T) {
+	for _, group := range []bool{true, false} {
+		t.Run(fmt.Sprintf("group=%v", group), func(t *testing.T) {
+			ctx := context.Background()
+			s, err := Open(ctx, filepath.Join(t.TempDir(), "book.db"), WithGroupCommit(group))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			err = s.WriteTx(ctx, func(tx *sql.Tx) error {
+				_, err := tx.Exec(`CREATE TRIGGER refuse_seq_2 BEFORE INSERT ON events_outbox
+					WHEN NEW.seq = 2 BEGIN SELECT RAISE(ABORT, 'refused'); END`)
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			large := func(int64) ([]byte, error) { return bytes.Repeat([]byte("x"), 4*spillOver), nil }
+			if _, err := s.EnqueueEvent(ctx, "r", large); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.EnqueueEvent(ctx, "r", large); err == nil {
+				t.Fatal("the refused insert succeeded")
+			}
+			// The same through EnqueueTx, in a transaction the caller commits all the same.
+			err = s.WriteTx(ctx, func(tx *sql.Tx) error {
+				if _, err := s.EnqueueTx(ctx, tx, "r", large); err == nil {
+					t.Error("the refused insert succeeded inside WriteTx")
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var lines int
+			if err := s.r.QueryRowContext(ctx, `SELECT count(*) FROM events_lines`).Scan(&lines); err != nil {
+				t.Fatal(err)
+			}
+			if lines != 1 {
+				t.Fatalf("events_lines holds %d lines, want 1 (seq 1's)", lines)
+			}
+		})
 	}
 }

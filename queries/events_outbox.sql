@@ -8,6 +8,10 @@ VALUES (sqlc.arg(engine_run_id), sqlc.arg(seq), sqlc.arg(line), CAST(sqlc.arg(an
 -- A large line, stored apart from its row (migrations/00003).
 INSERT INTO events_lines (line) VALUES (sqlc.arg(line));
 
+-- name: EventLineDelete :exec
+-- A large line whose row could not be inserted: in a group commit only the failed statement is undone.
+DELETE FROM events_lines WHERE id = sqlc.arg(id);
+
 -- name: EventLastSeq :one
 -- The highest seq the run was ever given: its highest stored row, or the number recorded when its rows
 -- were forgotten (migrations/00003), whichever is higher. The next seq is one more, computed in Go so

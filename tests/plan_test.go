@@ -23,6 +23,8 @@ var queryPlans = map[string]struct {
 }{
 	"EventInsert":     {db.EventInsert, nil, ""},
 	"EventLineInsert": {db.EventLineInsert, nil, ""},
+	"EventLineDelete": {db.EventLineDelete,
+		[]string{"SEARCH events_lines USING INTEGER PRIMARY KEY (rowid=?)"}, ""},
 	"EventLastSeq": {db.EventLastSeq,
 		[]string{"SEARCH events_outbox USING PRIMARY KEY (engine_run_id=?)",
 			"SEARCH outbox_progress USING PRIMARY KEY (engine_run_id=?)"}, ""},
