@@ -17,6 +17,7 @@ import (
 	"github.com/ncruces/go-sqlite3/driver"
 
 	"github.com/textmachine/outbox/db"
+	"github.com/textmachine/outbox/internal/dirsync"
 	"github.com/textmachine/outbox/internal/faultpoint"
 	"github.com/textmachine/outbox/migrations"
 )
@@ -248,13 +249,8 @@ func (m memConnector) Connect(ctx context.Context) (sqldriver.Conn, error) {
 }
 
 func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("outbox: sync directory %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("outbox: sync directory %s: %w", dir, err)
+	if err := dirsync.Sync(dir); err != nil {
+		return fmt.Errorf("outbox: %w", err)
 	}
 	return nil
 }
