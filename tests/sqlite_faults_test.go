@@ -16,6 +16,7 @@ import (
 	"github.com/ncruces/go-sqlite3/vfs"
 
 	"github.com/textmachine/outbox/internal/faultvfs"
+	"github.com/textmachine/outbox/internal/outboxtest"
 	"github.com/textmachine/outbox/outbox"
 )
 
@@ -110,15 +111,15 @@ func checkDurable(t *testing.T, label, path string, acked map[int64][]byte) {
 		t.Fatalf("%s: reopen: %v", label, err)
 	}
 	defer s.Close()
-	d := rawDB(t, path)
+	d := outboxtest.RawDB(t, path)
 	var integrity string
 	if err := d.QueryRow(`PRAGMA integrity_check`).Scan(&integrity); err != nil || integrity != "ok" {
 		t.Fatalf("%s: integrity_check: %q %v", label, integrity, err)
 	}
-	stored := allLines(t, s, "r")
+	stored := outboxtest.AllLines(t, s, "r")
 	for i, l := range stored {
 		if l.Seq != int64(i+1) {
-			t.Fatalf("%s: stored seqs are not dense: %v", label, seqsOf(stored))
+			t.Fatalf("%s: stored seqs are not dense: %v", label, outboxtest.SeqsOf(stored))
 		}
 	}
 	byseq := map[int64][]byte{}
@@ -228,13 +229,13 @@ func TestDurabilityIsFullByDefaultAndNormalOnlyWhenAsked(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			mustEnqueue(t, s, "r")
+			outboxtest.MustEnqueue(t, s, "r")
 			// A clean close checkpoints and syncs: seq 1 is on the disk whatever the level.
 			s.Close()
 			if s, err = outbox.Open(ctx, path, opts...); err != nil {
 				t.Fatal(err)
 			}
-			if seq, err := s.EnqueueEvent(ctx, "r", lineOf("event")); err != nil || seq != 2 {
+			if seq, err := s.EnqueueEvent(ctx, "r", outboxtest.LineOf("event")); err != nil || seq != 2 {
 				t.Fatalf("EnqueueEvent = (%d, %v)", seq, err)
 			}
 			v.PowerOff()
@@ -247,7 +248,7 @@ func TestDurabilityIsFullByDefaultAndNormalOnlyWhenAsked(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer s2.Close()
-			got := seqsOf(allLines(t, s2, "r"))
+			got := outboxtest.SeqsOf(outboxtest.AllLines(t, s2, "r"))
 			want := []int64{1}
 			if tc.survives {
 				want = []int64{1, 2}
@@ -284,17 +285,17 @@ func TestRelayProjectsOnlyDurableLines(t *testing.T) {
 	armed.Store(true)
 	enqueued := make(chan error, 1)
 	go func() {
-		_, err := s.EnqueueEvent(ctx, "r", lineOf("event"))
+		_, err := s.EnqueueEvent(ctx, "r", outboxtest.LineOf("event"))
 		enqueued <- err
 	}()
 	<-held
 	var visible int
-	if err := rawDB(t, path).QueryRow(`SELECT count(*) FROM events_outbox`).Scan(&visible); err != nil || visible != 1 {
+	if err := outboxtest.RawDB(t, path).QueryRow(`SELECT count(*) FROM events_outbox`).Scan(&visible); err != nil || visible != 1 {
 		t.Fatalf("committed rows visible while the sync is held: %d, %v", visible, err)
 	}
-	sink := newMemSink()
+	sink := outboxtest.NewMemSink()
 	flushed := make(chan error, 1)
-	go func() { flushed <- fastRelay(s, sink, "r").Flush(ctx) }()
+	go func() { flushed <- outboxtest.FastRelay(s, sink, "r").Flush(ctx) }()
 	flushErr, early := error(nil), false
 	select {
 	case flushErr = <-flushed:
@@ -302,7 +303,7 @@ func TestRelayProjectsOnlyDurableLines(t *testing.T) {
 		t.Errorf("Flush returned (%v) while its line's sync was held", flushErr)
 	case <-time.After(200 * time.Millisecond):
 	}
-	if n := len(sink.all()); n != 0 {
+	if n := len(sink.All()); n != 0 {
 		t.Errorf("the sink got %d lines before they were durable", n)
 	}
 	select {
@@ -320,7 +321,7 @@ func TestRelayProjectsOnlyDurableLines(t *testing.T) {
 	if flushErr != nil {
 		t.Fatal(flushErr)
 	}
-	if n := len(sink.all()); n != 1 {
+	if n := len(sink.All()); n != 1 {
 		t.Errorf("the sink has %d lines after the sync, want 1", n)
 	}
 }
