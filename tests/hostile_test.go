@@ -787,11 +787,11 @@ func TestABookMissingWhatTheProtocolReliesOnIsRefused(t *testing.T) {
 
 func TestDiskFullIsNamedAndStoresNothing(t *testing.T) {
 	t.Parallel()
-	setupCalls, total := countCalls(t, 12)
+	setupCalls, total := outboxtest.CountCalls(t, 12)
 	named := 0
 	for at := setupCalls + 1; at <= total; at++ {
-		s, _, path, _ := faultStore(t, func(v *faultvfs.VFS) { v.FailAt, v.FailWith = at, sqlite3.FULL })
-		acked, err := workload(s, 12)
+		s, _, path, _ := outboxtest.FaultStore(t, func(v *faultvfs.VFS) { v.FailAt, v.FailWith = at, sqlite3.FULL })
+		acked, err := outboxtest.Workload(s, 12)
 		if err != nil && !errors.Is(err, outbox.ErrNotDurable) {
 			if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "full") {
 				t.Errorf("disk full at call %d: %v, want an error naming it (ENOSPC)", at, err)
@@ -799,7 +799,7 @@ func TestDiskFullIsNamedAndStoresNothing(t *testing.T) {
 			named++
 		}
 		s.Close()
-		checkDurable(t, fmt.Sprintf("disk full at call %d", at), path, acked)
+		outboxtest.CheckDurable(t, fmt.Sprintf("disk full at call %d", at), path, acked)
 	}
 	if named == 0 {
 		t.Error("no full disk reached a call")
@@ -808,10 +808,10 @@ func TestDiskFullIsNamedAndStoresNothing(t *testing.T) {
 
 func TestErrNotDurableComesWithTheCommittedSeq(t *testing.T) {
 	t.Parallel()
-	setupCalls, total := countCalls(t, 12)
+	setupCalls, total := outboxtest.CountCalls(t, 12)
 	seen := 0
 	for at := setupCalls + 1; at <= total; at++ {
-		s, _, path, name := faultStore(t, func(v *faultvfs.VFS) { v.FailAt = at })
+		s, _, path, name := outboxtest.FaultStore(t, func(v *faultvfs.VFS) { v.FailAt = at })
 		seq, err := s.EnqueueEvent(context.Background(), "r", outboxtest.LineOf("x"))
 		for i := 0; err == nil && i < 12; i++ {
 			seq, err = s.EnqueueEvent(context.Background(), "r", outboxtest.LineOf("x"))

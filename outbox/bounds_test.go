@@ -1,4 +1,4 @@
-package tests
+package outbox_test
 
 // Bounded resources: each test here is a way a heavy user made the library grow or stall, and the
 // bound that holds instead. The multi-gigabyte forms run in make reliability (OUTBOX_HEAVY=1).
@@ -132,12 +132,12 @@ func TestTheLibrarysOwnReadersHoldNoLongReadTransaction(t *testing.T) {
 // everything acknowledged.
 func TestAPanicInsideSQLiteFailsTheCallNotTheProcess(t *testing.T) {
 	t.Parallel()
-	setupCalls, total := countCalls(t, 12)
+	setupCalls, total := outboxtest.CountCalls(t, 12)
 	broken := 0
 	for at := setupCalls + 1; at <= total; at++ {
 		label := fmt.Sprintf("panic at call %d", at)
-		s, _, path, _ := faultStore(t, func(v *faultvfs.VFS) { v.PanicAt = at })
-		acked, err := workload(s, 12)
+		s, _, path, _ := outboxtest.FaultStore(t, func(v *faultvfs.VFS) { v.PanicAt = at })
+		acked, err := outboxtest.Workload(s, 12)
 		if errors.Is(err, outbox.ErrStoreBroken) {
 			broken++
 			if _, err := s.EnqueueEvent(context.Background(), "r", outboxtest.LineOf("after")); !errors.Is(err, outbox.ErrStoreBroken) {
@@ -153,7 +153,7 @@ func TestAPanicInsideSQLiteFailsTheCallNotTheProcess(t *testing.T) {
 		case <-time.After(30 * time.Second):
 			t.Fatalf("%s: Close did not return", label)
 		}
-		checkDurable(t, label, path, acked)
+		outboxtest.CheckDurable(t, label, path, acked)
 	}
 	if broken == 0 {
 		t.Error("no panic reached a call")
