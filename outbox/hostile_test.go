@@ -1,4 +1,4 @@
-package tests
+package outbox_test
 
 // Hostile and mistaken callers: each test here is a way an ordinary caller, careless or malicious,
 // tried to make the store lose, merge or duplicate an event, and what the store does instead.
