@@ -1,4 +1,4 @@
-package tests
+package outbox_test
 
 import (
 	"go/ast"
