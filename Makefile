@@ -18,7 +18,7 @@ FUZZTIME ?= 60000x
 ## benchmark once (-short, small prefills) so that none of them rots.
 test: fmt-check vet check-generated
 	go test -race -count=1 $(MODULES)
-	go test -count=1 -run 'HundredThousand' ./tests/
+	go test -count=1 -run 'HundredThousand' ./outbox/
 	go test -count=1 -tags purego ./journal/
 	go test -short -run '^$$' -bench . -benchtime 1x $(MODULES)
 	$(MAKE) fuzz
@@ -42,7 +42,7 @@ reliability:
 	go test -race -count=1 -run 'PowerLossOfTheDatabase|SQLiteIOError' -v ./tests/
 	OUTBOX_MODEL_STEPS=3000 go test -count=5 -run 'RandomOperations' -v ./tests/
 	OUTBOX_LOAD_SECONDS=60 go test -count=1 -run 'SustainedLoad' -v ./tests/
-	OUTBOX_HEAVY=1 go test -count=1 -run 'LargestLimit|WALShrinks' -v ./tests/
+	OUTBOX_HEAVY=1 go test -count=1 -run 'LargestLimit|WALShrinks' -v ./outbox/
 	OUTBOX_RELAY_MEMORY_LINES=200 go test -count=1 -run 'RelayMemory' -v ./outbox/
 	OUTBOX_RELAY_CLOSE_ROUNDS=300 go test -race -count=1 -run 'CloseAtAnyMoment' -v ./outbox/
 	$(MAKE) fuzz FUZZTIME=1000000x

@@ -2,21 +2,18 @@ package jetstream_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	njs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/textmachine/outbox/internal/crashtest"
 	"github.com/textmachine/outbox/internal/demo"
 	"github.com/textmachine/outbox/internal/faultpoint"
 	"github.com/textmachine/outbox/jetstream"
@@ -26,27 +23,13 @@ import (
 // TestMain lets the crash tests re-execute this binary as an engine that projects to a NATS server
 // the parent runs, or as one of the servers of a cluster.
 func TestMain(m *testing.M) {
-	switch os.Getenv("OUTBOX_NATS_CHILD") {
-	case "engine":
-		os.Exit(natsEngine())
-	case "server":
-		os.Exit(natsServerChild())
-	}
-	os.Exit(m.Run())
+	crashtest.Main(m, map[string]func() int{"nats-engine": natsEngine, "nats-server": natsServerChild})
 }
 
-// natsEngine is one start of the demo engine with a JetStream sink; it kills itself with SIGKILL at
-// the KILL_AT-th pass of KILL_POINT.
+// natsEngine is one start of the demo engine with a JetStream sink; when told (crashtest.KillAt), it
+// kills itself with SIGKILL at a fault point.
 func natsEngine() int {
-	if point := os.Getenv("KILL_POINT"); point != "" {
-		at, _ := strconv.ParseInt(os.Getenv("KILL_AT"), 10, 64)
-		var hits atomic.Int64
-		faultpoint.Set(func(p string) {
-			if p == point && hits.Add(1) == at {
-				syscall.Kill(os.Getpid(), syscall.SIGKILL)
-			}
-		})
-	}
+	crashtest.ArmFromEnv()
 	units, _ := strconv.Atoi(os.Getenv("UNITS"))
 	err := demo.RunEngine(context.Background(), demo.EngineConfig{
 		DB: os.Getenv("DB"), Units: units, RunID: os.Getenv("RUN"), Committed: os.Getenv("COMMITTED"), BatchSize: 4,
@@ -102,19 +85,15 @@ func TestCrashesProjectingToJetStreamLoseNothingAndStoreNothingTwice(t *testing.
 	}
 	kills := 0
 	for i, st := range plan {
-		exe, _ := os.Executable()
-		cmd := exec.Command(exe, "-test.run=^$")
-		cmd.Env = append(os.Environ(), "OUTBOX_NATS_CHILD=engine", "NATS_URL="+ns.url(), "DB="+db,
-			"COMMITTED="+committed, "UNITS="+strconv.Itoa(units), fmt.Sprintf("RUN=run-%d", i))
+		env := []string{"NATS_URL=" + ns.url(), "DB=" + db, "COMMITTED=" + committed,
+			"UNITS=" + strconv.Itoa(units), fmt.Sprintf("RUN=run-%d", i)}
 		if st.point != "" {
-			cmd.Env = append(cmd.Env, "KILL_POINT="+st.point, "KILL_AT="+strconv.Itoa(st.at))
+			env = append(env, crashtest.KillAt(st.point, st.at)...)
 		}
-		cmd.Stderr = os.Stderr
-		err := cmd.Run()
-		var exit *exec.ExitError
+		err := crashtest.Child(t, "nats-engine", env...).Run()
 		switch {
 		case err == nil:
-		case errors.As(err, &exit) && exit.Sys().(syscall.WaitStatus).Signal() == syscall.SIGKILL:
+		case crashtest.Killed(err):
 			kills++
 		default:
 			t.Fatalf("start %d (%s #%d): %v", i, st.point, st.at, err)

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	njs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/textmachine/outbox/internal/crashtest"
 	"github.com/textmachine/outbox/internal/outboxtest"
 	"github.com/textmachine/outbox/jetstream"
 	"github.com/textmachine/outbox/journal"
@@ -49,13 +50,7 @@ type serverProcess struct {
 
 func (p *serverProcess) start(t *testing.T) {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.cmd = exec.Command(exe, "-test.run=^$")
-	p.cmd.Env = append(os.Environ(), p.env...)
-	p.cmd.Stderr = os.Stderr
+	p.cmd = crashtest.Child(t, "nats-server", p.env...)
 	dieWithParent(p.cmd)
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -83,7 +78,7 @@ func TestAClusterOfServerProcessesLosesNothingWhenTheLeaderIsKilled(t *testing.T
 	nodes, routes, urls := planCluster(t)
 	procs := map[string]*serverProcess{}
 	for _, n := range nodes {
-		p := &serverProcess{name: n.name, env: []string{"OUTBOX_NATS_CHILD=server", "NAME=" + n.name,
+		p := &serverProcess{name: n.name, env: []string{"NAME=" + n.name,
 			"PORT=" + strconv.Itoa(n.port), "CLUSTER_PORT=" + strconv.Itoa(n.clusterPort),
 			"STORE_DIR=" + n.dir, "ROUTES=" + routes}}
 		p.start(t)

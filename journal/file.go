@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/textmachine/outbox/internal/dirsync"
 	"github.com/textmachine/outbox/internal/faultpoint"
 	"github.com/textmachine/outbox/outbox"
 )
@@ -325,13 +326,8 @@ func (j *File) Close() error {
 }
 
 func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("journal: sync directory %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("journal: sync directory %s: %w", dir, err)
+	if err := dirsync.Sync(dir); err != nil {
+		return fmt.Errorf("journal: %w", err)
 	}
 	return nil
 }

@@ -11,13 +11,6 @@ import (
 	"github.com/textmachine/outbox/outbox"
 )
 
-// refusingSink refuses every batch, as a journal that holds other bytes under the same key does.
-type refusingSink struct{}
-
-func (refusingSink) Append(context.Context, string, []outbox.EventLine) error {
-	return fmt.Errorf("%w: line 1 is taken", outbox.ErrSinkRefused)
-}
-
 // TestErrorsNameThePackageOnce: a failure deep in the relay or the store reads as one chain, each
 // step adding its context and the package named once, by the sentinel at its end.
 func TestErrorsNameThePackageOnce(t *testing.T) {
@@ -41,7 +34,7 @@ func TestErrorsNameThePackageOnce(t *testing.T) {
 	}
 	defer s.Close()
 
-	recoverErr := outbox.NewRelay(s, refusingSink{}, "now", outbox.WithFlushAttempts(1)).Recover(ctx)
+	recoverErr := outbox.NewRelay(s, &refusingSink{}, "now", outbox.WithFlushAttempts(1)).Recover(ctx)
 	_, lineErr := s.EnqueueEvent(ctx, "now", func(int64) ([]byte, error) { return []byte("a\nb"), nil })
 	markErr := s.MarkAnnounced(ctx, "now", map[int64]string{7: "unit-7"})
 	_, lockErr := outbox.Open(ctx, path)

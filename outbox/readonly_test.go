@@ -2,7 +2,6 @@ package outbox
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +15,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/ncruces/go-sqlite3"
+
+	"github.com/textmachine/outbox/internal/dirstate"
 )
 
 // closedBook makes a book with two runs, one of them projected, and closes it: no -wal, no -shm.
@@ -45,24 +46,6 @@ func lineFor(run string, i int) EventBuilder {
 	return func(seq int64) ([]byte, error) {
 		return fmt.Appendf(nil, `{"engine_run_id":%q,"seq":%d,"i":%d}`, run, seq, i), nil
 	}
-}
-
-// dirState is every file of dir with a digest of its bytes.
-func dirState(t *testing.T, dir string) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[e.Name()] = fmt.Sprintf("%x", sha256.Sum256(b))
-	}
-	return out
 }
 
 // readAll is what every read-only command does: every kind of read the store has.
@@ -99,7 +82,7 @@ func TestOpenReadOnlyLeavesAClosedBooksDirectoryAsItFoundIt(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	path := closedBook(t, dir)
-	before := dirState(t, dir)
+	before := dirstate.Snapshot(t, dir)
 	if _, ok := before["book.db-wal"]; ok {
 		t.Fatal("the closed book still has a -wal")
 	}
@@ -110,7 +93,7 @@ func TestOpenReadOnlyLeavesAClosedBooksDirectoryAsItFoundIt(t *testing.T) {
 	if !strings.Contains(got, "a last 5 lines 5") || !strings.Contains(got, "b last 1 lines 1") {
 		t.Errorf("read:\n%s", got)
 	}
-	if diff := cmp.Diff(before, dirState(t, dir)); diff != "" {
+	if diff := cmp.Diff(before, dirstate.Snapshot(t, dir)); diff != "" {
 		t.Errorf("the directory changed (-before +after):\n%s", diff)
 	}
 }
@@ -137,7 +120,7 @@ func TestOpenReadOnlyWorksInADirectoryTheReaderCannotWrite(t *testing.T) {
 		os.Chmod(p, 0o555)
 	}
 	os.Chmod(path, 0o444)
-	before := dirState(t, dir)
+	before := dirstate.Snapshot(t, dir)
 
 	cmd := asUnprivileged(t, base, "TestReadOnlyChild")
 	cmd.Env = append(os.Environ(), "OUTBOX_RO_BOOK="+path)
@@ -148,7 +131,7 @@ func TestOpenReadOnlyWorksInADirectoryTheReaderCannotWrite(t *testing.T) {
 	if got := strings.TrimPrefix(string(out), "READ\n"); !strings.HasPrefix(got, want) {
 		t.Errorf("reader read:\n%s\nwant:\n%s", got, want)
 	}
-	if diff := cmp.Diff(before, dirState(t, dir)); diff != "" {
+	if diff := cmp.Diff(before, dirstate.Snapshot(t, dir)); diff != "" {
 		t.Errorf("the directory changed (-before +after):\n%s", diff)
 	}
 }
@@ -250,7 +233,7 @@ func TestAReadOnlyStoreFollowsAnEngineThatStartsAndStops(t *testing.T) {
 	}
 	ro.Close()
 	names := []string{}
-	for n := range dirState(t, dir) {
+	for n := range dirstate.Snapshot(t, dir) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
@@ -309,7 +292,7 @@ func TestOpenReadOnlyDBReadsABookOfAnyVersionAndCreatesNothing(t *testing.T) {
 	w.Close()
 	text := filepath.Join(dir, "notes.txt")
 	os.WriteFile(text, []byte("not a database\n"), 0o644)
-	before := dirState(t, dir)
+	before := dirstate.Snapshot(t, dir)
 
 	d, err := OpenReadOnlyDB(ctx, path)
 	if err != nil {
@@ -329,7 +312,7 @@ func TestOpenReadOnlyDBReadsABookOfAnyVersionAndCreatesNothing(t *testing.T) {
 	if _, err := OpenReadOnlyDB(ctx, filepath.Join(dir, "missing.db")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("missing file: %v, want os.ErrNotExist", err)
 	}
-	if diff := cmp.Diff(before, dirState(t, dir)); diff != "" {
+	if diff := cmp.Diff(before, dirstate.Snapshot(t, dir)); diff != "" {
 		t.Errorf("the directory changed (-before +after):\n%s", diff)
 	}
 }

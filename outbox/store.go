@@ -17,6 +17,7 @@ import (
 	"github.com/ncruces/go-sqlite3/driver"
 
 	"github.com/textmachine/outbox/db"
+	"github.com/textmachine/outbox/internal/dirsync"
 	"github.com/textmachine/outbox/internal/faultpoint"
 	"github.com/textmachine/outbox/migrations"
 )
@@ -87,7 +88,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	}
 	if created {
 		// The directory entry of a new file is durable only once its directory is synced.
-		if err := syncDir(filepath.Dir(path)); err != nil {
+		if err := dirsync.Sync(filepath.Dir(path)); err != nil {
 			s.release()
 			return nil, err
 		}
@@ -247,18 +248,6 @@ func (m memConnector) Connect(ctx context.Context) (sqldriver.Conn, error) {
 		return nil, err
 	}
 	return c, nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("sync directory %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync directory %s: %w", dir, err)
-	}
-	return nil
 }
 
 // Path returns the database file's path.

@@ -2,49 +2,34 @@ package tests
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/textmachine/outbox/internal/crashtest"
 	"github.com/textmachine/outbox/internal/demo"
 	"github.com/textmachine/outbox/internal/faultpoint"
 )
 
-func init() {
-	// crash-engine runs one start of the demo engine and, when told, kills itself with SIGKILL at the
-	// KILL_AT-th time it passes the fault point KILL_POINT.
-	children["crash-engine"] = func() int {
-		if point := os.Getenv("KILL_POINT"); point != "" {
-			at, _ := strconv.ParseInt(os.Getenv("KILL_AT"), 10, 64)
-			var hits atomic.Int64 // points are passed by the engine's goroutine and the relay's
-			faultpoint.Set(func(p string) {
-				if p == point {
-					if hits.Add(1) == at {
-						syscall.Kill(os.Getpid(), syscall.SIGKILL)
-					}
-				}
-			})
-		}
-		units, _ := strconv.Atoi(os.Getenv("UNITS"))
-		pace, _ := time.ParseDuration(os.Getenv("PACE"))
-		err := demo.RunEngine(context.Background(), demo.EngineConfig{
-			DB: os.Getenv("DB"), Journal: os.Getenv("JOURNAL"), Units: units, RunID: os.Getenv("RUN"),
-			Committed: os.Getenv("COMMITTED"), Pace: pace, BatchSize: crashBatch,
-		})
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "engine:", err)
-			return 1
-		}
-		return 0
+// crashEngine runs one start of the demo engine and, when told (crashtest.KillAt), kills itself with
+// SIGKILL at a fault point.
+func crashEngine() int {
+	crashtest.ArmFromEnv()
+	units, _ := strconv.Atoi(os.Getenv("UNITS"))
+	pace, _ := time.ParseDuration(os.Getenv("PACE"))
+	err := demo.RunEngine(context.Background(), demo.EngineConfig{
+		DB: os.Getenv("DB"), Journal: os.Getenv("JOURNAL"), Units: units, RunID: os.Getenv("RUN"),
+		Committed: os.Getenv("COMMITTED"), Pace: pace, BatchSize: crashBatch,
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "engine:", err)
+		return 1
 	}
+	return 0
 }
 
 // crashBatch is the relay's batch size in the crash children: small, so that "at most one batch
@@ -108,12 +93,12 @@ func TestCrashesAtEveryPointLoseNothingAndCountNothingTwice(t *testing.T) {
 				env := []string{"DB=" + db, "JOURNAL=" + jpath, "COMMITTED=" + committed,
 					"UNITS=" + strconv.Itoa(units), fmt.Sprintf("RUN=run-%d-%d", seed, i)}
 				if st.point != "" && st.point != "timer" {
-					env = append(env, "KILL_POINT="+st.point, "KILL_AT="+strconv.Itoa(st.at))
+					env = append(env, crashtest.KillAt(st.point, st.at)...)
 				}
 				if st.point == "timer" {
 					env = append(env, "PACE=2ms")
 				}
-				cmd := child(t, "crash-engine", env...)
+				cmd := crashtest.Child(t, "crash-engine", env...)
 				if err := cmd.Start(); err != nil {
 					t.Fatal(err)
 				}
@@ -122,14 +107,13 @@ func TestCrashesAtEveryPointLoseNothingAndCountNothingTwice(t *testing.T) {
 					defer timer.Stop()
 				}
 				err := cmd.Wait()
-				var exit *exec.ExitError
 				switch {
 				case err == nil:
 					if st.point == "" {
 						break
 					}
 					t.Logf("start %d finished the book before reaching %s #%d", i, st.point, st.at)
-				case errors.As(err, &exit) && exit.Sys().(syscall.WaitStatus).Signal() == syscall.SIGKILL:
+				case crashtest.Killed(err):
 					kills++
 				default:
 					t.Fatalf("start %d (%s #%d): %v", i, st.point, st.at, err)

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/textmachine/outbox/internal/outboxtest"
 	"github.com/textmachine/outbox/journal"
 	"github.com/textmachine/outbox/outbox"
 )
@@ -18,7 +19,7 @@ import (
 func TestABuilderThatWritesTheWrongSeqStopsTheRelay(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, _ := setup(t)
+	s, _ := outboxtest.Setup(t)
 	for range 3 {
 		if _, err := s.EnqueueEvent(ctx, "r", func(int64) ([]byte, error) { return []byte(`{"engine_run_id":"r","seq":1}`), nil }); err != nil {
 			t.Fatal(err)
@@ -29,14 +30,14 @@ func TestABuilderThatWritesTheWrongSeqStopsTheRelay(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer j.Close()
-	err = fastRelay(s, j, "r", outbox.WithBatchSize(1)).Flush(ctx)
+	err = outboxtest.FastRelay(s, j, "r", outbox.WithBatchSize(1)).Flush(ctx)
 	if !errors.Is(err, outbox.ErrSinkRefused) {
 		t.Fatalf("Flush = %v, want ErrSinkRefused", err)
 	}
 	if last, _ := j.LastSeq("r"); last != 1 {
 		t.Errorf("the journal holds the run up to %d, want 1", last)
 	}
-	if pending := allLines(t, s, "r"); len(pending) != 3 {
+	if pending := outboxtest.AllLines(t, s, "r"); len(pending) != 3 {
 		t.Errorf("%d rows kept, want 3", len(pending))
 	}
 }
@@ -47,7 +48,7 @@ func TestABuilderThatWritesTheWrongSeqStopsTheRelay(t *testing.T) {
 func TestARelayPointedAtAnotherJournalDoesNotStartARunMidway(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, _ := setup(t)
+	s, _ := outboxtest.Setup(t)
 	dir := t.TempDir()
 	first, err := journal.OpenFile(filepath.Join(dir, "first.jsonl"))
 	if err != nil {
@@ -57,7 +58,7 @@ func TestARelayPointedAtAnotherJournalDoesNotStartARunMidway(t *testing.T) {
 	for range 2 {
 		s.EnqueueEvent(ctx, "r", journal.Builder("r", "x", nil))
 	}
-	if err := fastRelay(s, first, "r").Flush(ctx); err != nil {
+	if err := outboxtest.FastRelay(s, first, "r").Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
 	s.EnqueueEvent(ctx, "r", journal.Builder("r", "x", nil))
@@ -67,14 +68,14 @@ func TestARelayPointedAtAnotherJournalDoesNotStartARunMidway(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer j.Close()
-	err = fastRelay(s, j, "r").Flush(ctx)
+	err = outboxtest.FastRelay(s, j, "r").Flush(ctx)
 	if !errors.Is(err, journal.ErrStreamGap) || !errors.Is(err, outbox.ErrSinkRefused) {
 		t.Fatalf("Flush into another journal = %v, want ErrStreamGap and ErrSinkRefused", err)
 	}
 	if b, _ := os.ReadFile(other); len(b) != 0 {
 		t.Errorf("the other journal holds %q", b)
 	}
-	if err := fastRelay(s, first, "r").Flush(ctx); err != nil {
+	if err := outboxtest.FastRelay(s, first, "r").Flush(ctx); err != nil {
 		t.Errorf("Flush into the first journal: %v", err)
 	}
 }
@@ -84,8 +85,8 @@ func TestARelayPointedAtAnotherJournalDoesNotStartARunMidway(t *testing.T) {
 func TestAJournalPathAtADatabaseLeavesTheDatabaseAlone(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, path := setup(t)
-	mustEnqueue(t, s, "r")
+	s, path := outboxtest.Setup(t)
+	outboxtest.MustEnqueue(t, s, "r")
 	for _, p := range []string{path, path + "-wal"} {
 		before, err := os.ReadFile(p)
 		if err != nil {
@@ -101,7 +102,7 @@ func TestAJournalPathAtADatabaseLeavesTheDatabaseAlone(t *testing.T) {
 			t.Errorf("%s changed", p)
 		}
 	}
-	if seq, err := s.EnqueueEvent(ctx, "r", lineOf("x")); err != nil || seq != 2 {
+	if seq, err := s.EnqueueEvent(ctx, "r", outboxtest.LineOf("x")); err != nil || seq != 2 {
 		t.Errorf("the book after: (%d, %v)", seq, err)
 	}
 }

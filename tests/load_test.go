@@ -29,7 +29,7 @@ func TestSustainedLoadKeepsMemoryFlatAndLosesNothing(t *testing.T) {
 		seconds = v
 	}
 	ctx := context.Background()
-	s, _ := setup(t)
+	s, _ := outboxtest.Setup(t)
 	jpath := filepath.Join(t.TempDir(), "j.jsonl")
 	j, err := journal.OpenFile(jpath)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/textmachine/outbox/internal/outboxtest"
 	"github.com/textmachine/outbox/journal"
 	"github.com/textmachine/outbox/outbox"
 )
@@ -159,7 +160,7 @@ func TestRandomOperationsAgreeWithASimpleModel(t *testing.T) {
 					return err
 				}
 				if !commit {
-					return errRender
+					return outboxtest.ErrRender
 				}
 				return nil
 			})
@@ -168,7 +169,7 @@ func TestRandomOperationsAgreeWithASimpleModel(t *testing.T) {
 					t.Fatalf("step %d %s: %v", step, op, err)
 				}
 				m.lines[run] = append(m.lines[run], line(seq, "tx"))
-			} else if !errors.Is(err, errRender) {
+			} else if !errors.Is(err, outboxtest.ErrRender) {
 				t.Fatalf("step %d %s: %v", step, op, err)
 			}
 		case k < 72:
@@ -206,7 +207,7 @@ func checkModel(t *testing.T, step int, op string, s *outbox.Store, jPath string
 	t.Helper()
 	ctx := context.Background()
 	for r, ls := range m.lines {
-		got := allLines(t, s, r)
+		got := outboxtest.AllLines(t, s, r)
 		// Lines of a forgotten run are gone except its ledger rows.
 		var want []outbox.EventLine
 		for i, l := range ls {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/textmachine/outbox/internal/dirstate"
 	"github.com/textmachine/outbox/journal"
 	"github.com/textmachine/outbox/outbox"
 )
@@ -169,7 +170,7 @@ func TestMetricsServesTheBooksFiguresBesideARunningEngine(t *testing.T) {
 func TestMetricsLeavesAClosedBooksDirectoryAsItFoundIt(t *testing.T) {
 	dbPath, _ := book(t)
 	dir := filepath.Dir(dbPath)
-	before := dirState(t, dir)
+	before := dirstate.Snapshot(t, dir)
 	url, stop := startMetrics(t, dbPath)
 	for range 3 {
 		if m := scrape(t, url); m[`outbox_up`] != 1 {
@@ -179,7 +180,7 @@ func TestMetricsLeavesAClosedBooksDirectoryAsItFoundIt(t *testing.T) {
 	if code, errOut := stop(); code != exitOK {
 		t.Errorf("exit %d, %s", code, errOut)
 	}
-	if diff := cmp.Diff(before, dirState(t, dir)); diff != "" {
+	if diff := cmp.Diff(before, dirstate.Snapshot(t, dir)); diff != "" {
 		t.Errorf("the directory changed (-before +after):\n%s", diff)
 	}
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
 	"database/sql"
 	"fmt"
 	"io"
@@ -17,27 +16,10 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
+	"github.com/textmachine/outbox/internal/dirstate"
 	"github.com/textmachine/outbox/journal"
 	"github.com/textmachine/outbox/outbox"
 )
-
-// dirState is every file of dir with a digest of its bytes.
-func dirState(t *testing.T, dir string) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[e.Name()] = fmt.Sprintf("%x", sha256.Sum256(b))
-	}
-	return out
-}
 
 // contents is what the database holds, read through the library: every run's figures and lines.
 func contents(t *testing.T, dbPath string) string {
@@ -106,12 +88,12 @@ func TestRelayWritesOnlyIntoAJournalThatContinuesTheDatabase(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			before, beforeDB := dirState(t, dir), contents(t, dbPath)
+			before, beforeDB := dirstate.Snapshot(t, dir), contents(t, dbPath)
 			code, out, errOut := runOutbox(t, "relay", "--db", dbPath, "--journal", target)
 			if code != exitUsage || out != "" || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, tc.says) {
 				t.Errorf("relay into %s: exit %d, stdout %q, stderr %q; want 2 and one line saying %q", tc.name, code, out, errOut, tc.says)
 			}
-			if diff := cmp.Diff(before, dirState(t, dir)); diff != "" {
+			if diff := cmp.Diff(before, dirstate.Snapshot(t, dir)); diff != "" {
 				t.Errorf("the journal's directory changed (-before +after):\n%s", diff)
 			}
 			if diff := cmp.Diff(beforeDB, contents(t, dbPath)); diff != "" {
@@ -151,7 +133,7 @@ func TestDBAndJournalAreFilePathsTakenLiterally(t *testing.T) {
 			in("verify", jName)
 			in("migrate", "down", "--db", name, "--force")
 			var names []string
-			for n := range dirState(t, dir) {
+			for n := range dirstate.Snapshot(t, dir) {
 				names = append(names, n)
 			}
 			if diff := cmp.Diff([]string{name, jName}, names, sortStrings); diff != "" {
@@ -179,12 +161,12 @@ func TestReadOnlyCommandsWriteNothing(t *testing.T) {
 	t.Run("on a book that no engine holds open", func(t *testing.T) {
 		dbPath, jPath := book(t)
 		dir := filepath.Dir(dbPath)
-		before := dirState(t, dir)
+		before := dirstate.Snapshot(t, dir)
 		for _, args := range readOnlyRuns(dbPath, jPath) {
 			if code, _, errOut := runOutbox(t, args...); code != exitOK {
 				t.Errorf("%v: exit %d: %s", args, code, errOut)
 			}
-			if diff := cmp.Diff(before, dirState(t, dir)); diff != "" {
+			if diff := cmp.Diff(before, dirstate.Snapshot(t, dir)); diff != "" {
 				t.Fatalf("%v changed the directory (-before +after):\n%s", args, diff)
 			}
 		}
@@ -209,7 +191,7 @@ func TestReadOnlyCommandsWriteNothing(t *testing.T) {
 		bin := filepath.Join(base, "outbox")
 		os.Chmod(base, 0o755)
 		copyFile(t, exe, bin, 0o755)
-		before := dirState(t, dir)
+		before := dirstate.Snapshot(t, dir)
 		for _, args := range readOnlyRuns(dbPath, jPath) {
 			cmd := exec.Command(bin, args...)
 			cmd.Env = append(os.Environ(), asOutbox+"=1")
@@ -220,7 +202,7 @@ func TestReadOnlyCommandsWriteNothing(t *testing.T) {
 				t.Errorf("%v: exit %d: %s", args, code, errOut)
 			}
 		}
-		if diff := cmp.Diff(before, dirState(t, dir)); diff != "" {
+		if diff := cmp.Diff(before, dirstate.Snapshot(t, dir)); diff != "" {
 			t.Errorf("the directory changed (-before +after):\n%s", diff)
 		}
 	})

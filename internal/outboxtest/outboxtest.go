@@ -1,4 +1,6 @@
-// Package outboxtest holds helpers shared by the tests of several packages.
+// Package outboxtest holds what the tests of several packages share: a store in a temporary
+// directory and ways to look into it, builders, an in-memory sink, and waits on a relay. A helper
+// that can fail takes a testing.TB and fails the test itself.
 package outboxtest
 
 import (

@@ -1,4 +1,4 @@
-package tests
+package outbox_test
 
 // Hostile and mistaken callers: each test here is a way an ordinary caller, careless or malicious,
 // tried to make the store lose, merge or duplicate an event, and what the store does instead.
@@ -20,9 +20,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/ncruces/go-sqlite3"
 
+	"github.com/textmachine/outbox/internal/dirstate"
 	"github.com/textmachine/outbox/internal/faultvfs"
+	"github.com/textmachine/outbox/internal/outboxtest"
 	"github.com/textmachine/outbox/journal"
 	"github.com/textmachine/outbox/migrations"
 	"github.com/textmachine/outbox/outbox"
@@ -33,15 +36,15 @@ import (
 func checkUsable(t *testing.T, s *outbox.Store, runID string) {
 	t.Helper()
 	ctx := context.Background()
-	seq, err := s.EnqueueEvent(ctx, runID, lineOf("after"))
+	seq, err := s.EnqueueEvent(ctx, runID, outboxtest.LineOf("after"))
 	if err != nil {
 		t.Fatalf("EnqueueEvent after: %v", err)
 	}
-	if err := s.WriteTx(ctx, func(tx *sql.Tx) error { _, err := s.EnqueueTx(ctx, tx, runID, lineOf("tx")); return err }); err != nil {
+	if err := s.WriteTx(ctx, func(tx *sql.Tx) error { _, err := s.EnqueueTx(ctx, tx, runID, outboxtest.LineOf("tx")); return err }); err != nil {
 		t.Fatalf("WriteTx after: %v", err)
 	}
 	key := fmt.Sprintf("usable:%s:%d", runID, seq)
-	if _, err := s.EnqueueEvents(ctx, runID, []outbox.EventBuilder{lineOf("a"), lineOf("b")}); err != nil {
+	if _, err := s.EnqueueEvents(ctx, runID, []outbox.EventBuilder{outboxtest.LineOf("a"), outboxtest.LineOf("b")}); err != nil {
 		t.Fatalf("EnqueueEvents after: %v", err)
 	}
 	if err := s.MarkAnnounced(ctx, runID, map[int64]string{seq: key}); err != nil {
@@ -50,15 +53,15 @@ func checkUsable(t *testing.T, s *outbox.Store, runID string) {
 	if _, err := s.PendingEvents(ctx, runID, 0, 10); err != nil {
 		t.Fatalf("PendingEvents after: %v", err)
 	}
-	if diff := seqsOf(allLines(t, s, runID)); len(diff) == 0 || diff[len(diff)-1] != int64(len(diff)) {
+	if diff := outboxtest.SeqsOf(outboxtest.AllLines(t, s, runID)); len(diff) == 0 || diff[len(diff)-1] != int64(len(diff)) {
 		t.Fatalf("seqs of %s not dense: %v", runID, diff)
 	}
 }
 
 func TestACancelledWriteTxCostsThatCallAlone(t *testing.T) {
 	t.Parallel()
-	s, _ := setup(t)
-	mustEnqueue(t, s, "r")
+	s, _ := outboxtest.Setup(t)
+	outboxtest.MustEnqueue(t, s, "r")
 	for _, tc := range []struct {
 		name string
 		ctx  func() (context.Context, context.CancelFunc)
@@ -66,7 +69,7 @@ func TestACancelledWriteTxCostsThatCallAlone(t *testing.T) {
 	}{
 		{"cancelled inside fn, fn returns nil", func() (context.Context, context.CancelFunc) { return context.WithCancel(context.Background()) },
 			func(ctx context.Context, cancel context.CancelFunc, tx *sql.Tx) error {
-				if _, err := s.EnqueueTx(ctx, tx, "r", lineOf("lost")); err != nil {
+				if _, err := s.EnqueueTx(ctx, tx, "r", outboxtest.LineOf("lost")); err != nil {
 					return err
 				}
 				cancel()
@@ -75,13 +78,13 @@ func TestACancelledWriteTxCostsThatCallAlone(t *testing.T) {
 		{"cancelled inside fn, fn returns its error", func() (context.Context, context.CancelFunc) { return context.WithCancel(context.Background()) },
 			func(ctx context.Context, cancel context.CancelFunc, tx *sql.Tx) error {
 				cancel()
-				_, err := s.EnqueueTx(ctx, tx, "r", lineOf("lost"))
+				_, err := s.EnqueueTx(ctx, tx, "r", outboxtest.LineOf("lost"))
 				return err
 			}},
 		{"deadline passes while fn sleeps", func() (context.Context, context.CancelFunc) {
 			return context.WithTimeout(context.Background(), 20*time.Millisecond)
 		}, func(ctx context.Context, cancel context.CancelFunc, tx *sql.Tx) error {
-			if _, err := s.EnqueueTx(ctx, tx, "r", lineOf("lost")); err != nil {
+			if _, err := s.EnqueueTx(ctx, tx, "r", outboxtest.LineOf("lost")); err != nil {
 				return err
 			}
 			<-ctx.Done()
@@ -105,20 +108,20 @@ func TestACancelledWriteTxCostsThatCallAlone(t *testing.T) {
 		}
 	}
 	// Nothing of the cancelled calls is stored, and every later call works, densely numbered.
-	if got := seqsOf(allLines(t, s, "r")); len(got) != 1 {
+	if got := outboxtest.SeqsOf(outboxtest.AllLines(t, s, "r")); len(got) != 1 {
 		t.Errorf("stored after cancelled calls: %v, want [1]", got)
 	}
 	checkUsable(t, s, "r")
-	if got := seqsOf(allLines(t, s, "r")); got[1] != 2 {
+	if got := outboxtest.SeqsOf(outboxtest.AllLines(t, s, "r")); got[1] != 2 {
 		t.Errorf("the next seq after cancelled calls is %d, want 2", got[1])
 	}
 }
 
 func TestAWriteTxPastTheOperationTimeoutCostsThatCallAlone(t *testing.T) {
 	t.Parallel()
-	s, _ := setup(t, outbox.WithOpTimeout(time.Second))
+	s, _ := outboxtest.Setup(t, outbox.WithOpTimeout(time.Second))
 	err := s.WriteTx(context.Background(), func(tx *sql.Tx) error {
-		if _, err := s.EnqueueTx(context.Background(), tx, "r", lineOf("lost")); err != nil {
+		if _, err := s.EnqueueTx(context.Background(), tx, "r", outboxtest.LineOf("lost")); err != nil {
 			return err
 		}
 		time.Sleep(1500 * time.Millisecond)
@@ -128,14 +131,14 @@ func TestAWriteTxPastTheOperationTimeoutCostsThatCallAlone(t *testing.T) {
 		t.Errorf("WriteTx past the operation timeout: %v, want DeadlineExceeded", err)
 	}
 	checkUsable(t, s, "r")
-	if got := seqsOf(allLines(t, s, "r"))[0]; got != 1 {
+	if got := outboxtest.SeqsOf(outboxtest.AllLines(t, s, "r"))[0]; got != 1 {
 		t.Errorf("first stored seq %d, want 1", got)
 	}
 }
 
 func TestAnEnqueueTxAfterAnInterruptedStatementStoresNothing(t *testing.T) {
 	t.Parallel()
-	s, _ := setup(t)
+	s, _ := outboxtest.Setup(t)
 	ctx := context.Background()
 	if err := s.WriteTx(ctx, func(tx *sql.Tx) error {
 		_, err := tx.Exec(`CREATE TABLE spend (id INTEGER PRIMARY KEY, cents INTEGER)`)
@@ -155,7 +158,7 @@ func TestAnEnqueueTxAfterAnInterruptedStatementStoresNothing(t *testing.T) {
 		// A careless caller ignores that error and goes on: its own statement would commit on its
 		// own, and the store refuses that commit.
 		tx.ExecContext(ctx, `INSERT INTO spend (cents) VALUES (7)`)
-		_, err := s.EnqueueTx(ctx, tx, "r", lineOf("x"))
+		_, err := s.EnqueueTx(ctx, tx, "r", outboxtest.LineOf("x"))
 		if err == nil {
 			t.Error("EnqueueTx in a transaction SQLite rolled back returned nil")
 		}
@@ -172,7 +175,7 @@ func TestAnEnqueueTxAfterAnInterruptedStatementStoresNothing(t *testing.T) {
 // of the caller's spend table.
 func checkNothingStored(t *testing.T, s *outbox.Store, run string) {
 	t.Helper()
-	if n := len(allLines(t, s, run)); n != 0 {
+	if n := len(outboxtest.AllLines(t, s, run)); n != 0 {
 		t.Errorf("%d lines stored by a WriteTx that returned an error", n)
 	}
 	if n := spendRows(t, s); n != 0 {
@@ -196,7 +199,7 @@ func spendRows(t *testing.T, s *outbox.Store) int {
 // retry cannot enqueue the event twice.
 func TestAWriteTxFunctionThatCommitsItselfStoresNothing(t *testing.T) {
 	t.Parallel()
-	s, _ := setup(t)
+	s, _ := outboxtest.Setup(t)
 	ctx := context.Background()
 	if err := s.WriteTx(ctx, func(tx *sql.Tx) error {
 		_, err := tx.Exec(`CREATE TABLE spend (id INTEGER PRIMARY KEY, cents INTEGER)`)
@@ -208,7 +211,7 @@ func TestAWriteTxFunctionThatCommitsItselfStoresNothing(t *testing.T) {
 		if _, err := tx.Exec(`INSERT INTO spend (cents) VALUES (1)`); err != nil {
 			return err
 		}
-		if _, err := s.EnqueueTx(ctx, tx, "r", lineOf("x")); err != nil {
+		if _, err := s.EnqueueTx(ctx, tx, "r", outboxtest.LineOf("x")); err != nil {
 			return err
 		}
 		tx.Commit()
@@ -219,7 +222,7 @@ func TestAWriteTxFunctionThatCommitsItselfStoresNothing(t *testing.T) {
 	}
 	checkNothingStored(t, s, "r")
 	checkUsable(t, s, "r")
-	if got := seqsOf(allLines(t, s, "r"))[0]; got != 1 {
+	if got := outboxtest.SeqsOf(outboxtest.AllLines(t, s, "r"))[0]; got != 1 {
 		t.Errorf("first seq %d, want 1", got)
 	}
 }
@@ -235,7 +238,7 @@ func TestRandomCancellationsNeverLoseOrDuplicateAnEvent(t *testing.T) {
 	if testing.Short() {
 		calls = 600
 	}
-	s, _ := setup(t)
+	s, _ := outboxtest.Setup(t)
 	ctx := context.Background()
 	if err := s.WriteTx(ctx, func(tx *sql.Tx) error {
 		_, err := tx.Exec(`CREATE TABLE spend (call INTEGER PRIMARY KEY)`)
@@ -344,7 +347,7 @@ func TestRandomCancellationsNeverLoseOrDuplicateAnEvent(t *testing.T) {
 	}
 	relays := map[string]*outbox.Relay{}
 	for _, run := range runs {
-		relays[run] = fastRelay(s, j, run)
+		relays[run] = outboxtest.FastRelay(s, j, run)
 	}
 	stop := make(chan struct{})
 	var flushers sync.WaitGroup
@@ -372,8 +375,8 @@ func TestRandomCancellationsNeverLoseOrDuplicateAnEvent(t *testing.T) {
 	// Acknowledged == stored, per run, with the seq each caller was told.
 	stored := map[string]ack{}
 	for _, run := range runs {
-		lines := allLines(t, s, run)
-		if got := seqsOf(lines); len(got) > 0 && got[len(got)-1] != int64(len(got)) {
+		lines := outboxtest.AllLines(t, s, run)
+		if got := outboxtest.SeqsOf(lines); len(got) > 0 && got[len(got)-1] != int64(len(got)) {
 			t.Errorf("run %s: stored seqs are not dense: %d lines, last %d", run, len(got), got[len(got)-1])
 		}
 		for _, l := range lines {
@@ -431,14 +434,14 @@ func TestRandomCancellationsNeverLoseOrDuplicateAnEvent(t *testing.T) {
 // and one more run of unprojected lines; Runs lists every run, and Recover projects the last run
 // instead of deleting its lines.
 func TestRunsAndRecoverCoverMoreThanAHundredThousandRuns(t *testing.T) {
-	if raceEnabled {
+	if outboxtest.RaceEnabled {
 		t.Skip("walks 100,000 runs; make test runs it without the race detector")
 	}
 	t.Parallel()
 	ctx := context.Background()
-	s, path := setup(t)
+	s, path := outboxtest.Setup(t)
 	s.Close()
-	d := rawDBRW(t, path)
+	d := outboxtest.RawDBRW(t, path)
 	const ledgerRuns = 100_000
 	tx, err := d.Begin()
 	if err != nil {
@@ -481,11 +484,11 @@ func TestRunsAndRecoverCoverMoreThanAHundredThousandRuns(t *testing.T) {
 	if err != nil || n != ledgerRuns {
 		t.Errorf("LedgerSize: (%d, %v), want %d", n, err, ledgerRuns)
 	}
-	sink := newMemSink()
-	if err := fastRelay(s, sink, "new").Recover(ctx); err != nil {
+	sink := outboxtest.NewMemSink()
+	if err := outboxtest.FastRelay(s, sink, "new").Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
-	got := sink.all()
+	got := sink.All()
 	if len(got) != 3 || got[2].Seq != 3 {
 		t.Errorf("Recover projected %d lines of the last run, want 3", len(got))
 	}
@@ -497,9 +500,9 @@ func TestRunsAndRecoverCoverMoreThanAHundredThousandRuns(t *testing.T) {
 func TestMarkAnnouncedRefusesAKeyPendingOnAnotherRow(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, path := setup(t)
-	mustEnqueue(t, s, "r")
-	ok, seq, err := s.EnqueueOnce(ctx, "r", "K", lineOf("once"))
+	s, path := outboxtest.Setup(t)
+	outboxtest.MustEnqueue(t, s, "r")
+	ok, seq, err := s.EnqueueOnce(ctx, "r", "K", outboxtest.LineOf("once"))
 	if err != nil || !ok || seq != 2 {
 		t.Fatalf("EnqueueOnce: (%v, %d, %v)", ok, seq, err)
 	}
@@ -507,7 +510,7 @@ func TestMarkAnnouncedRefusesAKeyPendingOnAnotherRow(t *testing.T) {
 	if !errors.Is(err, outbox.ErrAnnounceConflict) || !strings.Contains(err.Error(), "line 2") {
 		t.Errorf("MarkAnnounced of a key pending on line 2: %v, want ErrAnnounceConflict naming line 2", err)
 	}
-	if n := countRows(t, path, "once_key <> ''"); n != 0 {
+	if n := outboxtest.CountRows(t, path, "once_key <> ''"); n != 0 {
 		t.Errorf("%d ledger rows after a refused MarkAnnounced", n)
 	}
 	// The relay then projects both lines once and gives the key to the line that carried it.
@@ -516,10 +519,10 @@ func TestMarkAnnouncedRefusesAKeyPendingOnAnotherRow(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer j.Close()
-	if err := fastRelay(s, &lineKeyFixer{j}, "r").Flush(ctx); err != nil {
+	if err := outboxtest.FastRelay(s, &lineKeyFixer{j}, "r").Flush(ctx); err != nil {
 		t.Fatalf("Flush: %v", err)
 	}
-	if n := countRows(t, path, "once_key = 'K' AND seq = 2"); n != 1 {
+	if n := outboxtest.CountRows(t, path, "once_key = 'K' AND seq = 2"); n != 1 {
 		t.Error("K is not in the ledger under line 2")
 	}
 	// A key in the ledger under line 2 is refused for line 1 too.
@@ -546,11 +549,11 @@ func (f *lineKeyFixer) Append(ctx context.Context, runID string, lines []outbox.
 func TestARecordThatFailsAfterTheAppendIsRetriedAlone(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, path := setup(t, outbox.WithBusyTimeout(5*time.Millisecond))
-	mustEnqueue(t, s, "r")
-	mustEnqueue(t, s, "r")
-	sink := newMemSink()
-	locker := rawDBRW(t, path)
+	s, path := outboxtest.Setup(t, outbox.WithBusyTimeout(5*time.Millisecond))
+	outboxtest.MustEnqueue(t, s, "r")
+	outboxtest.MustEnqueue(t, s, "r")
+	sink := outboxtest.NewMemSink()
+	locker := outboxtest.RawDBRW(t, path)
 	conn, err := locker.Conn(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -567,15 +570,15 @@ func TestARecordThatFailsAfterTheAppendIsRetriedAlone(t *testing.T) {
 		}
 		return sink.Append(ctx, runID, lines)
 	})
-	if err := fastRelay(s, counting, "r", outbox.WithFlushAttempts(50)).Flush(ctx); err != nil {
+	if err := outboxtest.FastRelay(s, counting, "r", outbox.WithFlushAttempts(50)).Flush(ctx); err != nil {
 		t.Fatalf("Flush over a locked record: %v", err)
 	}
-	if got := seqsOf(sink.all()); len(got) != 2 {
+	if got := outboxtest.SeqsOf(sink.All()); len(got) != 2 {
 		t.Errorf("sink got %v, want the batch once", got)
 	}
 
 	// A permanent refusal: a hand-edited ledger gives line 3's pending key to line 1 already.
-	if _, _, err := s.EnqueueOnce(ctx, "r", "K", lineOf("once")); err != nil {
+	if _, _, err := s.EnqueueOnce(ctx, "r", "K", outboxtest.LineOf("once")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := conn.ExecContext(ctx, `UPDATE events_outbox SET once_key = 'K' WHERE engine_run_id = 'r' AND seq = 1`); err != nil {
@@ -583,11 +586,11 @@ func TestARecordThatFailsAfterTheAppendIsRetriedAlone(t *testing.T) {
 	}
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	err = fastRelay(s, counting, "r").Run(rctx)
+	err = outboxtest.FastRelay(s, counting, "r").Run(rctx)
 	if !errors.Is(err, outbox.ErrAnnounceConflict) {
 		t.Errorf("Run over a record the ledger refuses: %v, want ErrAnnounceConflict", err)
 	}
-	if got := seqsOf(sink.all()); len(got) != 3 {
+	if got := outboxtest.SeqsOf(sink.All()); len(got) != 3 {
 		t.Errorf("sink got %v, want line 3 once", got)
 	}
 }
@@ -601,7 +604,7 @@ func (f sinkFunc) Append(ctx context.Context, runID string, lines []outbox.Event
 func TestRunIDsAndOnceKeysMustBeWellFormed(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, path := setup(t)
+	s, path := outboxtest.Setup(t)
 	badRuns := map[string]string{
 		"empty":             "",
 		"invalid UTF-8 ff":  "run\xff",
@@ -616,27 +619,27 @@ func TestRunIDsAndOnceKeysMustBeWellFormed(t *testing.T) {
 	}
 	for name, run := range badRuns {
 		calls := map[string]error{}
-		_, calls["EnqueueEvent"] = s.EnqueueEvent(ctx, run, lineOf("x"))
-		_, _, calls["EnqueueOnce"] = s.EnqueueOnce(ctx, run, "k", lineOf("x"))
-		_, calls["EnqueueEvents"] = s.EnqueueEvents(ctx, run, []outbox.EventBuilder{lineOf("x")})
-		calls["WriteTx+EnqueueTx"] = s.WriteTx(ctx, func(tx *sql.Tx) error { _, err := s.EnqueueTx(ctx, tx, run, lineOf("x")); return err })
+		_, calls["EnqueueEvent"] = s.EnqueueEvent(ctx, run, outboxtest.LineOf("x"))
+		_, _, calls["EnqueueOnce"] = s.EnqueueOnce(ctx, run, "k", outboxtest.LineOf("x"))
+		_, calls["EnqueueEvents"] = s.EnqueueEvents(ctx, run, []outbox.EventBuilder{outboxtest.LineOf("x")})
+		calls["WriteTx+EnqueueTx"] = s.WriteTx(ctx, func(tx *sql.Tx) error { _, err := s.EnqueueTx(ctx, tx, run, outboxtest.LineOf("x")); return err })
 		calls["MarkAnnounced"] = s.MarkAnnounced(ctx, run, map[int64]string{1: "k"})
 		_, calls["PendingEvents"] = s.PendingEvents(ctx, run, 0, 1)
 		_, calls["ForgetEvents"] = s.ForgetEvents(ctx, run)
-		calls["NewRelay"] = outbox.NewRelay(s, newMemSink(), run).Flush(ctx)
+		calls["NewRelay"] = outbox.NewRelay(s, outboxtest.NewMemSink(), run).Flush(ctx)
 		for call, err := range calls {
 			if !errors.Is(err, outbox.ErrInvalidRunID) {
 				t.Errorf("%s with a run id (%s) %q: %v, want ErrInvalidRunID", call, name, run, err)
 			}
 		}
 	}
-	if _, err := s.EnqueueEvent(ctx, strings.Repeat("é", outbox.MaxRunIDLen/2), lineOf("x")); err != nil {
+	if _, err := s.EnqueueEvent(ctx, strings.Repeat("é", outbox.MaxRunIDLen/2), outboxtest.LineOf("x")); err != nil {
 		t.Errorf("a run id of exactly %d bytes: %v", outbox.MaxRunIDLen, err)
 	}
 	for name, key := range map[string]string{
 		"empty": "", "invalid UTF-8": "k\xff", "control": "k\r", "1025 bytes": strings.Repeat("k", outbox.MaxOnceKeyLen+1),
 	} {
-		if _, _, err := s.EnqueueOnce(ctx, "r", key, lineOf("x")); !errors.Is(err, outbox.ErrInvalidOnceKey) {
+		if _, _, err := s.EnqueueOnce(ctx, "r", key, outboxtest.LineOf("x")); !errors.Is(err, outbox.ErrInvalidOnceKey) {
 			t.Errorf("EnqueueOnce with a key (%s): %v, want ErrInvalidOnceKey", name, err)
 		}
 		if err := s.MarkAnnounced(ctx, "r", map[int64]string{1: key}); !errors.Is(err, outbox.ErrInvalidOnceKey) {
@@ -644,10 +647,10 @@ func TestRunIDsAndOnceKeysMustBeWellFormed(t *testing.T) {
 		}
 	}
 	// Nothing was stored and no number used.
-	if n := countRows(t, path, "engine_run_id = 'r'"); n != 0 {
+	if n := outboxtest.CountRows(t, path, "engine_run_id = 'r'"); n != 0 {
 		t.Errorf("%d rows of r after refused calls", n)
 	}
-	if seq := mustEnqueue(t, s, "r"); seq != 1 {
+	if seq := outboxtest.MustEnqueue(t, s, "r"); seq != 1 {
 		t.Errorf("first seq of r after refused calls: %d", seq)
 	}
 }
@@ -655,25 +658,25 @@ func TestRunIDsAndOnceKeysMustBeWellFormed(t *testing.T) {
 func TestRecoverNeverForgetsALiveRun(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, _ := setup(t)
+	s, _ := outboxtest.Setup(t)
 	for i := 0; i < 3; i++ {
-		mustEnqueue(t, s, "a")
-		mustEnqueue(t, s, "b")
+		outboxtest.MustEnqueue(t, s, "a")
+		outboxtest.MustEnqueue(t, s, "b")
 	}
-	sinkA := newMemSink()
-	if err := fastRelay(s, sinkA, "b").Flush(ctx); err != nil {
+	sinkA := outboxtest.NewMemSink()
+	if err := outboxtest.FastRelay(s, sinkA, "b").Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := fastRelay(s, sinkA, "a").Recover(ctx); err != nil {
+	if err := outboxtest.FastRelay(s, sinkA, "a").Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := seqsOf(allLines(t, s, "b")); len(got) != 3 {
+	if got := outboxtest.SeqsOf(outboxtest.AllLines(t, s, "b")); len(got) != 3 {
 		t.Errorf("relay a's Recover left run b with rows %v, want all 3", got)
 	}
 	if p, _ := s.Projected(ctx, "b"); p != 3 {
 		t.Errorf("run b's progress after relay a's Recover: %d, want 3", p)
 	}
-	if seq := mustEnqueue(t, s, "b"); seq != 4 {
+	if seq := outboxtest.MustEnqueue(t, s, "b"); seq != 4 {
 		t.Errorf("run b's next seq: %d, want 4", seq)
 	}
 }
@@ -681,25 +684,25 @@ func TestRecoverNeverForgetsALiveRun(t *testing.T) {
 func TestNoRunReusesASeqAfterItsRowsAreForgotten(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, _ := setup(t)
+	s, _ := outboxtest.Setup(t)
 	for i := 0; i < 3; i++ {
-		mustEnqueue(t, s, "old")
+		outboxtest.MustEnqueue(t, s, "old")
 	}
 	if n, err := s.ForgetEvents(ctx, "current"); err != nil || n != 3 {
 		t.Fatalf("ForgetEvents: (%d, %v), want 3 rows", n, err)
 	}
-	if seq := mustEnqueue(t, s, "old"); seq != 4 {
+	if seq := outboxtest.MustEnqueue(t, s, "old"); seq != 4 {
 		t.Errorf("next seq of a forgotten run: %d, want 4", seq)
 	}
 	// The same across a reopen, and through every enqueue method.
-	s = reopen(t, s)
+	s = outboxtest.Reopen(t, s)
 	if _, err := s.ForgetEvents(ctx, "current"); err != nil {
 		t.Fatal(err)
 	}
-	if _, seq, err := s.EnqueueOnce(ctx, "old", "k", lineOf("x")); err != nil || seq != 5 {
+	if _, seq, err := s.EnqueueOnce(ctx, "old", "k", outboxtest.LineOf("x")); err != nil || seq != 5 {
 		t.Errorf("EnqueueOnce on a forgotten run: (%d, %v), want 5", seq, err)
 	}
-	if seqs, err := s.EnqueueEvents(ctx, "old", []outbox.EventBuilder{lineOf("x")}); err != nil || seqs[0] != 6 {
+	if seqs, err := s.EnqueueEvents(ctx, "old", []outbox.EventBuilder{outboxtest.LineOf("x")}); err != nil || seqs[0] != 6 {
 		t.Errorf("EnqueueEvents on a forgotten run: (%v, %v), want [6]", seqs, err)
 	}
 	runs, _ := s.Runs(ctx)
@@ -711,21 +714,21 @@ func TestNoRunReusesASeqAfterItsRowsAreForgotten(t *testing.T) {
 func TestOpenRefusesAHardLinkedDatabase(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, path := setup(t)
-	mustEnqueue(t, s, "r")
+	s, path := outboxtest.Setup(t)
+	outboxtest.MustEnqueue(t, s, "r")
 	s.Close()
 	other := filepath.Join(t.TempDir(), "other.db")
 	if err := os.Link(path, other); err != nil {
 		t.Skipf("no hard links here: %v", err)
 	}
-	before := dirState(t, filepath.Dir(other))
+	before := dirstate.Snapshot(t, filepath.Dir(other))
 	for _, p := range []string{other, path} {
 		if _, err := outbox.Open(ctx, p); !errors.Is(err, outbox.ErrHardLinked) || !strings.Contains(err.Error(), "2 names") {
 			t.Errorf("Open %s with two names: %v, want ErrHardLinked", p, err)
 		}
 	}
-	if after := dirState(t, filepath.Dir(other)); after != before {
-		t.Errorf("a refused Open changed the directory:\nbefore %s\nafter  %s", before, after)
+	if diff := cmp.Diff(before, dirstate.Snapshot(t, filepath.Dir(other))); diff != "" {
+		t.Errorf("a refused Open changed the directory (-before +after):\n%s", diff)
 	}
 	os.Remove(other)
 	s, err := outbox.Open(ctx, path)
@@ -735,37 +738,14 @@ func TestOpenRefusesAHardLinkedDatabase(t *testing.T) {
 	s.Close()
 }
 
-// dirState describes a directory's files, sizes and contents, to compare before and after.
-func dirState(t *testing.T, dir string) string {
-	t.Helper()
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b strings.Builder
-	for _, e := range entries {
-		data, _ := os.ReadFile(filepath.Join(dir, e.Name()))
-		fmt.Fprintf(&b, "%s:%d:%x ", e.Name(), len(data), sha(data))
-	}
-	return b.String()
-}
-
-func sha(b []byte) uint64 {
-	var h uint64 = 14695981039346656037
-	for _, c := range b {
-		h = (h ^ uint64(c)) * 1099511628211
-	}
-	return h
-}
-
 func TestASchemaNewerThanTheLibraryIsRefused(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, path := setup(t)
+	s, path := outboxtest.Setup(t)
 	s.Close()
 	known := migrations.Known()
 	newer := known[len(known)-1] + 1
-	d := rawDBRW(t, path)
+	d := outboxtest.RawDBRW(t, path)
 	if _, err := d.Exec(`INSERT INTO `+migrations.TableName+` (version_id, is_applied) VALUES (?, 1)`, newer); err != nil {
 		t.Fatal(err)
 	}
@@ -790,9 +770,9 @@ func TestABookMissingWhatTheProtocolReliesOnIsRefused(t *testing.T) {
 		{`ALTER TABLE events_outbox DROP COLUMN enqueued_at`, "events_outbox.enqueued_at"},
 		{`DROP TABLE outbox_progress`, "table outbox_progress"},
 	} {
-		s, path := setup(t)
+		s, path := outboxtest.Setup(t)
 		s.Close()
-		d := rawDBRW(t, path)
+		d := outboxtest.RawDBRW(t, path)
 		if _, err := d.Exec(tc.drop); err != nil {
 			t.Fatalf("%s: %v", tc.drop, err)
 		}
@@ -807,11 +787,11 @@ func TestABookMissingWhatTheProtocolReliesOnIsRefused(t *testing.T) {
 
 func TestDiskFullIsNamedAndStoresNothing(t *testing.T) {
 	t.Parallel()
-	setupCalls, total := countCalls(t, 12)
+	setupCalls, total := outboxtest.CountCalls(t, 12)
 	named := 0
 	for at := setupCalls + 1; at <= total; at++ {
-		s, _, path, _ := faultStore(t, func(v *faultvfs.VFS) { v.FailAt, v.FailWith = at, sqlite3.FULL })
-		acked, err := workload(s, 12)
+		s, _, path, _ := outboxtest.FaultStore(t, func(v *faultvfs.VFS) { v.FailAt, v.FailWith = at, sqlite3.FULL })
+		acked, err := outboxtest.Workload(s, 12)
 		if err != nil && !errors.Is(err, outbox.ErrNotDurable) {
 			if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "full") {
 				t.Errorf("disk full at call %d: %v, want an error naming it (ENOSPC)", at, err)
@@ -819,7 +799,7 @@ func TestDiskFullIsNamedAndStoresNothing(t *testing.T) {
 			named++
 		}
 		s.Close()
-		checkDurable(t, fmt.Sprintf("disk full at call %d", at), path, acked)
+		outboxtest.CheckDurable(t, fmt.Sprintf("disk full at call %d", at), path, acked)
 	}
 	if named == 0 {
 		t.Error("no full disk reached a call")
@@ -828,13 +808,13 @@ func TestDiskFullIsNamedAndStoresNothing(t *testing.T) {
 
 func TestErrNotDurableComesWithTheCommittedSeq(t *testing.T) {
 	t.Parallel()
-	setupCalls, total := countCalls(t, 12)
+	setupCalls, total := outboxtest.CountCalls(t, 12)
 	seen := 0
 	for at := setupCalls + 1; at <= total; at++ {
-		s, _, path, name := faultStore(t, func(v *faultvfs.VFS) { v.FailAt = at })
-		seq, err := s.EnqueueEvent(context.Background(), "r", lineOf("x"))
+		s, _, path, name := outboxtest.FaultStore(t, func(v *faultvfs.VFS) { v.FailAt = at })
+		seq, err := s.EnqueueEvent(context.Background(), "r", outboxtest.LineOf("x"))
 		for i := 0; err == nil && i < 12; i++ {
-			seq, err = s.EnqueueEvent(context.Background(), "r", lineOf("x"))
+			seq, err = s.EnqueueEvent(context.Background(), "r", outboxtest.LineOf("x"))
 		}
 		s.Close()
 		if !errors.Is(err, outbox.ErrNotDurable) {
@@ -849,7 +829,7 @@ func TestErrNotDurableComesWithTheCommittedSeq(t *testing.T) {
 		if oerr != nil {
 			t.Fatal(oerr)
 		}
-		if got := seqsOf(allLines(t, s2, "r")); len(got) < int(seq) {
+		if got := outboxtest.SeqsOf(outboxtest.AllLines(t, s2, "r")); len(got) < int(seq) {
 			t.Errorf("call %d: ErrNotDurable for seq %d, but only %v stored", at, seq, got)
 		}
 		s2.Close()
@@ -862,9 +842,9 @@ func TestErrNotDurableComesWithTheCommittedSeq(t *testing.T) {
 func TestARunOutOfSeqsFailsAloneInItsGroup(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, path := setup(t)
+	s, path := outboxtest.Setup(t)
 	s.Close()
-	d := rawDBRW(t, path)
+	d := outboxtest.RawDBRW(t, path)
 	if _, err := d.Exec(`INSERT INTO outbox_progress (engine_run_id, projected, last_seq) VALUES ('full', 0, ?)`, int64(math.MaxInt64)); err != nil {
 		t.Fatal(err)
 	}
@@ -883,7 +863,7 @@ func TestARunOutOfSeqsFailsAloneInItsGroup(t *testing.T) {
 			if i%4 == 0 {
 				run = "full"
 			}
-			_, errs[i] = s.EnqueueEvent(ctx, run, lineOf("x"))
+			_, errs[i] = s.EnqueueEvent(ctx, run, outboxtest.LineOf("x"))
 		}()
 	}
 	wg.Wait()
@@ -896,7 +876,7 @@ func TestARunOutOfSeqsFailsAloneInItsGroup(t *testing.T) {
 			t.Errorf("call on another run: %v", err)
 		}
 	}
-	if got := seqsOf(allLines(t, s, "ok")); len(got) != 30 || got[29] != 30 {
+	if got := outboxtest.SeqsOf(outboxtest.AllLines(t, s, "ok")); len(got) != 30 || got[29] != 30 {
 		t.Errorf("run ok: %v, want 1..30", got)
 	}
 }
@@ -909,9 +889,9 @@ func TestARunOutOfSeqsFailsAloneInItsGroup(t *testing.T) {
 func TestAWaitForTheWriterEndsWithTheCallersContext(t *testing.T) {
 	t.Parallel()
 	for _, group := range []bool{true, false} {
-		s, _ := setup(t, outbox.WithGroupCommit(group), outbox.WithOpTimeout(2*time.Second))
+		s, _ := outboxtest.Setup(t, outbox.WithGroupCommit(group), outbox.WithOpTimeout(2*time.Second))
 		ctx := context.Background()
-		mustEnqueue(t, s, "r")
+		outboxtest.MustEnqueue(t, s, "r")
 		release := make(chan struct{})
 		holding := make(chan struct{})
 		held := make(chan error, 1)
@@ -927,10 +907,13 @@ func TestAWaitForTheWriterEndsWithTheCallersContext(t *testing.T) {
 		}()
 		<-holding
 		calls := map[string]func(context.Context) error{
-			"EnqueueEvent": func(c context.Context) error { _, err := s.EnqueueEvent(c, "r", lineOf("x")); return err },
-			"EnqueueOnce":  func(c context.Context) error { _, _, err := s.EnqueueOnce(c, "r", "k", lineOf("x")); return err },
+			"EnqueueEvent": func(c context.Context) error { _, err := s.EnqueueEvent(c, "r", outboxtest.LineOf("x")); return err },
+			"EnqueueOnce": func(c context.Context) error {
+				_, _, err := s.EnqueueOnce(c, "r", "k", outboxtest.LineOf("x"))
+				return err
+			},
 			"EnqueueEvents": func(c context.Context) error {
-				_, err := s.EnqueueEvents(c, "r", []outbox.EventBuilder{lineOf("x")})
+				_, err := s.EnqueueEvents(c, "r", []outbox.EventBuilder{outboxtest.LineOf("x")})
 				return err
 			},
 			"MarkAnnounced": func(c context.Context) error { return s.MarkAnnounced(c, "r", map[int64]string{1: "k1"}) },
@@ -961,14 +944,14 @@ func TestAWaitForTheWriterEndsWithTheCallersContext(t *testing.T) {
 		}
 		// The misuse: a write method called from inside a WriteTx function.
 		err := s.WriteTx(ctx, func(tx *sql.Tx) error {
-			_, err := s.EnqueueEvent(ctx, "r", lineOf("inner"))
+			_, err := s.EnqueueEvent(ctx, "r", outboxtest.LineOf("inner"))
 			return err
 		})
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("group %v: EnqueueEvent inside a WriteTx function: %v, want the operation timeout", group, err)
 		}
 		checkUsable(t, s, "r")
-		if got := seqsOf(allLines(t, s, "r")); got[1] != 2 {
+		if got := outboxtest.SeqsOf(outboxtest.AllLines(t, s, "r")); got[1] != 2 {
 			t.Errorf("group %v: seqs after the waits: %v", group, got)
 		}
 	}
@@ -979,14 +962,14 @@ func TestAWaitForTheWriterEndsWithTheCallersContext(t *testing.T) {
 func TestARunIDStaysUsedAfterItsRowsAreForgotten(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, _ := setup(t)
-	mustEnqueue(t, s, "projected")
-	mustEnqueue(t, s, "forgotten")
-	if err := fastRelay(s, newMemSink(), "projected").Flush(ctx); err != nil {
+	s, _ := outboxtest.Setup(t)
+	outboxtest.MustEnqueue(t, s, "projected")
+	outboxtest.MustEnqueue(t, s, "forgotten")
+	if err := outboxtest.FastRelay(s, outboxtest.NewMemSink(), "projected").Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	s = reopen(t, s)
-	if err := fastRelay(s, newMemSink(), "new").Recover(ctx); err != nil {
+	s = outboxtest.Reopen(t, s)
+	if err := outboxtest.FastRelay(s, outboxtest.NewMemSink(), "new").Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.ForgetEvents(ctx, "new"); err != nil {
@@ -1007,18 +990,18 @@ func TestARunIDStaysUsedAfterItsRowsAreForgotten(t *testing.T) {
 func TestARelayOnAReadOnlyStoreIsRefused(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, path := setup(t)
-	mustEnqueue(t, s, "r")
+	s, path := outboxtest.Setup(t)
+	outboxtest.MustEnqueue(t, s, "r")
 	ro, err := outbox.OpenReadOnly(ctx, path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ro.Close()
-	sink := newMemSink()
-	if err := fastRelay(ro, sink, "r").Flush(ctx); !errors.Is(err, outbox.ErrReadOnly) {
+	sink := outboxtest.NewMemSink()
+	if err := outboxtest.FastRelay(ro, sink, "r").Flush(ctx); !errors.Is(err, outbox.ErrReadOnly) {
 		t.Errorf("Flush of a relay on a read-only store: %v, want ErrReadOnly", err)
 	}
-	if len(sink.all()) != 0 {
+	if len(sink.All()) != 0 {
 		t.Error("a relay on a read-only store appended")
 	}
 }

@@ -1,4 +1,4 @@
-package tests
+package outbox_test
 
 import (
 	"go/ast"
@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/textmachine/outbox/db"
+	"github.com/textmachine/outbox/internal/outboxtest"
 )
 
 // queryPlans is what each shipping query must plan as. The SQL comes from the constants sqlc exports,
@@ -83,8 +84,8 @@ var paramRE = regexp.MustCompile(`\?(\d+)`)
 
 func TestEveryShippingQueryUsesTheIntendedIndex(t *testing.T) {
 	t.Parallel()
-	_, path := setup(t)
-	d := rawDB(t, path)
+	_, path := outboxtest.Setup(t)
+	d := outboxtest.RawDB(t, path)
 	for name, q := range queryPlans {
 		nparams := 0
 		for _, m := range paramRE.FindAllStringSubmatch(q.sql, -1) {

@@ -1,4 +1,4 @@
-package tests
+package outbox_test
 
 // Bounded resources: each test here is a way a heavy user made the library grow or stall, and the
 // bound that holds instead. The multi-gigabyte forms run in make reliability (OUTBOX_HEAVY=1).
@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/textmachine/outbox/internal/faultvfs"
+	"github.com/textmachine/outbox/internal/outboxtest"
 	"github.com/textmachine/outbox/outbox"
 )
 
@@ -36,7 +37,7 @@ func TestTheWALShrinksAfterALongReaderLetsGo(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	const limit = 256 << 10
-	s, path := setup(t, outbox.WithWALSizeLimit(limit))
+	s, path := outboxtest.Setup(t, outbox.WithWALSizeLimit(limit))
 	line := bytes.Repeat([]byte("x"), 1000)
 	enqueue := func(batches int) {
 		for i := 0; i < batches; i++ {
@@ -51,7 +52,7 @@ func TestTheWALShrinksAfterALongReaderLetsGo(t *testing.T) {
 			}
 		}
 	}
-	reader := rawDB(t, path)
+	reader := outboxtest.RawDB(t, path)
 	tx, err := reader.BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -91,14 +92,14 @@ func TestTheLibrarysOwnReadersHoldNoLongReadTransaction(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	const limit = 256 << 10
-	s, path := setup(t, outbox.WithWALSizeLimit(limit))
+	s, path := outboxtest.Setup(t, outbox.WithWALSizeLimit(limit))
 	ro, err := outbox.OpenReadOnly(ctx, path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ro.Close()
-	sink := newMemSink()
-	relay := fastRelay(s, sink, "r")
+	sink := outboxtest.NewMemSink()
+	relay := outboxtest.FastRelay(s, sink, "r")
 	pad := strings.Repeat("x", 1000)
 	for i := 0; i < 150; i++ {
 		builds := make([]outbox.EventBuilder, 50)
@@ -131,15 +132,15 @@ func TestTheLibrarysOwnReadersHoldNoLongReadTransaction(t *testing.T) {
 // everything acknowledged.
 func TestAPanicInsideSQLiteFailsTheCallNotTheProcess(t *testing.T) {
 	t.Parallel()
-	setupCalls, total := countCalls(t, 12)
+	setupCalls, total := outboxtest.CountCalls(t, 12)
 	broken := 0
 	for at := setupCalls + 1; at <= total; at++ {
 		label := fmt.Sprintf("panic at call %d", at)
-		s, _, path, _ := faultStore(t, func(v *faultvfs.VFS) { v.PanicAt = at })
-		acked, err := workload(s, 12)
+		s, _, path, _ := outboxtest.FaultStore(t, func(v *faultvfs.VFS) { v.PanicAt = at })
+		acked, err := outboxtest.Workload(s, 12)
 		if errors.Is(err, outbox.ErrStoreBroken) {
 			broken++
-			if _, err := s.EnqueueEvent(context.Background(), "r", lineOf("after")); !errors.Is(err, outbox.ErrStoreBroken) {
+			if _, err := s.EnqueueEvent(context.Background(), "r", outboxtest.LineOf("after")); !errors.Is(err, outbox.ErrStoreBroken) {
 				t.Errorf("%s: a call after it: %v, want ErrStoreBroken", label, err)
 			}
 		} else if err != nil && !errors.Is(err, outbox.ErrNotDurable) {
@@ -152,7 +153,7 @@ func TestAPanicInsideSQLiteFailsTheCallNotTheProcess(t *testing.T) {
 		case <-time.After(30 * time.Second):
 			t.Fatalf("%s: Close did not return", label)
 		}
-		checkDurable(t, label, path, acked)
+		outboxtest.CheckDurable(t, label, path, acked)
 	}
 	if broken == 0 {
 		t.Error("no panic reached a call")
@@ -177,7 +178,7 @@ func bigLine(run string, n int) outbox.EventBuilder {
 // call, and again after a restart, then reads them back: no panic, every line whole. The short form
 // uses the default limit; make reliability runs MaxLineSizeLimit.
 func TestLinesAtTheLargestLimitGoThroughOneAfterAnother(t *testing.T) {
-	if raceEnabled && !heavy() {
+	if outboxtest.RaceEnabled && !heavy() {
 		t.Skip("moves hundreds of MiB through SQLite, which the race detector slows 15 times")
 	}
 	size := outbox.DefaultMaxLineSize
@@ -185,7 +186,7 @@ func TestLinesAtTheLargestLimitGoThroughOneAfterAnother(t *testing.T) {
 		size = outbox.MaxLineSizeLimit
 	}
 	ctx := context.Background()
-	s, _ := setup(t, outbox.WithMaxLineSize(size))
+	s, _ := outboxtest.Setup(t, outbox.WithMaxLineSize(size))
 	for i := 0; i < 3; i++ {
 		if _, err := s.EnqueueEvent(ctx, "a", bigLine("a", size)); err != nil {
 			t.Fatalf("line %d of run a: %v", i+1, err)
@@ -203,7 +204,7 @@ func TestLinesAtTheLargestLimitGoThroughOneAfterAnother(t *testing.T) {
 	if _, err := s.EnqueueEvents(ctx, "e", []outbox.EventBuilder{bigLine("e", size), bigLine("e", size)}); err != nil {
 		t.Fatalf("EnqueueEvents of two large lines: %v", err)
 	}
-	s = reopen(t, s, outbox.WithMaxLineSize(size))
+	s = outboxtest.Reopen(t, s, outbox.WithMaxLineSize(size))
 	if _, err := s.EnqueueEvent(ctx, "a", bigLine("a", size)); err != nil {
 		t.Fatalf("a large line after a restart: %v", err)
 	}
@@ -226,32 +227,32 @@ func TestLinesAtTheLargestLimitGoThroughOneAfterAnother(t *testing.T) {
 func TestALargeLineIsStoredApartFromItsRowAndDroppedWithIt(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, path := setup(t)
+	s, path := outboxtest.Setup(t)
 	big := bigLine("old", 64<<10)
-	mustEnqueue(t, s, "old")
+	outboxtest.MustEnqueue(t, s, "old")
 	if _, err := s.EnqueueEvent(ctx, "old", big); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.EnqueueEvents(ctx, "old", []outbox.EventBuilder{big, lineOf("small")}); err != nil {
+	if _, err := s.EnqueueEvents(ctx, "old", []outbox.EventBuilder{big, outboxtest.LineOf("small")}); err != nil {
 		t.Fatal(err)
 	}
 	var apart int
-	if err := rawDB(t, path).QueryRow(`SELECT count(*) FROM events_lines`).Scan(&apart); err != nil || apart != 2 {
+	if err := outboxtest.RawDB(t, path).QueryRow(`SELECT count(*) FROM events_lines`).Scan(&apart); err != nil || apart != 2 {
 		t.Fatalf("lines stored apart: %d, %v; want 2", apart, err)
 	}
-	if n := countRows(t, path, "spill <> 0 AND length(line) = 0"); n != 2 {
+	if n := outboxtest.CountRows(t, path, "spill <> 0 AND length(line) = 0"); n != 2 {
 		t.Errorf("%d rows point at a line stored apart, want 2", n)
 	}
 	want, _ := big(2)
-	lines := allLines(t, s, "old")
+	lines := outboxtest.AllLines(t, s, "old")
 	if len(lines) != 4 || !bytes.Equal(lines[1].Line, want) || len(lines[2].Line) != 64<<10 {
 		t.Fatalf("read back: %d lines", len(lines))
 	}
-	s = reopen(t, s)
-	if err := fastRelay(s, newMemSink(), "new").Recover(ctx); err != nil {
+	s = outboxtest.Reopen(t, s)
+	if err := outboxtest.FastRelay(s, outboxtest.NewMemSink(), "new").Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := rawDB(t, path).QueryRow(`SELECT count(*) FROM events_lines`).Scan(&apart); err != nil || apart != 0 {
+	if err := outboxtest.RawDB(t, path).QueryRow(`SELECT count(*) FROM events_lines`).Scan(&apart); err != nil || apart != 0 {
 		t.Errorf("lines stored apart after Recover forgot their rows: %d, %v", apart, err)
 	}
 }

@@ -1,4 +1,4 @@
-package tests
+package outbox_test
 
 import (
 	"bytes"
@@ -8,85 +8,38 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/textmachine/outbox/internal/outboxtest"
 	"github.com/textmachine/outbox/journal"
 	"github.com/textmachine/outbox/outbox"
 )
 
-var errSink = errors.New("sink down")
-
-// memSink records every batch it accepts and fails while told to.
-type memSink struct {
-	mu      sync.Mutex
-	batches [][]outbox.EventLine
-	tried   []int // size of every batch offered, accepted or not
-	failing bool
-	got     chan struct{}
-}
-
-func newMemSink() *memSink { return &memSink{got: make(chan struct{}, 1000)} }
-
-func (m *memSink) Append(ctx context.Context, runID string, lines []outbox.EventLine) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.tried = append(m.tried, len(lines))
-	if m.failing {
-		return errSink
-	}
-	cp := make([]outbox.EventLine, len(lines))
-	for i, l := range lines {
-		cp[i] = outbox.EventLine{Seq: l.Seq, Line: bytes.Clone(l.Line)}
-	}
-	m.batches = append(m.batches, cp)
-	select {
-	case m.got <- struct{}{}:
-	default:
-	}
-	return nil
-}
-
-func (m *memSink) setFailing(v bool) { m.mu.Lock(); m.failing = v; m.mu.Unlock() }
-
-func (m *memSink) all() []outbox.EventLine {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var out []outbox.EventLine
-	for _, b := range m.batches {
-		out = append(out, b...)
-	}
-	return out
-}
-
-func fastRelay(s *outbox.Store, sink outbox.Sink, run string, opts ...outbox.RelayOption) *outbox.Relay {
-	return outbox.NewRelay(s, sink, run, append([]outbox.RelayOption{outbox.WithBackoff(time.Millisecond, 5*time.Millisecond)}, opts...)...)
-}
-
 func TestRelayAppendsBoundedBatchesThenRecordsProgressAndOnceKeys(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, _ := setup(t)
+	s, _ := outboxtest.Setup(t)
 	for i := 0; i < 10; i++ {
-		mustEnqueue(t, s, "r")
+		outboxtest.MustEnqueue(t, s, "r")
 	}
-	ok, onceSeq, _ := s.EnqueueOnce(ctx, "r", "unit:1", lineOf("done"))
+	ok, onceSeq, _ := s.EnqueueOnce(ctx, "r", "unit:1", outboxtest.LineOf("done"))
 	if !ok {
 		t.Fatal("EnqueueOnce did not enqueue")
 	}
-	sink := newMemSink()
-	if err := fastRelay(s, sink, "r", outbox.WithBatchSize(4)).Flush(ctx); err != nil {
+	sink := outboxtest.NewMemSink()
+	if err := outboxtest.FastRelay(s, sink, "r", outbox.WithBatchSize(4)).Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]int{4, 4, 3}, sink.tried); diff != "" {
+	if diff := cmp.Diff([]int{4, 4, 3}, sink.Tried()); diff != "" {
 		t.Errorf("batch sizes (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(allLines(t, s, "r"), sink.all()); diff != "" {
+	if diff := cmp.Diff(outboxtest.AllLines(t, s, "r"), sink.All()); diff != "" {
 		t.Errorf("sink content differs from the store (-store +sink):\n%s", diff)
 	}
 	if p, _ := s.Projected(ctx, "r"); p != 11 {
@@ -101,62 +54,62 @@ func TestRelayAppendsBoundedBatchesThenRecordsProgressAndOnceKeys(t *testing.T) 
 func TestAFailingSinkIsRetriedWithTheSameBytesAndBoundedReads(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, _ := setup(t)
+	s, _ := outboxtest.Setup(t)
 	for i := 0; i < 40; i++ {
-		mustEnqueue(t, s, "r")
+		outboxtest.MustEnqueue(t, s, "r")
 	}
-	sink := newMemSink()
-	sink.setFailing(true)
-	relay := fastRelay(s, sink, "r", outbox.WithBatchSize(8), outbox.WithFlushAttempts(3))
+	sink := outboxtest.NewMemSink()
+	sink.SetFailing(true)
+	relay := outboxtest.FastRelay(s, sink, "r", outbox.WithBatchSize(8), outbox.WithFlushAttempts(3))
 	err := relay.Flush(ctx)
-	if !errors.Is(err, errSink) {
+	if !errors.Is(err, outboxtest.ErrSinkDown) {
 		t.Fatalf("Flush with a failing sink: %v, want the sink's error", err)
 	}
 	// Three attempts, each offered the same first batch and no more than the batch size.
-	if diff := cmp.Diff([]int{8, 8, 8}, sink.tried); diff != "" {
+	if diff := cmp.Diff([]int{8, 8, 8}, sink.Tried()); diff != "" {
 		t.Errorf("attempts (-want +got):\n%s", diff)
 	}
 	if p, _ := s.Projected(ctx, "r"); p != 0 {
 		t.Errorf("Projected = %d after failures, want 0", p)
 	}
-	sink.setFailing(false)
+	sink.SetFailing(false)
 	if err := relay.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(seqRange(1, 40), seqsOf(sink.all())); diff != "" {
+	if diff := cmp.Diff(outboxtest.SeqRange(1, 40), outboxtest.SeqsOf(sink.All())); diff != "" {
 		t.Errorf("sink seqs: nothing twice, nothing skipped (-want +got):\n%s", diff)
 	}
 }
 
 func TestRunProjectsPromptlyOnCommitAndStopsWithItsContext(t *testing.T) {
 	t.Parallel()
-	s, _ := setup(t)
-	sink := newMemSink()
+	s, _ := outboxtest.Setup(t)
+	sink := outboxtest.NewMemSink()
 	// An hour's poll: only the store's commit signal can wake the relay in time.
-	relay := fastRelay(s, sink, "r", outbox.WithPollInterval(time.Hour))
+	relay := outboxtest.FastRelay(s, sink, "r", outbox.WithPollInterval(time.Hour))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- relay.Run(ctx) }()
 	for i := int64(1); i <= 3; i++ {
-		mustEnqueue(t, s, "r")
+		outboxtest.MustEnqueue(t, s, "r")
 		deadline := time.After(10 * time.Second)
-		for int64(len(sink.all())) < i {
+		for int64(len(sink.All())) < i {
 			select {
-			case <-sink.got:
+			case <-sink.Got():
 			case <-deadline:
 				t.Fatalf("event %d not projected", i)
 			}
 		}
 	}
 	// A sink outage: Run keeps the lines and delivers them once the sink is back.
-	sink.setFailing(true)
-	mustEnqueue(t, s, "r")
+	sink.SetFailing(true)
+	outboxtest.MustEnqueue(t, s, "r")
 	time.Sleep(20 * time.Millisecond)
-	sink.setFailing(false)
+	sink.SetFailing(false)
 	deadline := time.After(10 * time.Second)
-	for len(sink.all()) < 4 {
+	for len(sink.All()) < 4 {
 		select {
-		case <-sink.got:
+		case <-sink.Got():
 		case <-deadline:
 			t.Fatal("event 4 not projected after the sink recovered")
 		}
@@ -170,7 +123,7 @@ func TestRunProjectsPromptlyOnCommitAndStopsWithItsContext(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not return after its context ended")
 	}
-	if diff := cmp.Diff(seqRange(1, 4), seqsOf(sink.all())); diff != "" {
+	if diff := cmp.Diff(outboxtest.SeqRange(1, 4), outboxtest.SeqsOf(sink.All())); diff != "" {
 		t.Errorf("sink seqs (-want +got):\n%s", diff)
 	}
 }
@@ -178,19 +131,19 @@ func TestRunProjectsPromptlyOnCommitAndStopsWithItsContext(t *testing.T) {
 func TestFlushReturnsOnlyWhenEverythingCommittedIsInTheSinkAndRecorded(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, _ := setup(t)
-	sink := newMemSink()
-	relay := fastRelay(s, sink, "r", outbox.WithBatchSize(3))
+	s, _ := outboxtest.Setup(t)
+	sink := outboxtest.NewMemSink()
+	relay := outboxtest.FastRelay(s, sink, "r", outbox.WithBatchSize(3))
 	if err := relay.Flush(ctx); err != nil {
 		t.Errorf("Flush of an empty run: %v", err)
 	}
 	for i := 0; i < 10; i++ {
-		mustEnqueue(t, s, "r")
+		outboxtest.MustEnqueue(t, s, "r")
 	}
 	if err := relay.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := len(sink.all()); got != 10 {
+	if got := len(sink.All()); got != 10 {
 		t.Errorf("sink has %d lines, want 10", got)
 	}
 	if p, _ := s.Projected(ctx, "r"); p != 10 {
@@ -201,14 +154,14 @@ func TestFlushReturnsOnlyWhenEverythingCommittedIsInTheSinkAndRecorded(t *testin
 func TestEnqueueOnceRefusesAKeyStillPending(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, _ := setup(t)
-	ok, seq, err := s.EnqueueOnce(ctx, "old", "unit:1", lineOf("done"))
+	s, _ := outboxtest.Setup(t)
+	ok, seq, err := s.EnqueueOnce(ctx, "old", "unit:1", outboxtest.LineOf("done"))
 	if !ok || err != nil {
 		t.Fatal(ok, err)
 	}
 	// Enqueued, not yet marked: a second announcement, from this run or the next, is refused.
 	for _, run := range []string{"old", "new"} {
-		ok, seq2, err := s.EnqueueOnce(ctx, run, "unit:1", lineOf("done"))
+		ok, seq2, err := s.EnqueueOnce(ctx, run, "unit:1", outboxtest.LineOf("done"))
 		if ok || seq2 != 0 || err != nil {
 			t.Errorf("EnqueueOnce(%q) of a pending key = (%v, %d, %v), want (false, 0, nil)", run, ok, seq2, err)
 		}
@@ -228,7 +181,7 @@ func TestEnqueueOnceRefusesAKeyStillPending(t *testing.T) {
 func TestRecoverProjectsEarlierRunsThenForgetsThem(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, path := setup(t)
+	s, path := outboxtest.Setup(t)
 	jpath := filepath.Join(t.TempDir(), "journal.jsonl")
 	j, err := journal.OpenFile(jpath)
 	if err != nil {
@@ -247,17 +200,17 @@ func TestRecoverProjectsEarlierRunsThenForgetsThem(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		enq("x")
 	}
-	if err := fastRelay(s, j, "old").Flush(ctx); err != nil {
+	if err := outboxtest.FastRelay(s, j, "old").Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
 	enq("x")
 	_, onceSeq, _ := s.EnqueueOnce(ctx, "old", "unit:7", ev("unit_done"))
 	s.WriteTx(ctx, func(tx *sql.Tx) error { _, err := s.EnqueueTx(ctx, tx, "old", ev("spend")); return err })
 	enq("x")
-	want := allLines(t, s, "old")
+	want := outboxtest.AllLines(t, s, "old")
 
-	s = reopen(t, s)
-	if err := fastRelay(s, j, "new", outbox.WithBatchSize(2)).Recover(ctx); err != nil {
+	s = outboxtest.Reopen(t, s)
+	if err := outboxtest.FastRelay(s, j, "new", outbox.WithBatchSize(2)).Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
 	raw, _ := os.ReadFile(jpath)
@@ -274,18 +227,18 @@ func TestRecoverProjectsEarlierRunsThenForgetsThem(t *testing.T) {
 		t.Errorf("unit:7 (seq %d) not in the ledger after Recover: %v", onceSeq, ledger)
 	}
 	// Forgotten after: only the ledger row of "old" is left, and its progress with it.
-	if diff := cmp.Diff([]int64{onceSeq}, seqsOf(allLines(t, s, "old"))); diff != "" {
+	if diff := cmp.Diff([]int64{onceSeq}, outboxtest.SeqsOf(outboxtest.AllLines(t, s, "old"))); diff != "" {
 		t.Errorf("rows of old after Recover (-want +got):\n%s", diff)
 	}
-	if n := countRows(t, path, "1"); n != 1 {
+	if n := outboxtest.CountRows(t, path, "1"); n != 1 {
 		t.Errorf("rows = %d, want 1", n)
 	}
-	if ok, _, _ := s.EnqueueOnce(ctx, "new", "unit:7", lineOf("done")); ok {
+	if ok, _, _ := s.EnqueueOnce(ctx, "new", "unit:7", outboxtest.LineOf("done")); ok {
 		t.Error("unit:7 announced again after Recover")
 	}
 	// A second Recover, by the run after, sends nothing again.
 	before, _ := os.ReadFile(jpath)
-	if err := fastRelay(s, j, "newer").Recover(ctx); err != nil {
+	if err := outboxtest.FastRelay(s, j, "newer").Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
 	after, _ := os.ReadFile(jpath)
@@ -303,16 +256,16 @@ func TestRecoverProjectsEarlierRunsThenForgetsThem(t *testing.T) {
 func TestProgressAndTheLastSeqSurviveForgetEvents(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, _ := setup(t)
-	mustEnqueue(t, s, "old")
-	s.EnqueueOnce(ctx, "old", "unit:1", lineOf("done"))
-	mustEnqueue(t, s, "old")
-	mustEnqueue(t, s, "gone")
-	sink := newMemSink()
-	if err := fastRelay(s, sink, "old").Flush(ctx); err != nil {
+	s, _ := outboxtest.Setup(t)
+	outboxtest.MustEnqueue(t, s, "old")
+	s.EnqueueOnce(ctx, "old", "unit:1", outboxtest.LineOf("done"))
+	outboxtest.MustEnqueue(t, s, "old")
+	outboxtest.MustEnqueue(t, s, "gone")
+	sink := outboxtest.NewMemSink()
+	if err := outboxtest.FastRelay(s, sink, "old").Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := fastRelay(s, sink, "gone").Flush(ctx); err != nil {
+	if err := outboxtest.FastRelay(s, sink, "gone").Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.ForgetEvents(ctx, "current"); err != nil {
@@ -324,37 +277,37 @@ func TestProgressAndTheLastSeqSurviveForgetEvents(t *testing.T) {
 	if p, _ := s.Projected(ctx, "gone"); p != 1 {
 		t.Errorf("progress of a run without rows = %d, want 1 (kept)", p)
 	}
-	if seq, err := s.EnqueueEvent(ctx, "gone", lineOf("again")); err != nil || seq != 2 {
+	if seq, err := s.EnqueueEvent(ctx, "gone", outboxtest.LineOf("again")); err != nil || seq != 2 {
 		t.Errorf("next event of a forgotten run: (%d, %v), want seq 2", seq, err)
 	}
 	// Its ledger row is never offered again.
-	n := len(sink.all())
-	if err := fastRelay(s, sink, "current").Recover(ctx); err != nil {
+	n := len(sink.All())
+	if err := outboxtest.FastRelay(s, sink, "current").Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if len(sink.all()) != n {
-		t.Errorf("Recover re-sent %d ledger lines", len(sink.all())-n)
+	if len(sink.All()) != n {
+		t.Errorf("Recover re-sent %d ledger lines", len(sink.All())-n)
 	}
 }
 
 func TestRelayRefusesToProjectAcrossMissingRows(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, path := setup(t)
+	s, path := outboxtest.Setup(t)
 	for i := 0; i < 3; i++ {
-		mustEnqueue(t, s, "old")
+		outboxtest.MustEnqueue(t, s, "old")
 	}
-	d := rawDBRW(t, path)
+	d := outboxtest.RawDBRW(t, path)
 	if _, err := d.Exec(`DELETE FROM events_outbox WHERE seq = 2`); err != nil {
 		t.Fatal(err)
 	}
-	s = reopen(t, s)
-	sink := newMemSink()
-	err := fastRelay(s, sink, "new").Recover(ctx)
+	s = outboxtest.Reopen(t, s)
+	sink := outboxtest.NewMemSink()
+	err := outboxtest.FastRelay(s, sink, "new").Recover(ctx)
 	if !errors.Is(err, outbox.ErrRowsMissing) {
 		t.Errorf("Recover over a hole: %v, want ErrRowsMissing", err)
 	}
-	if diff := cmp.Diff([]int64{1}, seqsOf(sink.all())); diff != "" {
+	if diff := cmp.Diff([]int64{1}, outboxtest.SeqsOf(sink.All())); diff != "" {
 		t.Errorf("sink (-want +got):\n%s", diff)
 	}
 }
@@ -362,15 +315,15 @@ func TestRelayRefusesToProjectAcrossMissingRows(t *testing.T) {
 func TestRelayReportsInvalidArgumentsAndOptions(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, _ := setup(t)
+	s, _ := outboxtest.Setup(t)
 	for name, r := range map[string]*outbox.Relay{
-		"nil store":  outbox.NewRelay(nil, newMemSink(), "r"),
+		"nil store":  outbox.NewRelay(nil, outboxtest.NewMemSink(), "r"),
 		"nil sink":   outbox.NewRelay(s, nil, "r"),
-		"empty run":  outbox.NewRelay(s, newMemSink(), ""),
-		"batch 0":    outbox.NewRelay(s, newMemSink(), "r", outbox.WithBatchSize(0)),
-		"backoff":    outbox.NewRelay(s, newMemSink(), "r", outbox.WithBackoff(time.Second, time.Millisecond)),
-		"attempts 0": outbox.NewRelay(s, newMemSink(), "r", outbox.WithFlushAttempts(0)),
-		"poll 0":     outbox.NewRelay(s, newMemSink(), "r", outbox.WithPollInterval(0)),
+		"empty run":  outbox.NewRelay(s, outboxtest.NewMemSink(), ""),
+		"batch 0":    outbox.NewRelay(s, outboxtest.NewMemSink(), "r", outbox.WithBatchSize(0)),
+		"backoff":    outbox.NewRelay(s, outboxtest.NewMemSink(), "r", outbox.WithBackoff(time.Second, time.Millisecond)),
+		"attempts 0": outbox.NewRelay(s, outboxtest.NewMemSink(), "r", outbox.WithFlushAttempts(0)),
+		"poll 0":     outbox.NewRelay(s, outboxtest.NewMemSink(), "r", outbox.WithPollInterval(0)),
 	} {
 		if err := r.Flush(ctx); err == nil {
 			t.Errorf("%s: Flush succeeded", name)
@@ -387,7 +340,7 @@ func TestRelayReportsInvalidArgumentsAndOptions(t *testing.T) {
 func TestJournalBuilderRendersTheFormatAndStoresTheTime(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, _ := setup(t)
+	s, _ := outboxtest.Setup(t)
 	if _, err := s.EnqueueEvent(ctx, "run-1", journal.Handshake("run-1", map[string]string{"book": "b"})); err != nil {
 		t.Fatal(err)
 	}
@@ -397,12 +350,12 @@ func TestJournalBuilderRendersTheFormatAndStoresTheTime(t *testing.T) {
 	if _, err := s.EnqueueEvent(ctx, "run-1", journal.Builder("run-1", "bad", make(chan int))); err == nil {
 		t.Error("an unencodable data value was enqueued")
 	}
-	got := allLines(t, s, "run-1")
+	got := outboxtest.AllLines(t, s, "run-1")
 	if len(got) != 2 {
 		t.Fatalf("%d lines", len(got))
 	}
 	re := `^\{"engine_run_id":"run-1","seq":1,"type":"run_started","at":"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z","data":\{"book":"b"\}\}$`
-	if !regexpMatch(re, string(got[0].Line)) {
+	if !regexp.MustCompile(re).MatchString(string(got[0].Line)) {
 		t.Errorf("handshake = %s", got[0].Line)
 	}
 	var buf bytes.Buffer
@@ -415,7 +368,7 @@ func TestJournalBuilderRendersTheFormatAndStoresTheTime(t *testing.T) {
 		t.Errorf("Verify: (%+v, %v)", rep, err)
 	}
 	// Stored bytes are what a re-delivery sends: a second read is identical.
-	again := allLines(t, s, "run-1")
+	again := outboxtest.AllLines(t, s, "run-1")
 	if diff := cmp.Diff(got, again); diff != "" {
 		t.Errorf("second read differs:\n%s", diff)
 	}
@@ -430,10 +383,10 @@ func (s *refusingSink) Append(context.Context, string, []outbox.EventLine) error
 
 func TestASinksRefusalStopsTheRelayWithoutRetrying(t *testing.T) {
 	t.Parallel()
-	s, _ := setup(t)
-	mustEnqueue(t, s, "r")
+	s, _ := outboxtest.Setup(t)
+	outboxtest.MustEnqueue(t, s, "r")
 	sink := &refusingSink{}
-	relay := fastRelay(s, sink, "r", outbox.WithFlushAttempts(5))
+	relay := outboxtest.FastRelay(s, sink, "r", outbox.WithFlushAttempts(5))
 	if err := relay.Flush(context.Background()); !errors.Is(err, outbox.ErrSinkRefused) || sink.calls != 1 {
 		t.Errorf("Flush: %v after %d calls, want ErrSinkRefused after 1", err, sink.calls)
 	}
@@ -449,9 +402,9 @@ func TestASinksRefusalStopsTheRelayWithoutRetrying(t *testing.T) {
 	}
 }
 
-// sizedSink is a memSink that asks for batches of its own size.
+// sizedSink is a MemSink that asks for batches of its own size.
 type sizedSink struct {
-	*memSink
+	*outboxtest.MemSink
 	size int
 }
 
@@ -462,19 +415,19 @@ func (s sizedSink) BatchSize() int { return s.size }
 func TestARelayTakesTheBatchSizeItsSinkAsksFor(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, _ := setup(t)
+	s, _ := outboxtest.Setup(t)
 	for run, tc := range map[string]struct {
 		opts []outbox.RelayOption
 		want int
 	}{"asked": {nil, 3}, "told": {[]outbox.RelayOption{outbox.WithBatchSize(4)}, 4}} {
-		if _, err := s.EnqueueEvents(ctx, run, slices.Repeat([]outbox.EventBuilder{lineOf("x")}, 10)); err != nil {
+		if _, err := s.EnqueueEvents(ctx, run, slices.Repeat([]outbox.EventBuilder{outboxtest.LineOf("x")}, 10)); err != nil {
 			t.Fatal(err)
 		}
-		sink := sizedSink{newMemSink(), 3}
-		if err := fastRelay(s, sink, run, tc.opts...).Flush(ctx); err != nil {
+		sink := sizedSink{outboxtest.NewMemSink(), 3}
+		if err := outboxtest.FastRelay(s, sink, run, tc.opts...).Flush(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if got := sink.tried; len(got) == 0 || got[0] != tc.want {
+		if got := sink.Tried(); len(got) == 0 || got[0] != tc.want {
 			t.Errorf("%s: batches %v, want the first of %d lines", run, got, tc.want)
 		}
 	}

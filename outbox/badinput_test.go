@@ -1,4 +1,4 @@
-package tests
+package outbox_test
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/textmachine/outbox/internal/outboxtest"
 	"github.com/textmachine/outbox/journal"
 	"github.com/textmachine/outbox/outbox"
 )
@@ -23,25 +24,31 @@ import (
 // and the database is unchanged.
 func TestEveryWriteMethodRefusesBadInputAndStoresNothing(t *testing.T) {
 	t.Parallel()
-	s, path := setup(t)
-	mustEnqueue(t, s, "r")
+	s, path := outboxtest.Setup(t)
+	outboxtest.MustEnqueue(t, s, "r")
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
 	ctx := context.Background()
 	calls := map[string]func() error{
-		"EnqueueEvent empty run":    func() error { _, err := s.EnqueueEvent(ctx, "", lineOf("x")); return err },
-		"EnqueueEvent nil builder":  func() error { _, err := s.EnqueueEvent(ctx, "r", nil); return err },
-		"EnqueueEvent cancelled":    func() error { _, err := s.EnqueueEvent(cancelled, "r", lineOf("x")); return err },
-		"EnqueueOnce empty key":     func() error { _, _, err := s.EnqueueOnce(ctx, "r", "", lineOf("x")); return err },
-		"EnqueueOnce nil builder":   func() error { _, _, err := s.EnqueueOnce(ctx, "r", "k", nil); return err },
-		"EnqueueOnce cancelled":     func() error { _, _, err := s.EnqueueOnce(cancelled, "r", "k", lineOf("x")); return err },
-		"EnqueueEvents empty run":   func() error { _, err := s.EnqueueEvents(ctx, "", []outbox.EventBuilder{lineOf("x")}); return err },
-		"EnqueueEvents nil builder": func() error { _, err := s.EnqueueEvents(ctx, "r", []outbox.EventBuilder{lineOf("x"), nil}); return err },
-		"EnqueueEvents cancelled": func() error {
-			_, err := s.EnqueueEvents(cancelled, "r", []outbox.EventBuilder{lineOf("x")})
+		"EnqueueEvent empty run":   func() error { _, err := s.EnqueueEvent(ctx, "", outboxtest.LineOf("x")); return err },
+		"EnqueueEvent nil builder": func() error { _, err := s.EnqueueEvent(ctx, "r", nil); return err },
+		"EnqueueEvent cancelled":   func() error { _, err := s.EnqueueEvent(cancelled, "r", outboxtest.LineOf("x")); return err },
+		"EnqueueOnce empty key":    func() error { _, _, err := s.EnqueueOnce(ctx, "r", "", outboxtest.LineOf("x")); return err },
+		"EnqueueOnce nil builder":  func() error { _, _, err := s.EnqueueOnce(ctx, "r", "k", nil); return err },
+		"EnqueueOnce cancelled":    func() error { _, _, err := s.EnqueueOnce(cancelled, "r", "k", outboxtest.LineOf("x")); return err },
+		"EnqueueEvents empty run": func() error {
+			_, err := s.EnqueueEvents(ctx, "", []outbox.EventBuilder{outboxtest.LineOf("x")})
 			return err
 		},
-		"EnqueueTx nil tx":            func() error { _, err := s.EnqueueTx(ctx, nil, "r", lineOf("x")); return err },
+		"EnqueueEvents nil builder": func() error {
+			_, err := s.EnqueueEvents(ctx, "r", []outbox.EventBuilder{outboxtest.LineOf("x"), nil})
+			return err
+		},
+		"EnqueueEvents cancelled": func() error {
+			_, err := s.EnqueueEvents(cancelled, "r", []outbox.EventBuilder{outboxtest.LineOf("x")})
+			return err
+		},
+		"EnqueueTx nil tx":            func() error { _, err := s.EnqueueTx(ctx, nil, "r", outboxtest.LineOf("x")); return err },
 		"WriteTx nil function":        func() error { return s.WriteTx(ctx, nil) },
 		"WriteTx cancelled":           func() error { return s.WriteTx(cancelled, func(*sql.Tx) error { return nil }) },
 		"MarkAnnounced empty run":     func() error { return s.MarkAnnounced(ctx, "", map[int64]string{1: "k"}) },
@@ -61,13 +68,13 @@ func TestEveryWriteMethodRefusesBadInputAndStoresNothing(t *testing.T) {
 			t.Errorf("%s: no error", name)
 		}
 	}
-	if diff := cmp.Diff([]int64{1}, seqsOf(allLines(t, s, "r"))); diff != "" {
+	if diff := cmp.Diff([]int64{1}, outboxtest.SeqsOf(outboxtest.AllLines(t, s, "r"))); diff != "" {
 		t.Errorf("rows changed (-want +got):\n%s", diff)
 	}
-	if n := countRows(t, path, "1"); n != 1 {
+	if n := outboxtest.CountRows(t, path, "1"); n != 1 {
 		t.Errorf("%d rows, want 1", n)
 	}
-	if got := mustEnqueue(t, s, "r"); got != 2 {
+	if got := outboxtest.MustEnqueue(t, s, "r"); got != 2 {
 		t.Errorf("next seq = %d, want 2: no number was consumed", got)
 	}
 }
@@ -92,7 +99,7 @@ func TestCloseDuringConcurrentCallsLeavesOnlyWhatWasAcknowledged(t *testing.T) {
 			defer wg.Done()
 			<-start
 			for i := 0; i < 200; i++ {
-				seq, err := s.EnqueueEvent(context.Background(), "r", lineOf("x"))
+				seq, err := s.EnqueueEvent(context.Background(), "r", outboxtest.LineOf("x"))
 				if err != nil {
 					if !errors.Is(err, outbox.ErrClosed) {
 						t.Errorf("enqueue during Close: %v", err)
@@ -123,8 +130,8 @@ func TestCloseDuringConcurrentCallsLeavesOnlyWhatWasAcknowledged(t *testing.T) {
 		t.Fatalf("reopen after Close: %v (the lock was not released?)", err)
 	}
 	defer s2.Close()
-	stored := seqsOf(allLines(t, s2, "r"))
-	if diff := cmp.Diff(seqRange(1, int64(len(acked))), stored); diff != "" {
+	stored := outboxtest.SeqsOf(outboxtest.AllLines(t, s2, "r"))
+	if diff := cmp.Diff(outboxtest.SeqRange(1, int64(len(acked))), stored); diff != "" {
 		t.Errorf("stored lines are not exactly the %d acknowledged, dense (-want +got):\n%s", len(acked), diff)
 	}
 }
@@ -138,7 +145,7 @@ func TestALineAtTheLimitGoesThroughTheStoreTheJournalAndTheVerifier(t *testing.T
 	}
 	t.Parallel()
 	ctx := context.Background()
-	s, _ := setup(t)
+	s, _ := outboxtest.Setup(t)
 	head, tail := `{"engine_run_id":"r","seq":1,"data":"`, `"}`
 	big := append([]byte(head), bytes.Repeat([]byte("é"), (outbox.DefaultMaxLineSize-len(head)-len(tail))/2)...)
 	for len(big) < outbox.DefaultMaxLineSize-len(tail) {
@@ -149,12 +156,12 @@ func TestALineAtTheLimitGoesThroughTheStoreTheJournalAndTheVerifier(t *testing.T
 		t.Fatalf("line of %d bytes", len(big))
 	}
 	over := append(append([]byte(head), 'x'), big[len(head):]...)
-	_, err := s.EnqueueEvent(ctx, "r", constLine(over))
+	_, err := s.EnqueueEvent(ctx, "r", outboxtest.ConstLine(over))
 	if !errors.Is(err, outbox.ErrInvalidLine) || !strings.Contains(err.Error(), fmt.Sprint(len(over))) ||
 		!strings.Contains(err.Error(), fmt.Sprint(outbox.DefaultMaxLineSize)) {
 		t.Errorf("a line one byte over the limit: %v, want ErrInvalidLine naming both sizes", err)
 	}
-	if seq, err := s.EnqueueEvent(ctx, "r", constLine(big)); err != nil || seq != 1 {
+	if seq, err := s.EnqueueEvent(ctx, "r", outboxtest.ConstLine(big)); err != nil || seq != 1 {
 		t.Fatalf("a line at the limit: (%d, %v), want seq 1", seq, err)
 	}
 	jpath := filepath.Join(t.TempDir(), "j.jsonl")

@@ -1,4 +1,4 @@
-package tests
+package outbox_test
 
 import (
 	"bytes"
@@ -6,66 +6,66 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/textmachine/outbox/internal/outboxtest"
 	"github.com/textmachine/outbox/outbox"
 )
 
-var errRender = errors.New("render failed")
-
 func TestEnqueueNumbersAreDensePerRunAndRunsAreIndependent(t *testing.T) {
 	t.Parallel()
-	s, _ := setup(t)
+	s, _ := outboxtest.Setup(t)
 	var a, b []int64
 	for i := 0; i < 5; i++ {
-		a = append(a, mustEnqueue(t, s, "run-a"))
+		a = append(a, outboxtest.MustEnqueue(t, s, "run-a"))
 		if i%2 == 0 {
-			b = append(b, mustEnqueue(t, s, "run-b"))
+			b = append(b, outboxtest.MustEnqueue(t, s, "run-b"))
 		}
 	}
-	if diff := cmp.Diff(seqRange(1, 5), a); diff != "" {
+	if diff := cmp.Diff(outboxtest.SeqRange(1, 5), a); diff != "" {
 		t.Errorf("run-a seqs (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(seqRange(1, 3), b); diff != "" {
+	if diff := cmp.Diff(outboxtest.SeqRange(1, 3), b); diff != "" {
 		t.Errorf("run-b seqs (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff(seqRange(1, 5), seqsOf(allLines(t, s, "run-a"))); diff != "" {
+	if diff := cmp.Diff(outboxtest.SeqRange(1, 5), outboxtest.SeqsOf(outboxtest.AllLines(t, s, "run-a"))); diff != "" {
 		t.Errorf("stored run-a seqs (-want +got):\n%s", diff)
 	}
 }
 
 func TestBuilderErrorStoresNothingConsumesNoNumberAndReachesTheCaller(t *testing.T) {
 	t.Parallel()
-	s, path := setup(t)
+	s, path := outboxtest.Setup(t)
 	ctx := context.Background()
-	mustEnqueue(t, s, "r")
+	outboxtest.MustEnqueue(t, s, "r")
 	var offered int64
 	seq, err := s.EnqueueEvent(ctx, "r", func(seq int64) ([]byte, error) {
 		offered = seq
-		return nil, errRender
+		return nil, outboxtest.ErrRender
 	})
-	if !errors.Is(err, errRender) || seq != 0 {
-		t.Fatalf("EnqueueEvent = (%d, %v), want (0, errRender)", seq, err)
+	if !errors.Is(err, outboxtest.ErrRender) || seq != 0 {
+		t.Fatalf("EnqueueEvent = (%d, %v), want (0, outboxtest.ErrRender)", seq, err)
 	}
 	if offered != 2 {
 		t.Errorf("builder was offered seq %d, want 2", offered)
 	}
-	if n := countRows(t, path, "engine_run_id = 'r'"); n != 1 {
+	if n := outboxtest.CountRows(t, path, "engine_run_id = 'r'"); n != 1 {
 		t.Errorf("rows after failed build = %d, want 1", n)
 	}
-	if got := mustEnqueue(t, s, "r"); got != 2 {
+	if got := outboxtest.MustEnqueue(t, s, "r"); got != 2 {
 		t.Errorf("next success got seq %d, want 2 (the failed build's number)", got)
 	}
 	// The same through EnqueueOnce: the key must not reach the ledger or block a retry.
-	ok, seq, err := s.EnqueueOnce(ctx, "r", "unit:1", func(int64) ([]byte, error) { return nil, errRender })
-	if !errors.Is(err, errRender) || ok || seq != 0 {
-		t.Fatalf("EnqueueOnce = (%v, %d, %v), want (false, 0, errRender)", ok, seq, err)
+	ok, seq, err := s.EnqueueOnce(ctx, "r", "unit:1", func(int64) ([]byte, error) { return nil, outboxtest.ErrRender })
+	if !errors.Is(err, outboxtest.ErrRender) || ok || seq != 0 {
+		t.Fatalf("EnqueueOnce = (%v, %d, %v), want (false, 0, outboxtest.ErrRender)", ok, seq, err)
 	}
-	ok, seq, err = s.EnqueueOnce(ctx, "r", "unit:1", lineOf("done"))
+	ok, seq, err = s.EnqueueOnce(ctx, "r", "unit:1", outboxtest.LineOf("done"))
 	if err != nil || !ok || seq != 3 {
 		t.Fatalf("EnqueueOnce retry = (%v, %d, %v), want (true, 3, nil)", ok, seq, err)
 	}
@@ -73,23 +73,23 @@ func TestBuilderErrorStoresNothingConsumesNoNumberAndReachesTheCaller(t *testing
 
 func TestNilLineDeclinesWithoutRowOrNumber(t *testing.T) {
 	t.Parallel()
-	s, path := setup(t)
-	seq, err := s.EnqueueEvent(context.Background(), "r", constLine(nil))
+	s, path := outboxtest.Setup(t)
+	seq, err := s.EnqueueEvent(context.Background(), "r", outboxtest.ConstLine(nil))
 	if err != nil || seq != 0 {
 		t.Fatalf("EnqueueEvent(nil line) = (%d, %v), want (0, nil)", seq, err)
 	}
-	if n := countRows(t, path, "1"); n != 0 {
+	if n := outboxtest.CountRows(t, path, "1"); n != 0 {
 		t.Errorf("rows = %d, want 0", n)
 	}
-	if got := mustEnqueue(t, s, "r"); got != 1 {
+	if got := outboxtest.MustEnqueue(t, s, "r"); got != 1 {
 		t.Errorf("first real event got seq %d, want 1", got)
 	}
 }
 
 func TestBuilderPanicStoresNothingLeavesWriterFreeAndPropagates(t *testing.T) {
 	t.Parallel()
-	s, path := setup(t)
-	mustEnqueue(t, s, "r")
+	s, path := outboxtest.Setup(t)
+	outboxtest.MustEnqueue(t, s, "r")
 	func() {
 		defer func() {
 			if r := recover(); r != "boom" {
@@ -99,31 +99,31 @@ func TestBuilderPanicStoresNothingLeavesWriterFreeAndPropagates(t *testing.T) {
 		s.EnqueueEvent(context.Background(), "r", func(int64) ([]byte, error) { panic("boom") })
 		t.Error("EnqueueEvent returned after its builder panicked")
 	}()
-	if n := countRows(t, path, "1"); n != 1 {
+	if n := outboxtest.CountRows(t, path, "1"); n != 1 {
 		t.Errorf("rows = %d, want 1", n)
 	}
 	// The writer connection is free: the next enqueue neither blocks nor skips a number.
-	if got := mustEnqueue(t, s, "r"); got != 2 {
+	if got := outboxtest.MustEnqueue(t, s, "r"); got != 2 {
 		t.Errorf("next seq = %d, want 2", got)
 	}
 	// A panic inside WriteTx after the caller's own write rolls that write back too.
 	func() {
 		defer func() { recover() }()
 		s.WriteTx(context.Background(), func(tx *sql.Tx) error {
-			if _, err := s.EnqueueTx(context.Background(), tx, "r", lineOf("x")); err != nil {
+			if _, err := s.EnqueueTx(context.Background(), tx, "r", outboxtest.LineOf("x")); err != nil {
 				t.Fatal(err)
 			}
 			panic("boom")
 		})
 	}()
-	if got := mustEnqueue(t, s, "r"); got != 3 {
+	if got := outboxtest.MustEnqueue(t, s, "r"); got != 3 {
 		t.Errorf("seq after a panicking WriteTx = %d, want 3", got)
 	}
 }
 
 func TestLinesComeBackByteIdentical(t *testing.T) {
 	t.Parallel()
-	s, _ := setup(t)
+	s, _ := outboxtest.Setup(t)
 	mib := bytes.Repeat([]byte("é\x00\r\xff"), 1<<18) // 1 MiB of NUL, CR, invalid UTF-8 and multi-byte runes
 	cases := [][]byte{
 		[]byte("plain"),
@@ -135,11 +135,11 @@ func TestLinesComeBackByteIdentical(t *testing.T) {
 		mib,
 	}
 	for _, c := range cases {
-		if _, err := s.EnqueueEvent(context.Background(), "r", constLine(c)); err != nil {
+		if _, err := s.EnqueueEvent(context.Background(), "r", outboxtest.ConstLine(c)); err != nil {
 			t.Fatalf("EnqueueEvent(%.20q): %v", c, err)
 		}
 	}
-	got := allLines(t, s, "r")
+	got := outboxtest.AllLines(t, s, "r")
 	if len(got) != len(cases) {
 		t.Fatalf("got %d lines, want %d", len(got), len(cases))
 	}
@@ -152,17 +152,17 @@ func TestLinesComeBackByteIdentical(t *testing.T) {
 
 func TestEmptyOrNewlineLinesAreRefusedWithErrInvalidLine(t *testing.T) {
 	t.Parallel()
-	s, path := setup(t)
+	s, path := outboxtest.Setup(t)
 	for _, bad := range [][]byte{{}, []byte("\n"), []byte("a\nb"), []byte("trailing\n")} {
-		seq, err := s.EnqueueEvent(context.Background(), "r", constLine(bad))
+		seq, err := s.EnqueueEvent(context.Background(), "r", outboxtest.ConstLine(bad))
 		if !errors.Is(err, outbox.ErrInvalidLine) || seq != 0 {
 			t.Errorf("EnqueueEvent(%q) = (%d, %v), want ErrInvalidLine", bad, seq, err)
 		}
 	}
-	if n := countRows(t, path, "1"); n != 0 {
+	if n := outboxtest.CountRows(t, path, "1"); n != 0 {
 		t.Errorf("rows = %d, want 0", n)
 	}
-	if got := mustEnqueue(t, s, "r"); got != 1 {
+	if got := outboxtest.MustEnqueue(t, s, "r"); got != 1 {
 		t.Errorf("seq after refused lines = %d, want 1", got)
 	}
 }
@@ -171,23 +171,23 @@ func TestEnqueueOnceAnnouncesAKeyOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	t.Run("empty key", func(t *testing.T) {
-		s, _ := setup(t)
-		_, _, err := s.EnqueueOnce(ctx, "r", "", lineOf("done"))
+		s, _ := outboxtest.Setup(t)
+		_, _, err := s.EnqueueOnce(ctx, "r", "", outboxtest.LineOf("done"))
 		if !errors.Is(err, outbox.ErrEmptyOnceKey) {
 			t.Errorf("err = %v, want ErrEmptyOnceKey", err)
 		}
 	})
 	t.Run("new key enqueues", func(t *testing.T) {
-		s, _ := setup(t)
-		mustEnqueue(t, s, "r")
-		ok, seq, err := s.EnqueueOnce(ctx, "r", "unit:1", lineOf("done"))
+		s, _ := outboxtest.Setup(t)
+		outboxtest.MustEnqueue(t, s, "r")
+		ok, seq, err := s.EnqueueOnce(ctx, "r", "unit:1", outboxtest.LineOf("done"))
 		if err != nil || !ok || seq != 2 {
 			t.Errorf("EnqueueOnce = (%v, %d, %v), want (true, 2, nil)", ok, seq, err)
 		}
 	})
 	t.Run("key in the ledger skips the builder", func(t *testing.T) {
-		s, _ := setup(t)
-		_, seq, _ := s.EnqueueOnce(ctx, "old", "unit:1", lineOf("done"))
+		s, _ := outboxtest.Setup(t)
+		_, seq, _ := s.EnqueueOnce(ctx, "old", "unit:1", outboxtest.LineOf("done"))
 		if err := s.MarkAnnounced(ctx, "old", map[int64]string{seq: "unit:1"}); err != nil {
 			t.Fatal(err)
 		}
@@ -204,12 +204,12 @@ func TestEnqueueOnceAnnouncesAKeyOnce(t *testing.T) {
 		}
 	})
 	t.Run("declining builder", func(t *testing.T) {
-		s, path := setup(t)
-		ok, seq, err := s.EnqueueOnce(ctx, "r", "unit:1", constLine(nil))
+		s, path := outboxtest.Setup(t)
+		ok, seq, err := s.EnqueueOnce(ctx, "r", "unit:1", outboxtest.ConstLine(nil))
 		if err != nil || ok || seq != 0 {
 			t.Errorf("EnqueueOnce = (%v, %d, %v), want (false, 0, nil)", ok, seq, err)
 		}
-		if n := countRows(t, path, "1"); n != 0 {
+		if n := outboxtest.CountRows(t, path, "1"); n != 0 {
 			t.Errorf("rows = %d, want 0", n)
 		}
 	})
@@ -218,9 +218,9 @@ func TestEnqueueOnceAnnouncesAKeyOnce(t *testing.T) {
 func TestMarkAnnouncedWritesTheWholeBatchOrNothing(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, _ := setup(t)
+	s, _ := outboxtest.Setup(t)
 	for i := 0; i < 4; i++ {
-		mustEnqueue(t, s, "r")
+		outboxtest.MustEnqueue(t, s, "r")
 	}
 	if err := s.MarkAnnounced(ctx, "r", map[int64]string{1: "k1", 2: "k2"}); err != nil {
 		t.Fatal(err)
@@ -269,14 +269,14 @@ func TestMarkAnnouncedWritesTheWholeBatchOrNothing(t *testing.T) {
 func TestAnnouncedOnceKeysIsExactlyTheLedger(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, _ := setup(t)
+	s, _ := outboxtest.Setup(t)
 	got, err := s.AnnouncedOnceKeys(ctx)
 	if err != nil || len(got) != 0 {
 		t.Fatalf("empty store: (%v, %v), want an empty ledger", got, err)
 	}
-	_, s1, _ := s.EnqueueOnce(ctx, "r", "unit:1", lineOf("done"))
-	_, _, _ = s.EnqueueOnce(ctx, "r", "unit:2", lineOf("done")) // enqueued, never marked
-	mustEnqueue(t, s, "r")
+	_, s1, _ := s.EnqueueOnce(ctx, "r", "unit:1", outboxtest.LineOf("done"))
+	_, _, _ = s.EnqueueOnce(ctx, "r", "unit:2", outboxtest.LineOf("done")) // enqueued, never marked
+	outboxtest.MustEnqueue(t, s, "r")
 	if err := s.MarkAnnounced(ctx, "r", map[int64]string{s1: "unit:1"}); err != nil {
 		t.Fatal(err)
 	}
@@ -292,16 +292,16 @@ func TestAnnouncedOnceKeysIsExactlyTheLedger(t *testing.T) {
 func TestPendingEventsIsBoundedOrderedAndAfterTheCursor(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, _ := setup(t)
+	s, _ := outboxtest.Setup(t)
 	for i := 0; i < 10; i++ {
-		mustEnqueue(t, s, "r")
-		mustEnqueue(t, s, "other")
+		outboxtest.MustEnqueue(t, s, "r")
+		outboxtest.MustEnqueue(t, s, "other")
 	}
 	got, err := s.PendingEvents(ctx, "r", 3, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]int64{4, 5, 6, 7}, seqsOf(got)); diff != "" {
+	if diff := cmp.Diff([]int64{4, 5, 6, 7}, outboxtest.SeqsOf(got)); diff != "" {
 		t.Errorf("seqs (-want +got):\n%s", diff)
 	}
 	for _, l := range got {
@@ -325,11 +325,11 @@ func TestPendingEventsIsBoundedOrderedAndAfterTheCursor(t *testing.T) {
 func TestPendingEventsFromManyGoroutinesAtOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, _ := setup(t)
+	s, _ := outboxtest.Setup(t)
 	for i := 0; i < 50; i++ {
-		mustEnqueue(t, s, "r")
+		outboxtest.MustEnqueue(t, s, "r")
 	}
-	want := allLines(t, s, "r")
+	want := outboxtest.AllLines(t, s, "r")
 	var wg sync.WaitGroup
 	errs := make(chan error, 16)
 	for g := 0; g < 16; g++ {
@@ -364,7 +364,7 @@ func TestPendingEventsFromManyGoroutinesAtOnce(t *testing.T) {
 func TestEventsUsedSeesBufferedAndLedgerRows(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, _ := setup(t)
+	s, _ := outboxtest.Setup(t)
 	check := func(run string, want bool) {
 		t.Helper()
 		got, err := s.EventsUsed(ctx, run)
@@ -373,9 +373,9 @@ func TestEventsUsedSeesBufferedAndLedgerRows(t *testing.T) {
 		}
 	}
 	check("r", false)
-	mustEnqueue(t, s, "r")
+	outboxtest.MustEnqueue(t, s, "r")
 	check("r", true)
-	_, seq, _ := s.EnqueueOnce(ctx, "old", "unit:1", lineOf("done"))
+	_, seq, _ := s.EnqueueOnce(ctx, "old", "unit:1", outboxtest.LineOf("done"))
 	s.MarkAnnounced(ctx, "old", map[int64]string{seq: "unit:1"})
 	if _, err := s.ForgetEvents(ctx, "r"); err != nil {
 		t.Fatal(err)
@@ -386,17 +386,17 @@ func TestEventsUsedSeesBufferedAndLedgerRows(t *testing.T) {
 func TestForgetEventsDropsOtherRunsBufferedRowsOnly(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, path := setup(t)
+	s, path := outboxtest.Setup(t)
 	for i := 0; i < 3; i++ {
-		mustEnqueue(t, s, "old1")
-		mustEnqueue(t, s, "old2")
-		mustEnqueue(t, s, "current")
+		outboxtest.MustEnqueue(t, s, "old1")
+		outboxtest.MustEnqueue(t, s, "old2")
+		outboxtest.MustEnqueue(t, s, "current")
 	}
-	_, seq, _ := s.EnqueueOnce(ctx, "old1", "unit:1", lineOf("done"))
+	_, seq, _ := s.EnqueueOnce(ctx, "old1", "unit:1", outboxtest.LineOf("done"))
 	if err := s.MarkAnnounced(ctx, "old1", map[int64]string{seq: "unit:1"}); err != nil {
 		t.Fatal(err)
 	}
-	_, _, _ = s.EnqueueOnce(ctx, "current", "unit:2", lineOf("done"))
+	_, _, _ = s.EnqueueOnce(ctx, "current", "unit:2", outboxtest.LineOf("done"))
 	n, err := s.ForgetEvents(ctx, "current")
 	if err != nil {
 		t.Fatal(err)
@@ -404,13 +404,13 @@ func TestForgetEventsDropsOtherRunsBufferedRowsOnly(t *testing.T) {
 	if n != 6 {
 		t.Errorf("forgotten = %d, want 6", n)
 	}
-	if diff := cmp.Diff(seqRange(1, 4), seqsOf(allLines(t, s, "current"))); diff != "" {
+	if diff := cmp.Diff(outboxtest.SeqRange(1, 4), outboxtest.SeqsOf(outboxtest.AllLines(t, s, "current"))); diff != "" {
 		t.Errorf("current run's rows (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]int64{4}, seqsOf(allLines(t, s, "old1"))); diff != "" {
+	if diff := cmp.Diff([]int64{4}, outboxtest.SeqsOf(outboxtest.AllLines(t, s, "old1"))); diff != "" {
 		t.Errorf("old1 rows (-want +got):\n%s", diff)
 	}
-	if got := countRows(t, path, "1"); got != 5 {
+	if got := outboxtest.CountRows(t, path, "1"); got != 5 {
 		t.Errorf("rows left = %d, want 5", got)
 	}
 	if n, err := s.ForgetEvents(ctx, "current"); err != nil || n != 0 {
@@ -421,7 +421,7 @@ func TestForgetEventsDropsOtherRunsBufferedRowsOnly(t *testing.T) {
 func TestWriteTxCommitsCallerRowsAndEventTogetherOrNotAtAll(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, path := setup(t)
+	s, path := outboxtest.Setup(t)
 	if err := s.WriteTx(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `CREATE TABLE spend (unit TEXT PRIMARY KEY, cents INTEGER NOT NULL)`)
 		return err
@@ -433,11 +433,11 @@ func TestWriteTxCommitsCallerRowsAndEventTogetherOrNotAtAll(t *testing.T) {
 			if _, err := tx.ExecContext(ctx, `INSERT INTO spend VALUES (?, 100)`, unit); err != nil {
 				return err
 			}
-			if _, err := s.EnqueueTx(ctx, tx, "r", lineOf("spend")); err != nil {
+			if _, err := s.EnqueueTx(ctx, tx, "r", outboxtest.LineOf("spend")); err != nil {
 				return err
 			}
 			if fail {
-				return errRender
+				return outboxtest.ErrRender
 			}
 			return nil
 		})
@@ -445,7 +445,7 @@ func TestWriteTxCommitsCallerRowsAndEventTogetherOrNotAtAll(t *testing.T) {
 	if err := spend("u1", false); err != nil {
 		t.Fatal(err)
 	}
-	if err := spend("u2", true); !errors.Is(err, errRender) {
+	if err := spend("u2", true); !errors.Is(err, outboxtest.ErrRender) {
 		t.Fatalf("failing WriteTx: err = %v", err)
 	}
 	// A builder failure inside EnqueueTx fails the caller's transaction with it, when the caller
@@ -454,14 +454,14 @@ func TestWriteTxCommitsCallerRowsAndEventTogetherOrNotAtAll(t *testing.T) {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO spend VALUES ('u3', 100)`); err != nil {
 			return err
 		}
-		_, err := s.EnqueueTx(ctx, tx, "r", func(int64) ([]byte, error) { return nil, errRender })
+		_, err := s.EnqueueTx(ctx, tx, "r", func(int64) ([]byte, error) { return nil, outboxtest.ErrRender })
 		return err
 	})
-	if !errors.Is(err, errRender) {
+	if !errors.Is(err, outboxtest.ErrRender) {
 		t.Fatalf("WriteTx with a failing builder: err = %v", err)
 	}
 	var units []string
-	rows, err := rawDB(t, path).Query(`SELECT unit FROM spend ORDER BY unit`)
+	rows, err := outboxtest.RawDB(t, path).Query(`SELECT unit FROM spend ORDER BY unit`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -474,17 +474,17 @@ func TestWriteTxCommitsCallerRowsAndEventTogetherOrNotAtAll(t *testing.T) {
 	if diff := cmp.Diff([]string{"u1"}, units); diff != "" {
 		t.Errorf("spend rows (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]int64{1}, seqsOf(allLines(t, s, "r"))); diff != "" {
+	if diff := cmp.Diff([]int64{1}, outboxtest.SeqsOf(outboxtest.AllLines(t, s, "r"))); diff != "" {
 		t.Errorf("event seqs (-want +got):\n%s", diff)
 	}
-	if got := mustEnqueue(t, s, "r"); got != 2 {
+	if got := outboxtest.MustEnqueue(t, s, "r"); got != 2 {
 		t.Errorf("next seq = %d, want 2", got)
 	}
 }
 
 func TestConcurrentEnqueuesIntoOneRunAreDense(t *testing.T) {
 	t.Parallel()
-	s, _ := setup(t, outbox.WithDurability(outbox.DurabilityNormal))
+	s, _ := outboxtest.Setup(t, outbox.WithDurability(outbox.DurabilityNormal))
 	const workers, each = 8, 50
 	var wg sync.WaitGroup
 	errs := make(chan error, workers*each)
@@ -494,7 +494,7 @@ func TestConcurrentEnqueuesIntoOneRunAreDense(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; i < each; i++ {
-				seq, err := s.EnqueueEvent(context.Background(), "r", lineOf("x"))
+				seq, err := s.EnqueueEvent(context.Background(), "r", outboxtest.LineOf("x"))
 				if err != nil {
 					errs <- err
 					return
@@ -516,7 +516,7 @@ func TestConcurrentEnqueuesIntoOneRunAreDense(t *testing.T) {
 		}
 		seen[seq] = true
 	}
-	if diff := cmp.Diff(seqRange(1, workers*each), seqsOf(allLines(t, s, "r"))); diff != "" {
+	if diff := cmp.Diff(outboxtest.SeqRange(1, workers*each), outboxtest.SeqsOf(outboxtest.AllLines(t, s, "r"))); diff != "" {
 		t.Errorf("stored seqs (-want +got):\n%s", diff)
 	}
 	if len(seen) != workers*each {
@@ -526,15 +526,15 @@ func TestConcurrentEnqueuesIntoOneRunAreDense(t *testing.T) {
 
 func TestCancelledContextClosedStoreAndEmptyRunIDGetClearErrors(t *testing.T) {
 	t.Parallel()
-	s, path := setup(t)
+	s, path := outboxtest.Setup(t)
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
 	ctx := context.Background()
 
-	if _, err := s.EnqueueEvent(cancelled, "r", lineOf("x")); !errors.Is(err, context.Canceled) {
+	if _, err := s.EnqueueEvent(cancelled, "r", outboxtest.LineOf("x")); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled EnqueueEvent: %v", err)
 	}
-	if _, _, err := s.EnqueueOnce(cancelled, "r", "k", lineOf("x")); !errors.Is(err, context.Canceled) {
+	if _, _, err := s.EnqueueOnce(cancelled, "r", "k", outboxtest.LineOf("x")); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled EnqueueOnce: %v", err)
 	}
 	if err := s.WriteTx(cancelled, func(*sql.Tx) error { return nil }); !errors.Is(err, context.Canceled) {
@@ -553,10 +553,10 @@ func TestCancelledContextClosedStoreAndEmptyRunIDGetClearErrors(t *testing.T) {
 		t.Errorf("cancelled mid-build: %v", err)
 	}
 
-	if _, err := s.EnqueueEvent(ctx, "", lineOf("x")); !errors.Is(err, outbox.ErrEmptyRunID) {
+	if _, err := s.EnqueueEvent(ctx, "", outboxtest.LineOf("x")); !errors.Is(err, outbox.ErrEmptyRunID) {
 		t.Errorf("empty run id: %v", err)
 	}
-	if _, _, err := s.EnqueueOnce(ctx, "", "k", lineOf("x")); !errors.Is(err, outbox.ErrEmptyRunID) {
+	if _, _, err := s.EnqueueOnce(ctx, "", "k", outboxtest.LineOf("x")); !errors.Is(err, outbox.ErrEmptyRunID) {
 		t.Errorf("empty run id, EnqueueOnce: %v", err)
 	}
 	if _, err := s.PendingEvents(ctx, "", 0, 1); !errors.Is(err, outbox.ErrEmptyRunID) {
@@ -568,10 +568,10 @@ func TestCancelledContextClosedStoreAndEmptyRunIDGetClearErrors(t *testing.T) {
 	if _, err := s.ForgetEvents(ctx, ""); !errors.Is(err, outbox.ErrEmptyRunID) {
 		t.Errorf("empty run id, ForgetEvents: %v", err)
 	}
-	if n := countRows(t, path, "1"); n != 0 {
+	if n := outboxtest.CountRows(t, path, "1"); n != 0 {
 		t.Errorf("rows after refused calls = %d, want 0", n)
 	}
-	if got := mustEnqueue(t, s, "r"); got != 1 {
+	if got := outboxtest.MustEnqueue(t, s, "r"); got != 1 {
 		t.Errorf("first seq after refused calls = %d, want 1", got)
 	}
 
@@ -581,7 +581,7 @@ func TestCancelledContextClosedStoreAndEmptyRunIDGetClearErrors(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
 	}
-	if _, err := s.EnqueueEvent(ctx, "r", lineOf("x")); !errors.Is(err, outbox.ErrClosed) {
+	if _, err := s.EnqueueEvent(ctx, "r", outboxtest.LineOf("x")); !errors.Is(err, outbox.ErrClosed) {
 		t.Errorf("closed EnqueueEvent: %v", err)
 	}
 	if _, err := s.PendingEvents(ctx, "r", 0, 1); !errors.Is(err, outbox.ErrClosed) {
@@ -593,7 +593,7 @@ func TestCancelledContextClosedStoreAndEmptyRunIDGetClearErrors(t *testing.T) {
 	if err := s.WriteTx(ctx, func(*sql.Tx) error { return nil }); !errors.Is(err, outbox.ErrClosed) {
 		t.Errorf("closed WriteTx: %v", err)
 	}
-	if n := countRows(t, path, "1"); n != 1 {
+	if n := outboxtest.CountRows(t, path, "1"); n != 1 {
 		t.Errorf("rows = %d, want 1", n)
 	}
 }
@@ -622,7 +622,7 @@ func TestInvalidOptionsAreRefused(t *testing.T) {
 func TestOpenRefusesAFileThatIsNotADatabase(t *testing.T) {
 	t.Parallel()
 	path := t.TempDir() + "/not.db"
-	if err := writeFile(path, strings.Repeat("not a database\n", 100)); err != nil {
+	if err := os.WriteFile(path, []byte(strings.Repeat("not a database\n", 100)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if s, err := outbox.Open(context.Background(), path); err == nil {

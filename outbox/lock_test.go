@@ -1,4 +1,4 @@
-package tests
+package outbox_test
 
 import (
 	"bufio"
@@ -13,38 +13,37 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/textmachine/outbox/internal/crashtest"
 	"github.com/textmachine/outbox/internal/outboxtest"
 	"github.com/textmachine/outbox/outbox"
 )
 
-func init() {
-	// holdWriter opens the store named by OUTBOX_TEST_DB, enqueues one event, says "ready" and holds
-	// the store until its standard input closes.
-	children["hold-writer"] = func() int {
-		s, err := outbox.Open(context.Background(), os.Getenv("OUTBOX_TEST_DB"))
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		if _, err := s.EnqueueEvent(context.Background(), "child", lineOf("x")); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		fmt.Println("ready")
-		io.Copy(io.Discard, os.Stdin)
-		return 0
+// holdWriter opens the store named by OUTBOX_TEST_DB, enqueues one event, says "ready" and holds the
+// store until its standard input closes.
+func holdWriter() int {
+	s, err := outbox.Open(context.Background(), os.Getenv("OUTBOX_TEST_DB"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
 	}
+	if _, err := s.EnqueueEvent(context.Background(), "child", outboxtest.LineOf("x")); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Println("ready")
+	io.Copy(io.Discard, os.Stdin)
+	return 0
 }
 
 func TestSecondOpenInTheSameProcessFailsWithErrLocked(t *testing.T) {
 	t.Parallel()
-	s, path := setup(t)
+	s, path := outboxtest.Setup(t)
 	_, err := outbox.Open(context.Background(), path)
 	if !errors.Is(err, outbox.ErrLocked) {
 		t.Fatalf("second Open: %v, want ErrLocked", err)
 	}
 	// The failed Open changed nothing and the first store still works.
-	if got := mustEnqueue(t, s, "r"); got != 1 {
+	if got := outboxtest.MustEnqueue(t, s, "r"); got != 1 {
 		t.Errorf("seq = %d, want 1", got)
 	}
 	// Close releases the lock.
@@ -80,7 +79,7 @@ func TestAReopenRightAfterCloseIsNotRefusedWhileChildrenAreForked(t *testing.T) 
 func TestOpenWhileAnotherProcessHoldsTheDatabaseFailsWithErrLocked(t *testing.T) {
 	t.Parallel()
 	path := t.TempDir() + "/book.db"
-	cmd := child(t, "hold-writer", "OUTBOX_TEST_DB="+path)
+	cmd := crashtest.Child(t, "hold-writer", "OUTBOX_TEST_DB="+path)
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
@@ -104,7 +103,7 @@ func TestOpenWhileAnotherProcessHoldsTheDatabaseFailsWithErrLocked(t *testing.T)
 		t.Fatal(err)
 	}
 	defer ro.Close()
-	if diff := cmp.Diff([]int64{1}, seqsOf(allLines(t, ro, "child"))); diff != "" {
+	if diff := cmp.Diff([]int64{1}, outboxtest.SeqsOf(outboxtest.AllLines(t, ro, "child"))); diff != "" {
 		t.Errorf("reader sees (-want +got):\n%s", diff)
 	}
 	stdin.Close()
@@ -121,22 +120,22 @@ func TestOpenWhileAnotherProcessHoldsTheDatabaseFailsWithErrLocked(t *testing.T)
 func TestOpenReadOnlyWorksBesideAWriterAndSeesCommittedRows(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, path := setup(t)
+	s, path := outboxtest.Setup(t)
 	ro, err := outbox.OpenReadOnly(ctx, path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ro.Close()
 	for i := 0; i < 3; i++ {
-		mustEnqueue(t, s, "r")
-		if got := len(allLines(t, ro, "r")); got != i+1 {
+		outboxtest.MustEnqueue(t, s, "r")
+		if got := len(outboxtest.AllLines(t, ro, "r")); got != i+1 {
 			t.Errorf("reader sees %d lines after %d commits", got, i+1)
 		}
 	}
-	if _, err := ro.EnqueueEvent(ctx, "r", lineOf("x")); !errors.Is(err, outbox.ErrReadOnly) {
+	if _, err := ro.EnqueueEvent(ctx, "r", outboxtest.LineOf("x")); !errors.Is(err, outbox.ErrReadOnly) {
 		t.Errorf("EnqueueEvent: %v, want ErrReadOnly", err)
 	}
-	if _, _, err := ro.EnqueueOnce(ctx, "r", "k", lineOf("x")); !errors.Is(err, outbox.ErrReadOnly) {
+	if _, _, err := ro.EnqueueOnce(ctx, "r", "k", outboxtest.LineOf("x")); !errors.Is(err, outbox.ErrReadOnly) {
 		t.Errorf("EnqueueOnce: %v, want ErrReadOnly", err)
 	}
 	if err := ro.MarkAnnounced(ctx, "r", map[int64]string{1: "k"}); !errors.Is(err, outbox.ErrReadOnly) {
@@ -145,7 +144,7 @@ func TestOpenReadOnlyWorksBesideAWriterAndSeesCommittedRows(t *testing.T) {
 	if _, err := ro.ForgetEvents(ctx, "r"); !errors.Is(err, outbox.ErrReadOnly) {
 		t.Errorf("ForgetEvents: %v, want ErrReadOnly", err)
 	}
-	if got := mustEnqueue(t, s, "r"); got != 4 {
+	if got := outboxtest.MustEnqueue(t, s, "r"); got != 4 {
 		t.Errorf("writer's next seq = %d, want 4", got)
 	}
 }
@@ -159,7 +158,7 @@ func TestOpenReadOnlyRefusesMissingFilesAndDatabasesWithoutTheSchema(t *testing.
 	if _, err := os.Stat(dir + "/missing.db"); !errors.Is(err, os.ErrNotExist) {
 		t.Error("OpenReadOnly created the file")
 	}
-	d := rawDBRW(t, dir+"/other.db")
+	d := outboxtest.RawDBRW(t, dir+"/other.db")
 	if _, err := d.Exec(`CREATE TABLE t (x)`); err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package tests
+package outbox_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/textmachine/outbox/internal/outboxtest"
 	"github.com/textmachine/outbox/outbox"
 )
 
@@ -18,7 +19,7 @@ import (
 // dense.
 func TestGroupedCallsStayIsolated(t *testing.T) {
 	t.Parallel()
-	s, _ := setup(t)
+	s, _ := outboxtest.Setup(t)
 	const n = 400
 	var wg sync.WaitGroup
 	type outcome struct {
@@ -38,7 +39,7 @@ func TestGroupedCallsStayIsolated(t *testing.T) {
 			seq, err := s.EnqueueEvent(context.Background(), "r", func(seq int64) ([]byte, error) {
 				switch kind {
 				case 1:
-					return nil, fmt.Errorf("call %d: %w", i, errRender)
+					return nil, fmt.Errorf("call %d: %w", i, outboxtest.ErrRender)
 				case 2:
 					panic(fmt.Sprintf("call %d", i))
 				case 3:
@@ -54,7 +55,7 @@ func TestGroupedCallsStayIsolated(t *testing.T) {
 	for i, o := range out {
 		switch o.kind {
 		case 1:
-			if !errors.Is(o.err, errRender) || o.seq != 0 || !strings.Contains(o.err.Error(), fmt.Sprintf("call %d:", i)) {
+			if !errors.Is(o.err, outboxtest.ErrRender) || o.seq != 0 || !strings.Contains(o.err.Error(), fmt.Sprintf("call %d:", i)) {
 				t.Errorf("call %d: (%d, %v), want its own builder error", i, o.seq, o.err)
 			}
 		case 2:
@@ -72,8 +73,8 @@ func TestGroupedCallsStayIsolated(t *testing.T) {
 			seqs = append(seqs, o.seq)
 		}
 	}
-	stored := allLines(t, s, "r")
-	if diff := cmp.Diff(seqRange(1, int64(len(seqs))), seqsOf(stored)); diff != "" {
+	stored := outboxtest.AllLines(t, s, "r")
+	if diff := cmp.Diff(outboxtest.SeqRange(1, int64(len(seqs))), outboxtest.SeqsOf(stored)); diff != "" {
 		t.Errorf("stored seqs are not dense (-want +got):\n%s", diff)
 	}
 	// Each stored line is the one its caller rendered for the seq it was told.
@@ -90,33 +91,33 @@ func TestGroupedCallsStayIsolated(t *testing.T) {
 func TestEnqueueEventsIsOneTransactionAllOrNothing(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, path := setup(t)
-	mustEnqueue(t, s, "r")
-	seqs, err := s.EnqueueEvents(ctx, "r", []outbox.EventBuilder{lineOf("a"), constLine(nil), lineOf("b"), lineOf("c")})
+	s, path := outboxtest.Setup(t)
+	outboxtest.MustEnqueue(t, s, "r")
+	seqs, err := s.EnqueueEvents(ctx, "r", []outbox.EventBuilder{outboxtest.LineOf("a"), outboxtest.ConstLine(nil), outboxtest.LineOf("b"), outboxtest.LineOf("c")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff([]int64{2, 0, 3, 4}, seqs); diff != "" {
 		t.Errorf("seqs (-want +got):\n%s", diff)
 	}
-	seqs, err = s.EnqueueEvents(ctx, "r", []outbox.EventBuilder{lineOf("d"), func(int64) ([]byte, error) { return nil, errRender }, lineOf("e")})
-	if !errors.Is(err, errRender) || seqs != nil {
+	seqs, err = s.EnqueueEvents(ctx, "r", []outbox.EventBuilder{outboxtest.LineOf("d"), func(int64) ([]byte, error) { return nil, outboxtest.ErrRender }, outboxtest.LineOf("e")})
+	if !errors.Is(err, outboxtest.ErrRender) || seqs != nil {
 		t.Errorf("failing batch: (%v, %v)", seqs, err)
 	}
-	_, err = s.EnqueueEvents(ctx, "r", []outbox.EventBuilder{lineOf("d"), constLine([]byte("bad\nline"))})
+	_, err = s.EnqueueEvents(ctx, "r", []outbox.EventBuilder{outboxtest.LineOf("d"), outboxtest.ConstLine([]byte("bad\nline"))})
 	if !errors.Is(err, outbox.ErrInvalidLine) {
 		t.Errorf("invalid line: %v", err)
 	}
-	if n := countRows(t, path, "1"); n != 4 {
+	if n := outboxtest.CountRows(t, path, "1"); n != 4 {
 		t.Errorf("rows = %d, want 4: a failed batch stores nothing", n)
 	}
-	if got := mustEnqueue(t, s, "r"); got != 5 {
+	if got := outboxtest.MustEnqueue(t, s, "r"); got != 5 {
 		t.Errorf("next seq = %d, want 5: a failed batch consumes no number", got)
 	}
 	if seqs, err := s.EnqueueEvents(ctx, "r", nil); err != nil || len(seqs) != 0 {
 		t.Errorf("empty batch: (%v, %v)", seqs, err)
 	}
-	if _, err := s.EnqueueEvents(ctx, "", []outbox.EventBuilder{lineOf("x")}); !errors.Is(err, outbox.ErrEmptyRunID) {
+	if _, err := s.EnqueueEvents(ctx, "", []outbox.EventBuilder{outboxtest.LineOf("x")}); !errors.Is(err, outbox.ErrEmptyRunID) {
 		t.Errorf("empty run id: %v", err)
 	}
 	if _, err := s.EnqueueEvents(ctx, "r", []outbox.EventBuilder{nil}); err == nil {
@@ -126,19 +127,19 @@ func TestEnqueueEventsIsOneTransactionAllOrNothing(t *testing.T) {
 
 func TestGroupCommitCanBeTurnedOff(t *testing.T) {
 	t.Parallel()
-	s, _ := setup(t, outbox.WithGroupCommit(false))
+	s, _ := outboxtest.Setup(t, outbox.WithGroupCommit(false))
 	var wg sync.WaitGroup
 	for i := 0; i < 4; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for j := 0; j < 10; j++ {
-				mustEnqueue(t, s, "r")
+				outboxtest.MustEnqueue(t, s, "r")
 			}
 		}()
 	}
 	wg.Wait()
-	if diff := cmp.Diff(seqRange(1, 40), seqsOf(allLines(t, s, "r"))); diff != "" {
+	if diff := cmp.Diff(outboxtest.SeqRange(1, 40), outboxtest.SeqsOf(outboxtest.AllLines(t, s, "r"))); diff != "" {
 		t.Errorf("seqs (-want +got):\n%s", diff)
 	}
 }

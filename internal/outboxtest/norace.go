@@ -1,0 +1,6 @@
+//go:build !race
+
+package outboxtest
+
+// RaceEnabled reports whether the race detector is on.
+const RaceEnabled = false
