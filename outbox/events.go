@@ -39,14 +39,7 @@ func (s *Store) EnqueueEvent(ctx context.Context, runID string, build EventBuild
 	if err := checkEnqueue(runID, build); err != nil {
 		return 0, err
 	}
-	if s.cfg.groupCommit && !s.readOnly {
-		return s.submit(ctx, runID, "", build)
-	}
-	err = s.write(ctx, durable, func(w *txWriter) error {
-		seq, _, err = s.enqueue(w.ctx, w, runID, "", build)
-		return raise(err)
-	})
-	return committedSeq(seq, err)
+	return s.enqueueCall(ctx, runID, "", build)
 }
 
 // EnqueueOnce is EnqueueEvent for an event that must reach the journal once for the life of the book,
@@ -64,16 +57,21 @@ func (s *Store) EnqueueOnce(ctx context.Context, runID, onceKey string, build Ev
 	if err := checkOnceKey(onceKey); err != nil {
 		return false, 0, err
 	}
+	seq, err = s.enqueueCall(ctx, runID, onceKey, build)
+	return seq > 0, seq, err
+}
+
+// enqueueCall runs one enqueue: through the group committer, or in a transaction of its own.
+func (s *Store) enqueueCall(ctx context.Context, runID, onceKey string, build EventBuilder) (int64, error) {
 	if s.cfg.groupCommit && !s.readOnly {
-		seq, err := s.submit(ctx, runID, onceKey, build)
-		return seq > 0, seq, err
+		return s.submit(ctx, runID, onceKey, build)
 	}
-	err = s.write(ctx, durable, func(w *txWriter) error {
+	var seq int64
+	err := s.write(ctx, durable, func(w *txWriter) (err error) {
 		seq, _, err = s.enqueue(w.ctx, w, runID, onceKey, build)
 		return raise(err)
 	})
-	seq, err = committedSeq(seq, err)
-	return seq > 0, seq, err
+	return committedSeq(seq, err)
 }
 
 // EnqueueEvents enqueues a batch of runID's events in one transaction, all or nothing: each builder
