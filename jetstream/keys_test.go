@@ -22,9 +22,7 @@ import (
 func TestAppendRefusesALineWhoseKeyIsNotItsRowsBeforePublishingAnything(t *testing.T) {
 	forModes(t, func(t *testing.T, m mode) {
 		ctx := context.Background()
-		js := startServer(t).connect(t)
-		stream(t, js, time.Minute, m)
-		s := sink(t, js)
+		js, s := setup(t, time.Minute, m)
 		line := func(run string, seq int64) []byte {
 			return fmt.Appendf(nil, `{"engine_run_id":%q,"seq":%d}`, run, seq)
 		}
@@ -65,9 +63,7 @@ func TestAppendRefusesALineWhoseKeyIsNotItsRowsBeforePublishingAnything(t *testi
 func TestDistinctRunIDsGetDistinctSubjectsAndMsgIDs(t *testing.T) {
 	ids := []string{"a", " a", "a ", "a\r", "a\n", "a\t", "a\x00", "a.b", "a*", "a>", "a~20", "a:1", "\xff", "\xfe", "rün", "A"}
 	subjects, msgIDs := map[string]string{}, map[string]string{}
-	js := startServer(t).connect(t)
-	stream(t, js, time.Minute, atomicBatches)
-	s := sink(t, js)
+	js, s := setup(t, time.Minute, atomicBatches)
 	for _, id := range ids {
 		subj, msgID := s.Subject(id), jetstream.MsgID(id, 1)
 		for _, c := range subj[len("outbox."):] + msgID {
@@ -111,10 +107,7 @@ func TestDistinctRunIDsGetDistinctSubjectsAndMsgIDs(t *testing.T) {
 func TestARunIDPastTheServersLimitsIsRefusedAndTheConnectionStaysUsable(t *testing.T) {
 	forModes(t, func(t *testing.T, m mode) {
 		ctx := context.Background()
-		ns := startServerWith(t, func(o *server.Options) { o.MaxPayload = 8 << 10 })
-		js := ns.connect(t)
-		stream(t, js, time.Minute, m)
-		s := sink(t, js)
+		js, s := setup(t, time.Minute, m, func(o *server.Options) { o.MaxPayload = 8 << 10 })
 		long := strings.Repeat("r", 4<<10)
 		err := s.Append(ctx, long, lines(long, 1, 2, "x"))
 		if !errors.Is(err, jetstream.ErrTooLarge) || !errors.Is(err, outbox.ErrSinkRefused) {
@@ -142,9 +135,7 @@ func TestARunIDPastTheServersLimitsIsRefusedAndTheConnectionStaysUsable(t *testi
 func TestADuplicateAnswerForALineTheStreamDoesNotHoldIsARefusal(t *testing.T) {
 	forModes(t, func(t *testing.T, m mode) {
 		ctx := context.Background()
-		js := startServer(t).connect(t)
-		stream(t, js, time.Hour, m)
-		s := sink(t, js)
+		js, s := setup(t, time.Hour, m)
 		if err := s.Append(ctx, "r", lines("r", 1, 3, "x")); err != nil {
 			t.Fatal(err)
 		}
@@ -168,8 +159,7 @@ func TestADuplicateAnswerForALineTheStreamDoesNotHoldIsARefusal(t *testing.T) {
 // TestVerifyTreatsAMessageHoldingANewlineAsMalformed: written out by WriteLines it would be two lines.
 func TestVerifyTreatsAMessageHoldingANewlineAsMalformed(t *testing.T) {
 	ctx := context.Background()
-	js := startServer(t).connect(t)
-	stream(t, js, time.Minute, atomicBatches)
+	js, _ := setup(t, time.Minute, atomicBatches)
 	if _, err := js.Publish(ctx, "outbox.r", []byte("{\"engine_run_id\":\"r\",\n\"seq\":1}")); err != nil {
 		t.Fatal(err)
 	}
@@ -186,9 +176,7 @@ func TestVerifyTreatsAMessageHoldingANewlineAsMalformed(t *testing.T) {
 
 func TestVerifyRefusesAMessageWhoseRunIsNotItsSubjects(t *testing.T) {
 	ctx := context.Background()
-	js := startServer(t).connect(t)
-	stream(t, js, time.Minute, atomicBatches)
-	s := sink(t, js)
+	js, s := setup(t, time.Minute, atomicBatches)
 	if err := s.Append(ctx, "a", lines("a", 1, 1, "x")); err != nil {
 		t.Fatal(err)
 	}
@@ -209,9 +197,7 @@ func TestVerifyRefusesAMessageWhoseRunIsNotItsSubjects(t *testing.T) {
 func TestCancellingAppendAtAnyMomentLeavesNoGapAndNoDuplicate(t *testing.T) {
 	forModes(t, func(t *testing.T, m mode) {
 		ctx := context.Background()
-		js := startServer(t).connect(t)
-		stream(t, js, 100*time.Millisecond, m)
-		s := sink(t, js)
+		js, s := setup(t, 100*time.Millisecond, m)
 		next, cancelled := int64(1), 0
 		for i := 0; i < 60; i++ {
 			// The batch starts at or before the next line: a re-delivery of what may have landed.

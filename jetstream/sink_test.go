@@ -122,6 +122,20 @@ func stream(t testing.TB, js njs.JetStream, dupes time.Duration, m mode) {
 	}
 }
 
+// setup starts a server (with its options changed by opts), creates the stream EVENTS with the
+// duplicate window dupes in mode m, and returns a connection and a sink on it: where most tests of the
+// sink start.
+func setup(t testing.TB, dupes time.Duration, m mode, opts ...func(*server.Options)) (njs.JetStream, *jetstream.Sink) {
+	t.Helper()
+	js := startServerWith(t, func(o *server.Options) {
+		for _, opt := range opts {
+			opt(o)
+		}
+	}).connect(t)
+	stream(t, js, dupes, m)
+	return js, sink(t, js)
+}
+
 func sink(t testing.TB, js njs.JetStream, opts ...jetstream.Option) *jetstream.Sink {
 	t.Helper()
 	s, err := jetstream.NewSink(js, "EVENTS", opts...)
@@ -151,9 +165,7 @@ func verify(t testing.TB, js njs.JetStream) journal.Report {
 func TestLinesArePublishedInOrderPerRunAndVerifyLikeAFile(t *testing.T) {
 	forModes(t, func(t *testing.T, m mode) {
 		ctx := context.Background()
-		js := startServer(t).connect(t)
-		stream(t, js, time.Minute, m)
-		s := sink(t, js)
+		js, s := setup(t, time.Minute, m)
 		odd := "b.with*odd>chars"
 		for _, b := range []struct {
 			run   string
@@ -174,8 +186,7 @@ func TestLinesArePublishedInOrderPerRunAndVerifyLikeAFile(t *testing.T) {
 func TestARedeliveryOfIdenticalBytesIsSuccessEvenAfterTheDedupeWindow(t *testing.T) {
 	forModes(t, func(t *testing.T, m mode) {
 		ctx := context.Background()
-		js := startServer(t).connect(t)
-		stream(t, js, 100*time.Millisecond, m)
+		js, _ := setup(t, 100*time.Millisecond, m)
 		first := lines("a", 1, 6, "x")
 		if err := sink(t, js).Append(ctx, "a", first); err != nil {
 			t.Fatal(err)
@@ -199,8 +210,7 @@ func TestARedeliveryOfIdenticalBytesIsSuccessEvenAfterTheDedupeWindow(t *testing
 func TestARedeliveryWithOtherBytesIsAConflictThatStopsTheRun(t *testing.T) {
 	forModes(t, func(t *testing.T, m mode) {
 		ctx := context.Background()
-		js := startServer(t).connect(t)
-		stream(t, js, 100*time.Millisecond, m)
+		js, _ := setup(t, 100*time.Millisecond, m)
 		if err := sink(t, js).Append(ctx, "a", lines("a", 1, 3, "x")); err != nil {
 			t.Fatal(err)
 		}
@@ -221,9 +231,7 @@ func TestARedeliveryWithOtherBytesIsAConflictThatStopsTheRun(t *testing.T) {
 func TestAGapIsRefusedAndAStaleSinkCannotCreateOne(t *testing.T) {
 	forModes(t, func(t *testing.T, m mode) {
 		ctx := context.Background()
-		js := startServer(t).connect(t)
-		stream(t, js, time.Minute, m)
-		a := sink(t, js)
+		js, a := setup(t, time.Minute, m)
 		if err := a.Append(ctx, "r", lines("r", 1, 1, "x")); err != nil {
 			t.Fatal(err)
 		}
@@ -251,8 +259,7 @@ func TestAGapIsRefusedAndAStaleSinkCannotCreateOne(t *testing.T) {
 func TestTheBrokerRefusesWhatAStaleSinkWouldMisplace(t *testing.T) {
 	forModes(t, func(t *testing.T, m mode) {
 		ctx := context.Background()
-		js := startServer(t).connect(t)
-		stream(t, js, 100*time.Millisecond, m)
+		js, _ := setup(t, 100*time.Millisecond, m)
 		// Each stale sink places seq 1 of its run, another sink then places seq 2, and after the duplicate
 		// window the stale one sends seq 2 again, believing the run ends at 1. Published with "the
 		// subject's last is my seq 1", it is refused by the server; the sink reads the subject back,
@@ -290,9 +297,7 @@ func TestTheBrokerRefusesWhatAStaleSinkWouldMisplace(t *testing.T) {
 func TestAStaleSinkCannotPlaceABatchBehindAHole(t *testing.T) {
 	forModes(t, func(t *testing.T, m mode) {
 		ctx := context.Background()
-		js := startServer(t).connect(t)
-		stream(t, js, 100*time.Millisecond, m)
-		s := sink(t, js)
+		js, s := setup(t, 100*time.Millisecond, m)
 		if err := s.Append(ctx, "r", lines("r", 1, 2, "x")); err != nil {
 			t.Fatal(err)
 		}
@@ -315,8 +320,7 @@ func TestAStaleSinkCannotPlaceABatchBehindAHole(t *testing.T) {
 
 func TestVerifyFindsAGapPublishedAroundTheSink(t *testing.T) {
 	ctx := context.Background()
-	js := startServer(t).connect(t)
-	stream(t, js, time.Minute, atomicBatches)
+	js, _ := setup(t, time.Minute, atomicBatches)
 	if err := sink(t, js).Append(ctx, "r", lines("r", 1, 2, "x")); err != nil {
 		t.Fatal(err)
 	}

@@ -95,9 +95,7 @@ func TestNewSinkSaysWhatToChangeInAStreamThatContradictsIt(t *testing.T) {
 // default says so when a batch exceeds it; the sink learns the limit and goes on in smaller batches.
 func TestABatchAboveTheServersLimitIsSplit(t *testing.T) {
 	ctx := context.Background()
-	js := startServerWith(t, func(o *server.Options) { o.JetStreamLimits.MaxBatchSize = 10 }).connect(t)
-	stream(t, js, time.Minute, atomicBatches)
-	s := sink(t, js)
+	js, s := setup(t, time.Minute, atomicBatches, func(o *server.Options) { o.JetStreamLimits.MaxBatchSize = 10 })
 	if err := s.Append(ctx, "r", lines("r", 1, 35, "x")); err != nil {
 		t.Fatal(err)
 	}

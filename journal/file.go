@@ -35,8 +35,8 @@ var (
 	ErrFailed = errors.New("journal: file failed; reopen it")
 )
 
-// errHeld: another File holds the lock.
-var errHeld = errors.New("journal: lock held")
+// errHeld: another File holds the lock. OpenFile turns it into ErrLocked; it never leaves the package.
+var errHeld = errors.New("lock held")
 
 // tailLen is how many of the file's last bytes a File remembers, to recognise the file before each
 // append.

@@ -9,7 +9,7 @@ import (
 )
 
 func lock(*os.File) error {
-	return fmt.Errorf("journal: file locking is not implemented on %s", runtime.GOOS)
+	return fmt.Errorf("file locking is not implemented on %s", runtime.GOOS)
 }
 
 func unlock(f *os.File) error { return f.Close() }

@@ -1,5 +1,6 @@
 //go:build !purego
 
+#include "go_asm.h"
 #include "textflag.h"
 #include "specials_amd64.h"
 
@@ -12,6 +13,8 @@
 // fraction or exponent, a leading zero, fewer than 16 bytes to spare past the text or a string, or a
 // string longer than plainWindow.
 // Every load is within b, or within text's capacity, which holds 16 bytes past the shape's line.
+// fastStep's layout and the constants come from go_asm.h, which the go tool writes from the package's
+// Go declarations: a change there changes the offsets here, or breaks the build.
 TEXT ·matchSteps(SB), NOSPLIT, $0-112
 	MOVQ b_base+0(FP), SI
 	MOVQ b_len+8(FP), R8
@@ -25,8 +28,8 @@ TEXT ·matchSteps(SB), NOSPLIT, $0-112
 step:
 	TESTQ R13, R13
 	JZ    unsure
-	MOVQ  0(DI), R12 // the text's offset in text
-	MOVQ  8(DI), DX  // its length
+	MOVQ  fastStep_off(DI), R12 // the text's offset in text
+	MOVQ  fastStep_n(DI), DX    // its length
 	LEAQ  16(R11)(DX*1), AX
 	CMPQ  AX, R8
 	JA    unsure
@@ -64,10 +67,10 @@ litTail:
 	JNZ      mismatch
 
 value:
-	MOVQ 16(DI), AX
-	CMPQ AX, $0x73 // 's'
+	MOVQ fastStep_kind(DI), AX
+	CMPQ AX, $const_kindString
 	JEQ  str
-	CMPQ AX, $0x6e // 'n'
+	CMPQ AX, $const_kindNumber
 	JEQ  num
 
 	// The end: the line must end here.
@@ -79,12 +82,12 @@ value:
 
 matched:
 	MOVQ R11, n+96(FP)
-	MOVQ $1, res+104(FP)
+	MOVQ $const_resMatch, res+104(FP)
 	RET
 
 str:
 	MOVQ R11, 0(R10)
-	LEAQ 65536(R11), R12 // plainWindow: a longer string is the Go match's, in windows
+	LEAQ const_plainWindow(R11), R12 // a longer string is the Go match's, in windows
 
 strLoop:
 	LEAQ     16(R11), AX
@@ -155,16 +158,16 @@ numDone:
 
 next:
 	ADDQ $16, R10
-	ADDQ $24, DI
+	ADDQ $fastStep__size, DI
 	DECQ R13
 	JMP  step
 
 mismatch:
 	MOVQ $0, n+96(FP)
-	MOVQ $0, res+104(FP)
+	MOVQ $const_resMismatch, res+104(FP)
 	RET
 
 unsure:
 	MOVQ $0, n+96(FP)
-	MOVQ $2, res+104(FP)
+	MOVQ $const_resUnsure, res+104(FP)
 	RET

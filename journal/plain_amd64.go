@@ -7,8 +7,3 @@ package journal
 //
 //go:noescape
 func plainLen(b []byte) int
-
-// plainWindow bounds what one call of plainLen or matchSteps scans of a string. A function in
-// assembly cannot be preempted, so a string of a gigabyte scanned in one call would hold off every
-// stop-the-world pause of the process for a tenth of a second; in windows it costs nothing more.
-const plainWindow = 64 << 10

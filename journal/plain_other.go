@@ -32,6 +32,3 @@ func plainLen(b []byte) int {
 	}
 	return i
 }
-
-// plainWindow bounds what one call of plainLen scans; see plain_amd64.go.
-const plainWindow = 64 << 10

@@ -256,6 +256,12 @@ func (s *scanner) str() bool {
 	return true
 }
 
+// plainWindow bounds what one call of plainLen or matchSteps scans of a string. A function in
+// assembly cannot be preempted, so a string of a gigabyte scanned in one call would hold off every
+// stop-the-world pause of the process for a tenth of a second; in windows it costs nothing more.
+// match_amd64.s reads it as const_plainWindow.
+const plainWindow = 64 << 10
+
 // scanString scans the string that starts at b[i] == '"', validating escapes and UTF-8. It returns
 // the index just past the closing quote, or -1, and whether the string held an escape.
 func scanString(b []byte, i int) (end int, esc bool) {

@@ -33,17 +33,24 @@ type step struct {
 	lit  []byte
 	fast fastStep
 	w, m [3]uint64
-	kind byte // 's': a string's body (its quotes are in the text), 'n': a number, 0: the end
+	kind byte // kindString, kindNumber or kindEnd
 }
 
+// The kinds of a step's value. match_amd64.s reads them as const_kindString and so on.
+const (
+	kindEnd    = 0   // no value: the line ends after the text
+	kindString = 's' // a string's body (its quotes are in the text)
+	kindNumber = 'n' // a number
+)
+
 // fastStep is a step as matchSteps reads it: the text as an offset and a length in the shape's line.
-// The assembly reads the fields at offsets 0, 8 and 16 of a 24-byte element
-// (TestFastStepIsLaidOutAsMatchStepsReadsIt).
+// match_amd64.s reads its fields and size from go_asm.h (fastStep_off, fastStep__size, …), so that a
+// changed struct changes the assembly with it.
 type fastStep struct {
 	off, n, kind int
 }
 
-// matchSteps' answers.
+// matchSteps' answers; match_amd64.s reads them as const_resMismatch and so on.
 const (
 	resMismatch = 0
 	resMatch    = 1
@@ -106,7 +113,7 @@ func learn(b []byte) *shape {
 				i = end
 				continue
 			}
-			sh.steps = append(sh.steps, newStep(own, start, i+1, 's'))
+			sh.steps = append(sh.steps, newStep(own, start, i+1, kindString))
 			if depth == 1 && key == "engine_run_id" {
 				sh.run = len(sh.steps) - 1
 			}
@@ -116,7 +123,7 @@ func learn(b []byte) *shape {
 			if end < 0 {
 				return nil
 			}
-			sh.steps = append(sh.steps, newStep(own, start, i, 'n'))
+			sh.steps = append(sh.steps, newStep(own, start, i, kindNumber))
 			if depth == 1 && key == "seq" {
 				sh.seq = len(sh.steps) - 1
 			}
@@ -128,7 +135,7 @@ func learn(b []byte) *shape {
 			return nil
 		}
 	}
-	sh.steps = append(sh.steps, newStep(own, start, len(own), 0))
+	sh.steps = append(sh.steps, newStep(own, start, len(own), kindEnd))
 	for _, st := range sh.steps {
 		sh.fast = append(sh.fast, st.fast)
 	}
@@ -184,7 +191,7 @@ func (sh *shape) matchGeneric(b []byte) (runID []byte, runAt int, esc bool, seq 
 		}
 		i += len(st.lit)
 		switch st.kind {
-		case 's':
+		case kindString:
 			// The body ends at the closing quote, which the next stretch of text begins with.
 			j := i + plainLen(b[i:min(len(b), i+plainWindow)])
 			if j >= len(b) {
@@ -202,7 +209,7 @@ func (sh *shape) matchGeneric(b []byte) (runID []byte, runAt int, esc bool, seq 
 				runID, runAt, esc = b[i:j], i, e
 			}
 			i = j
-		case 'n':
+		case kindNumber:
 			j := i
 			for j < len(b) && b[j]-'0' < 10 {
 				j++

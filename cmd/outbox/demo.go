@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -36,8 +35,7 @@ func init() {
 	hidden[engineCommand] = command{run: runEngine}
 }
 
-func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("demo", "outbox demo [--dir DIR] [--units N] [--crashes K] [--seed S] [--sink KIND [--nats URL] [--stream NAME]]", `
+const demoAbout = `
 Simulates an engine working through a book of N units. The engine runs as a child process
 (this binary, re-executed) with a fresh run id per start: it recovers what earlier starts
 left, writes its run_started handshake, announces every unit the database says is done,
@@ -48,7 +46,10 @@ the journal against the database. DIR keeps book.db and journal.jsonl for inspec
 With --sink nats the relay projects to a JetStream stream instead (a server started in
 DIR/nats when --nats is not given), and the stream, written to DIR/stream.jsonl, is checked.
 
-Exit status: 0 when every guarantee held, 1 when one did not, 2 on a usage error.`)
+Exit status: 0 when every guarantee held, 1 when one did not, 2 on a usage error.`
+
+func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("demo", "outbox demo [--dir DIR] [--units N] [--crashes K] [--seed S] [--sink KIND [--nats URL] [--stream NAME]]", demoAbout)
 	dir := fs.String("dir", "", "work in `dir` (default: a new temporary directory)")
 	units := fs.Int("units", 2000, "the book's size: `n` units")
 	crashes := fs.Int("crashes", 3, "kill the engine with SIGKILL `k` times")
@@ -220,13 +221,14 @@ func startEngine(ctx context.Context, exe, dbPath string, sinkArgs []string, uni
 // runEngine is one start of the simulated engine, in the child process. It reports "done N" on
 // standard output after each unit.
 func runEngine(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet(engineCommand, flag.ContinueOnError)
-	dbPath := fs.String("db", "", "")
-	jPath := fs.String("journal", "", "")
-	units := fs.Int("units", 0, "")
-	runID := fs.String("run", "", "")
-	natsURL := fs.String("nats", "", "")
-	streamName := fs.String("stream", "", "")
+	fs := newFlags(engineCommand, "outbox "+engineCommand+" --db FILE --journal FILE --units N --run ID [--nats URL --stream NAME]",
+		"One start of the demo's engine, run by outbox demo in a child process.")
+	dbPath := fs.String("db", "", "the database `file`")
+	jPath := fs.String("journal", "", "the journal `file`")
+	units := fs.Int("units", 0, "the book's size: `n` units")
+	runID := fs.String("run", "", "this start's run `id`")
+	natsURL := fs.String("nats", "", "project to the JetStream server at `url` instead of the journal")
+	streamName := fs.String("stream", "", "with --nats: the stream's `name`")
 	if _, code, done := parseFlags(fs, args, stderr); done {
 		return code
 	}

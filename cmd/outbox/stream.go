@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -18,8 +16,7 @@ func init() {
 	}
 }
 
-const streamUsage = `usage: outbox stream create --nats URL --stream NAME [--replicas N] [--subject-prefix PREFIX]
-
+const streamAbout = `
 Creates the JetStream stream NAME with exactly the settings the relay's sink needs: the
 subjects PREFIX.>, file storage, the limits retention policy, atomic batch publish, a
 duplicate window of 2 minutes, and N replicas. A stream of that name that already has
@@ -28,34 +25,22 @@ differs, and is not changed.
 
 Durability of an acknowledged line: --replicas 1 survives a crash of the server process,
 not a power failure of its machine (unless the server syncs always); --replicas 3 survives
-the loss or the power failure of any one of three servers.
-
-flags:`
+the loss or the power failure of any one of three servers.`
 
 func runStream(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("outbox stream", flag.ContinueOnError)
+	fs := newFlags("stream", "outbox stream create --nats URL --stream NAME [--replicas N] [--subject-prefix PREFIX]", streamAbout)
 	natsURL := fs.String("nats", "", "the NATS server `URL`")
 	name := fs.String("stream", "", "the stream `NAME`")
 	replicas := fs.Int("replicas", 1, "the number of replicas, `N`: 1 or 3 (a cluster of three or more servers)")
 	prefix := fs.String("subject-prefix", ojs.DefaultPrefix, "lines go to the subjects `PREFIX`.<run>")
-	fs.SetOutput(io.Discard)
-	create := len(args) > 0 && args[0] == "create"
-	if create {
-		args = args[1:]
-	}
-	err := fs.Parse(args)
+	pos, code, done := parseFlags(fs, args, stderr)
 	switch {
-	case errors.Is(err, flag.ErrHelp):
-		printUsage(stdout, fs)
-		return exitOK
-	case err != nil:
-		return usageError(stderr, "outbox stream", "%v", err)
-	case !create:
+	case done:
+		return code
+	case len(pos) == 0 || pos[0] != "create":
 		return usageError(stderr, "outbox stream", "need the subcommand create")
-	}
-	switch {
-	case len(fs.Args()) != 0:
-		return usageError(stderr, "outbox stream", "unexpected argument %q", fs.Args()[0])
+	case len(pos) > 1:
+		return usageError(stderr, "outbox stream", "unexpected argument %q", pos[1])
 	case *natsURL == "" || *name == "":
 		return usageError(stderr, "outbox stream", "need --nats URL and --stream NAME")
 	case *replicas < 1 || *replicas > 5:
@@ -74,17 +59,4 @@ func runStream(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fmt.Fprintf(stdout, "stream %s at %s: subjects %s, file storage, %d replicas, atomic publish, duplicate window %v\n",
 		c.Name, *natsURL, strings.Join(c.Subjects, " "), c.Replicas, c.Duplicates)
 	return exitOK
-}
-
-// printUsage prints the command's usage with each flag as --name VALUE.
-func printUsage(w io.Writer, fs *flag.FlagSet) {
-	fmt.Fprintln(w, streamUsage)
-	fs.VisitAll(func(f *flag.Flag) {
-		placeholder, usage := flag.UnquoteUsage(f)
-		fmt.Fprintf(w, "  --%s %s\n    \t%s", f.Name, placeholder, usage)
-		if f.DefValue != "" && f.DefValue != "0" {
-			fmt.Fprintf(w, " (default %s)", f.DefValue)
-		}
-		fmt.Fprintln(w)
-	})
 }

@@ -17,11 +17,13 @@ func init() {
 	}
 }
 
-func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("version", "outbox version", `
+const versionAbout = `
 Prints the version of the outbox module this binary was built from (with its VCS revision when
 the build recorded one), the Go version that built it and the version of the SQLite compiled into
-it. "outbox --version" does the same.`)
+it. "outbox --version" does the same.`
+
+func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("version", "outbox version", versionAbout)
 	pos, code, done := parseFlags(fs, args, stderr)
 	if done {
 		return code
