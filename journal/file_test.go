@@ -372,6 +372,17 @@ func TestAnErrorNamesThePackageOnce(t *testing.T) {
 			_, _, err := LineKey([]byte(`{"engine_run_id":"r","seq":1`))
 			return err
 		}},
+		{"a line holding a newline", outbox.ErrInvalidLine, func(t *testing.T) error {
+			j, _ := openTemp(t)
+			err := j.Append(ctx, "r", []outbox.EventLine{{Seq: 1, Line: []byte("{\n}")}})
+			if !errors.Is(err, outbox.ErrSinkRefused) {
+				t.Errorf("err = %v, want it to wrap outbox.ErrSinkRefused too", err)
+			}
+			if n := strings.Count(err.Error(), "outbox:"); n != 1 {
+				t.Errorf("%q names the outbox package %d times, want once", err, n)
+			}
+			return err
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.fail(t)

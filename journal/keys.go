@@ -7,19 +7,30 @@ import (
 	"github.com/textmachine/outbox/outbox"
 )
 
+// errRefusedLine is outbox.ErrInvalidLine as a sink's refusal: errors.Is finds both sentinels, and the
+// message names the outbox package once.
+var errRefusedLine error = refusedLine{}
+
+type refusedLine struct{}
+
+func (refusedLine) Error() string {
+	return outbox.ErrInvalidLine.Error() + " (the sink refuses the batch)"
+}
+func (refusedLine) Unwrap() []error { return []error{outbox.ErrInvalidLine, outbox.ErrSinkRefused} }
+
 // checkLineBytes refuses a line no journal can hold, before anything is parsed.
 func checkLineBytes(runID string, l outbox.EventLine) error {
 	switch {
 	case len(l.Line) == 0:
-		return fmt.Errorf("journal: run %q seq %d: an empty line: %w: %w", runID, l.Seq, outbox.ErrInvalidLine, outbox.ErrSinkRefused)
+		return fmt.Errorf("journal: run %q seq %d: an empty line: %w", runID, l.Seq, errRefusedLine)
 	case len(l.Line) > outbox.DefaultMaxLineSize:
-		return fmt.Errorf("journal: run %q seq %d: the line is %d bytes, more than the limit of %d: %w: %w",
-			runID, l.Seq, len(l.Line), outbox.DefaultMaxLineSize, outbox.ErrInvalidLine, outbox.ErrSinkRefused)
+		return fmt.Errorf("journal: run %q seq %d: the line is %d bytes, more than the limit of %d: %w",
+			runID, l.Seq, len(l.Line), outbox.DefaultMaxLineSize, errRefusedLine)
 	case bytes.IndexByte(l.Line, '\n') >= 0:
-		return fmt.Errorf("journal: run %q seq %d: the line holds a newline: %w: %w", runID, l.Seq, outbox.ErrInvalidLine, outbox.ErrSinkRefused)
+		return fmt.Errorf("journal: run %q seq %d: the line holds a newline: %w", runID, l.Seq, errRefusedLine)
 	case l.Line[0] != '{':
 		// OpenFile knows a torn last line by its first byte: a line of the file begins with '{'.
-		return fmt.Errorf("journal: run %q seq %d: the line does not begin with '{': %w: %w", runID, l.Seq, outbox.ErrInvalidLine, outbox.ErrSinkRefused)
+		return fmt.Errorf("journal: run %q seq %d: the line does not begin with '{': %w", runID, l.Seq, errRefusedLine)
 	}
 	return nil
 }
