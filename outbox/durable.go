@@ -133,15 +133,26 @@ type ticket struct {
 // commit makes the commit that fn performs under the next ticket, in the order the tickets rely on:
 // the ticket is issued before COMMIT, so that every commit a reader can see has a ticket at most
 // issued, and recorded as written once COMMIT has returned, whether it succeeded, failed or panicked,
-// since a sync covers every ticket up to written and one never recorded would stall them all. Commits
-// are made one at a time on the writer connection, so tickets are written in order. calls is how many
-// of the group committer's calls the commit holds (0 for any other), so that a sync can tell how many
-// callers it releases.
+// since a sync covers every ticket up to written and one never recorded would stall them all. calls
+// is how many of the group committer's calls the commit holds (0 for any other), so that a sync can
+// tell how many callers it releases.
+//
+// Commits are made one at a time on the writer connection, but they are not recorded one at a time:
+// database/sql gives the connection back to its pool inside Tx.Commit, so the next transaction can
+// begin, commit and be recorded before this call's deferred record runs. Written therefore only moves
+// forward. That is sound: the later ticket's COMMIT began after this one's had finished. Storing this
+// ticket over the later one would leave written below a commit that a caller is waiting for, and that
+// caller, holding the writer, would sync forever.
 func (d *durability) commit(calls int, fn func() error) (ticket, error) {
 	n := d.issued.Add(1)
 	defer func() {
 		d.writtenCalls.Add(int64(calls))
-		d.written.Store(n)
+		for {
+			cur := d.written.Load()
+			if cur >= n || d.written.CompareAndSwap(cur, n) {
+				break
+			}
+		}
 	}()
 	return ticket{d, n}, fn()
 }
