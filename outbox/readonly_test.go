@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -163,31 +162,12 @@ func asUnprivileged(t *testing.T, base, run string) *exec.Cmd {
 	}
 	bin := filepath.Join(base, "reader.test")
 	os.Chmod(base, 0o755)
-	copyFile(t, exe, bin)
+	dirstate.CopyFile(t, exe, bin, 0o755)
 	cmd := exec.Command(bin, "-test.run=^"+run+"$", "-test.count=1")
 	if os.Geteuid() == 0 {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	}
 	return cmd
-}
-
-func copyFile(t *testing.T, from, to string) {
-	t.Helper()
-	in, err := os.Open(from)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close()
-	out, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o755)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		t.Fatal(err)
-	}
-	if err := out.Close(); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // TestAReadOnlyStoreFollowsAnEngineThatStartsAndStops: one read-only store, open the whole time, reads

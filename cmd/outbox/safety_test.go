@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"io"
 	"net/url"
 	"os"
 	"os/exec"
@@ -181,8 +180,8 @@ func TestReadOnlyCommandsWriteNothing(t *testing.T) {
 		srcDB, srcJ := book(t)
 		os.Mkdir(dir, 0o755)
 		dbPath, jPath := filepath.Join(dir, "book.db"), filepath.Join(dir, "journal.jsonl")
-		copyFile(t, srcDB, dbPath, 0o444)
-		copyFile(t, srcJ, jPath, 0o444)
+		dirstate.CopyFile(t, srcDB, dbPath, 0o444)
+		dirstate.CopyFile(t, srcJ, jPath, 0o444)
 		os.Chmod(dir, 0o555)
 		exe, err := os.Executable()
 		if err != nil {
@@ -190,7 +189,7 @@ func TestReadOnlyCommandsWriteNothing(t *testing.T) {
 		}
 		bin := filepath.Join(base, "outbox")
 		os.Chmod(base, 0o755)
-		copyFile(t, exe, bin, 0o755)
+		dirstate.CopyFile(t, exe, bin, 0o755)
 		before := dirstate.Snapshot(t, dir)
 		for _, args := range readOnlyRuns(dbPath, jPath) {
 			cmd := exec.Command(bin, args...)
@@ -225,25 +224,6 @@ func TestReadOnlyCommandsWriteNothing(t *testing.T) {
 			t.Errorf("pending beside the engine does not show its commit:\n%s", out)
 		}
 	})
-}
-
-func copyFile(t *testing.T, from, to string, mode os.FileMode) {
-	t.Helper()
-	in, err := os.Open(from)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close()
-	out, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		t.Fatal(err)
-	}
-	if err := out.Close(); err != nil {
-		t.Fatal(err)
-	}
 }
 
 func TestMigrateDownDoesNotSilentlyDestroy(t *testing.T) {
