@@ -467,3 +467,258 @@ func TestErrorChainsFromEveryPathNameThePackageAtMostOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestAPanickingBuilderInAGroupLeavesTheStoreWorking: builders that panic, fail or decline on the
+// committer's goroutine, among callers whose builders succeed, cost only their own calls: each panic
+// reaches its own caller with its own value, every other call is stored under dense numbers, and the
+// store is not broken.
+func TestAPanickingBuilderInAGroupLeavesTheStoreWorking(t *testing.T) {
+	s, _ := outboxtest.Setup(t)
+	ctx := context.Background()
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		stored = map[int64]string{}
+	)
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 25; i++ {
+				id := fmt.Sprintf("w%d-%d", w, i)
+				switch (w + i) % 4 {
+				case 0:
+					v := recoverPanic(func() {
+						s.EnqueueEvent(ctx, "r", func(int64) ([]byte, error) { panic(callerPanic{w*100 + i}) })
+					})
+					if v != (callerPanic{w*100 + i}) {
+						t.Errorf("%s recovered %#v, want its own callerPanic{%d}", id, v, w*100+i)
+					}
+				case 1:
+					if seq, err := s.EnqueueEvent(ctx, "r", outboxtest.ConstLine(nil)); seq != 0 || err != nil {
+						t.Errorf("%s declined: %d, %v", id, seq, err)
+					}
+				case 2:
+					if seq, err := s.EnqueueEvent(ctx, "r", func(int64) ([]byte, error) { return nil, outboxtest.ErrRender }); seq != 0 || !errors.Is(err, outboxtest.ErrRender) {
+						t.Errorf("%s failed: %d, %v", id, seq, err)
+					}
+				default:
+					seq, err := s.EnqueueEvent(ctx, "r", func(seq int64) ([]byte, error) { return fmt.Appendf(nil, "%s %d", id, seq), nil })
+					if err != nil {
+						t.Errorf("%s: %v", id, err)
+						continue
+					}
+					mu.Lock()
+					stored[seq] = fmt.Sprintf("%s %d", id, seq)
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	lines := outboxtest.AllLines(t, s, "r")
+	if len(lines) != len(stored) {
+		t.Fatalf("%d lines stored, %d acknowledged", len(lines), len(stored))
+	}
+	for i, l := range lines {
+		if l.Seq != int64(i+1) || string(l.Line) != stored[l.Seq] {
+			t.Errorf("line %d is %d %q, want %q", i+1, l.Seq, l.Line, stored[l.Seq])
+		}
+	}
+	if _, err := s.EnqueueEvent(ctx, "r", outboxtest.LineOf("after")); err != nil {
+		t.Fatalf("the store after the panics: %v", err)
+	}
+}
+
+// TestABatchWithAPanickingFailingOrDecliningBuilderInTheMiddle: EnqueueEvents is all or nothing
+// whatever its middle builder does; a decline in the middle takes no number, a panic reaches the
+// caller with its own value and the store keeps working.
+func TestABatchWithAPanickingFailingOrDecliningBuilderInTheMiddle(t *testing.T) {
+	s, _ := outboxtest.Setup(t)
+	ctx := context.Background()
+	x := outboxtest.LineOf("x")
+	v := recoverPanic(func() {
+		s.EnqueueEvents(ctx, "r", []outbox.EventBuilder{x, func(int64) ([]byte, error) { panic(callerPanic{2}) }, x})
+	})
+	if v != (callerPanic{2}) {
+		t.Fatalf("recovered %#v, want callerPanic{2}", v)
+	}
+	seqs, err := s.EnqueueEvents(ctx, "r", []outbox.EventBuilder{x, func(int64) ([]byte, error) { return nil, outboxtest.ErrRender }, x})
+	if seqs != nil || !errors.Is(err, outboxtest.ErrRender) {
+		t.Fatalf("failing middle builder: %v, %v", seqs, err)
+	}
+	ectx, cancel := context.WithCancel(ctx)
+	seqs, err = s.EnqueueEvents(ectx, "r", []outbox.EventBuilder{x, func(seq int64) ([]byte, error) { cancel(); return []byte("c"), nil }, x})
+	if seqs != nil || !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelling middle builder: %v, %v", seqs, err)
+	}
+	if n := len(outboxtest.AllLines(t, s, "r")); n != 0 {
+		t.Fatalf("%d lines stored by failed batches", n)
+	}
+	seqs, err = s.EnqueueEvents(ctx, "r", []outbox.EventBuilder{x, outboxtest.ConstLine(nil), x})
+	if err != nil || fmt.Sprint(seqs) != "[1 0 2]" {
+		t.Fatalf("declining middle builder: %v, %v; want [1 0 2]", seqs, err)
+	}
+	checkDense(t, s, 2)
+}
+
+// TestConcurrentEnqueueOnceOfOneKeyAnnouncesItOnce: callers racing with one once key, in one group or
+// several, store one row; exactly one is told it announces, and the others get (false, 0, nil).
+func TestConcurrentEnqueueOnceOfOneKeyAnnouncesItOnce(t *testing.T) {
+	for _, group := range []bool{true, false} {
+		t.Run(fmt.Sprintf("group=%v", group), func(t *testing.T) {
+			s, _ := outboxtest.Setup(t, outbox.WithGroupCommit(group))
+			ctx := context.Background()
+			var (
+				wg         sync.WaitGroup
+				announcing sync.Map
+			)
+			for w := 0; w < 16; w++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					ok, seq, err := s.EnqueueOnce(ctx, "r", "unit-1", outboxtest.LineOf("done"))
+					switch {
+					case err != nil:
+						t.Errorf("EnqueueOnce: %v", err)
+					case ok != (seq > 0):
+						t.Errorf("EnqueueOnce: %v, %d", ok, seq)
+					case ok:
+						announcing.Store(w, seq)
+					}
+				}()
+			}
+			wg.Wait()
+			n := 0
+			announcing.Range(func(_, seq any) bool {
+				n++
+				if seq != int64(1) {
+					t.Errorf("announced at seq %v, want 1", seq)
+				}
+				return true
+			})
+			if n != 1 {
+				t.Errorf("%d callers were told they announce, want 1", n)
+			}
+			checkDense(t, s, 1)
+		})
+	}
+}
+
+// TestForeignTransactionsRacingTheStoresOwnWritesKeepTheNumbersDense: the caller's own *sql.DB on the
+// store's file enqueues through EnqueueTx in deferred and immediate transactions, with short
+// deadlines, while the store's own callers enqueue through the group committer. Every call told it
+// succeeded is stored under its seq with its line, no call told it failed is, and the numbers stay
+// dense.
+func TestForeignTransactionsRacingTheStoresOwnWritesKeepTheNumbersDense(t *testing.T) {
+	s, path := outboxtest.Setup(t)
+	ctx := context.Background()
+	open := func(lock string) *sql.DB {
+		d, err := sql.Open("sqlite3", "file:"+path+"?_pragma=busy_timeout(5000)&_txlock="+lock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.SetMaxOpenConns(1)
+		t.Cleanup(func() { d.Close() })
+		if err := outbox.Migrate(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	dbs := []*sql.DB{open("deferred"), open("immediate")}
+	type outcome struct {
+		seq int64
+		err error
+	}
+	var (
+		mu  sync.Mutex
+		got = map[string]outcome{}
+		wg  sync.WaitGroup
+	)
+	record := func(id string, seq int64, err error) {
+		mu.Lock()
+		got[id] = outcome{seq, err}
+		mu.Unlock()
+	}
+	build := func(id string) outbox.EventBuilder {
+		return func(seq int64) ([]byte, error) {
+			line := fmt.Sprintf("%s %d", id, seq)
+			if seq%3 == 0 {
+				line += " " + strings.Repeat("L", 600) // stored in events_lines
+			}
+			return []byte(line), nil
+		}
+	}
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 30; i++ {
+				id := fmt.Sprintf("own%d-%d", w, i)
+				seq, err := s.EnqueueEvent(ctx, "r", build(id))
+				record(id, seq, err)
+			}
+		}()
+	}
+	for k, d := range dbs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 30; i++ {
+				id := fmt.Sprintf("foreign%d-%d", k, i)
+				cctx, cancel := context.WithTimeout(ctx, time.Duration(i%4)*time.Millisecond)
+				tx, err := d.BeginTx(ctx, nil)
+				if err != nil {
+					cancel()
+					record(id, 0, err)
+					continue
+				}
+				seq, err := s.EnqueueTx(cctx, tx, "r", build(id))
+				cancel()
+				if err != nil {
+					tx.Rollback()
+				} else if err = tx.Commit(); err != nil {
+					seq = 0
+				}
+				record(id, seq, err)
+			}
+		}()
+	}
+	wg.Wait()
+	stored := map[string]int64{}
+	lines := outboxtest.AllLines(t, s, "r")
+	for i, l := range lines {
+		if l.Seq != int64(i+1) {
+			t.Fatalf("seqs %v are not dense", outboxtest.SeqsOf(lines))
+		}
+		f := strings.Fields(string(l.Line))
+		if len(f) < 2 || f[1] != fmt.Sprint(l.Seq) {
+			t.Fatalf("line %d is %.40q", l.Seq, l.Line)
+		}
+		stored[f[0]] = l.Seq
+	}
+	okCalls := 0
+	for id, o := range got {
+		at, ok := stored[id]
+		switch {
+		case o.err == nil && (!ok || at != o.seq):
+			t.Errorf("%s was told seq %d, stored at %d (stored: %v)", id, o.seq, at, ok)
+		case o.err != nil && ok:
+			t.Errorf("%s was told %v, but is stored at %d", id, o.err, at)
+		case o.err == nil:
+			okCalls++
+		}
+	}
+	t.Logf("%d of %d calls stored", okCalls, len(got))
+	var spilled, want int
+	raw := outboxtest.RawDB(t, path)
+	if err := raw.QueryRow(`SELECT count(*) FROM events_lines`).Scan(&spilled); err != nil {
+		t.Fatal(err)
+	}
+	if err := raw.QueryRow(`SELECT count(*) FROM events_outbox WHERE spill <> 0`).Scan(&want); err != nil {
+		t.Fatal(err)
+	}
+	if spilled != want {
+		t.Errorf("events_lines holds %d lines, events_outbox refers to %d", spilled, want)
+	}
+}
