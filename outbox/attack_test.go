@@ -248,7 +248,12 @@ func TestShortDeadlinesNeverStoreAFailedCallOrLoseAnAcknowledgedOne(t *testing.T
 					defer wg.Done()
 					for i := 0; i < calls/3; i++ {
 						id := fmt.Sprintf("w%d-c%d", w, i)
-						ctx, cancel := context.WithTimeout(context.Background(), time.Duration(i%3)*time.Millisecond)
+						// Deadlines of 0, 1 and 2 ms, and none: then the operation timeout bounds
+						// the call.
+						ctx, cancel := context.WithTimeout(context.Background(), time.Duration(i%4)*time.Millisecond)
+						if i%4 == 3 {
+							ctx, cancel = context.WithCancel(context.Background())
+						}
 						seq, err := p.enqueue(t, s, path, ctx, func(seq int64) ([]byte, error) {
 							return fmt.Appendf(nil, "%s %d", id, seq), nil
 						})
@@ -720,5 +725,92 @@ func TestForeignTransactionsRacingTheStoresOwnWritesKeepTheNumbersDense(t *testi
 	}
 	if spilled != want {
 		t.Errorf("events_lines holds %d lines, events_outbox refers to %d", spilled, want)
+	}
+}
+
+// TestAHoleReachedByTheReaderAheadStopsTheDrainBeforeIt: rows deleted by hand in the middle of a long
+// backlog are met by the reader ahead, mid-batch or at a batch's front, at every batch size: the sink
+// gets exactly the lines before the hole, once each and in order, the position stops there, and the
+// drain fails with ErrRowsMissing, the package named once.
+func TestAHoleReachedByTheReaderAheadStopsTheDrainBeforeIt(t *testing.T) {
+	for _, c := range []struct{ size, bytes int }{{1, 1 << 20}, {3, 1 << 20}, {256, 1}, {256, 70}, {4, 45}} {
+		t.Run(fmt.Sprintf("size=%d,bytes=%d", c.size, c.bytes), func(t *testing.T) {
+			s, _ := outboxtest.Setup(t)
+			ctx := context.Background()
+			for range 40 {
+				outboxtest.MustEnqueue(t, s, "r")
+			}
+			if err := s.WriteTx(ctx, func(tx *sql.Tx) error {
+				_, err := tx.Exec(`DELETE FROM events_outbox WHERE seq IN (23, 24)`)
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			sink := outboxtest.NewMemSink()
+			r := outboxtest.FastRelay(s, sink, "r", outbox.WithBatchSize(c.size), outbox.WithBatchBytes(c.bytes))
+			err := r.Flush(ctx)
+			if !errors.Is(err, outbox.ErrRowsMissing) {
+				t.Fatalf("Flush over a hole: %v, want ErrRowsMissing", err)
+			}
+			if n := strings.Count(err.Error(), "outbox:"); n != 1 {
+				t.Errorf("%q names the package %d times", err, n)
+			}
+			if got := outboxtest.SeqsOf(sink.All()); fmt.Sprint(got) != fmt.Sprint(outboxtest.SeqRange(1, 22)) {
+				t.Errorf("sink has %v, want 1..22", got)
+			}
+			if got, err := s.Projected(ctx, "r"); got != 22 || err != nil {
+				t.Errorf("Projected = %d, %v; want 22", got, err)
+			}
+			// Again: nothing is sent twice.
+			if err := r.Flush(ctx); !errors.Is(err, outbox.ErrRowsMissing) {
+				t.Errorf("second Flush: %v", err)
+			}
+			if n := len(sink.All()); n != 22 {
+				t.Errorf("sink has %d lines after the second Flush, want 22", n)
+			}
+		})
+	}
+}
+
+// TestCloseDuringADrainWithTinyBatchesLeavesTheStoreConsistent: a store closed while a relay drains a
+// backlog one line at a time with its reader ahead running: Flush returns (ErrClosed or done), the
+// sink holds a prefix of the lines, once each, and a reopened store's relay sends exactly the rest.
+func TestCloseDuringADrainWithTinyBatchesLeavesTheStoreConsistent(t *testing.T) {
+	s, path := outboxtest.Setup(t)
+	ctx := context.Background()
+	for range 200 {
+		outboxtest.MustEnqueue(t, s, "r")
+	}
+	sink := outboxtest.NewMemSink()
+	r := outboxtest.FastRelay(s, sink, "r", outbox.WithBatchBytes(1))
+	flushed := make(chan error, 1)
+	go func() { flushed <- r.Flush(ctx) }()
+	for range 5 {
+		<-sink.Got()
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := <-flushed; err != nil && !errors.Is(err, outbox.ErrClosed) {
+		t.Fatalf("Flush during Close: %v", err)
+	}
+	first := outboxtest.SeqsOf(sink.All())
+	t.Logf("the sink held %d of 200 lines at Close", len(first))
+	if fmt.Sprint(first) != fmt.Sprint(outboxtest.SeqRange(1, int64(len(first)))) {
+		t.Fatalf("sink holds %v, not a prefix", first)
+	}
+	s2, err := outbox.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if got, err := s2.Projected(ctx, "r"); got != int64(len(first)) || err != nil {
+		t.Fatalf("Projected after reopen = %d, %v; the sink holds %d", got, err, len(first))
+	}
+	if err := outbox.NewRelay(s2, sink, "r").Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := outboxtest.SeqsOf(sink.All()); fmt.Sprint(got) != fmt.Sprint(outboxtest.SeqRange(1, 200)) {
+		t.Fatalf("sink holds %v after the reopened relay, want 1..200 once each", got)
 	}
 }
