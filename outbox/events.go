@@ -142,7 +142,12 @@ func (s *Store) EnqueueTx(ctx context.Context, tx *sql.Tx, runID string, build E
 		st = s.stmts // the store's own transaction, on the writer connection
 	}
 	seq, _, err = s.enqueue(ctx, s.newTxWriter(ctx, tx, st), runID, "", build)
-	return seq, raise(err)
+	if up, ok := err.(userPanic); ok {
+		// The caller's own value: no recovery of the store's stands between here and the caller
+		// on a foreign transaction, and inside WriteTx its function's recovery marks it again.
+		panic(up.val)
+	}
+	return seq, err
 }
 
 func checkEnqueue(runID string, build EventBuilder) error {
