@@ -119,7 +119,9 @@ func committedSeq(seq int64, err error) (int64, error) {
 // its function: the event then commits or rolls back with the caller's own writes. The caller commits.
 // If the caller rolls back, the number is not used. On the transaction WriteTx passes, it fails
 // without writing when SQLite has already rolled that transaction back (a statement of the caller's
-// was interrupted by its context): its insert would otherwise commit on its own.
+// was interrupted by its context): its insert would otherwise commit on its own. On a transaction of
+// the caller's own *sql.DB the store cannot ask SQLite that: a caller whose statement in it failed
+// must not go on to EnqueueTx, or the event is stored on its own while the transaction is not.
 func (s *Store) EnqueueTx(ctx context.Context, tx *sql.Tx, runID string, build EventBuilder) (seq int64, err error) {
 	if tx == nil {
 		return 0, errors.New("outbox: EnqueueTx with a nil transaction")
