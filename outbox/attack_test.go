@@ -119,6 +119,17 @@ var enqueuePaths = []enqueuePath{
 }
 
 // checkDense checks that run r holds exactly seqs 1..n, and returns n.
+// onEveryPath runs check once per enqueue path, each on a fresh store whose run "r" holds one event.
+func onEveryPath(t *testing.T, check func(t *testing.T, p enqueuePath, s *outbox.Store, path string)) {
+	for _, p := range enqueuePaths {
+		t.Run(p.name, func(t *testing.T) {
+			s, path := outboxtest.Setup(t, p.opts...)
+			outboxtest.MustEnqueue(t, s, "r")
+			check(t, p, s, path)
+		})
+	}
+}
+
 func checkDense(t *testing.T, s *outbox.Store, want int64) {
 	t.Helper()
 	got := outboxtest.SeqsOf(outboxtest.AllLines(t, s, "r"))
@@ -136,83 +147,71 @@ func checkDense(t *testing.T, s *outbox.Store, want int64) {
 // caller's goroutine, the committer's, a batch, the caller's own transaction or WriteTx's), the caller
 // recovers its own value, nothing is stored, no number is used and the store keeps working.
 func TestABuilderPanicReachesTheCallerWithItsOwnValueOnEveryPath(t *testing.T) {
-	for _, p := range enqueuePaths {
-		t.Run(p.name, func(t *testing.T) {
-			s, path := outboxtest.Setup(t, p.opts...)
-			ctx := context.Background()
-			outboxtest.MustEnqueue(t, s, "r")
-			v := recoverPanic(func() {
-				p.enqueue(t, s, path, ctx, func(int64) ([]byte, error) { panic(callerPanic{7}) })
-			})
-			if v != (callerPanic{7}) {
-				t.Fatalf("recovered %#v, want the builder's own callerPanic{7}", v)
-			}
-			seq, err := p.enqueue(t, s, path, ctx, outboxtest.LineOf("after"))
-			if err != nil || seq != 2 {
-				t.Fatalf("the enqueue after the panic: seq %d, %v; want 2, nil", seq, err)
-			}
-			checkDense(t, s, 2)
+	onEveryPath(t, func(t *testing.T, p enqueuePath, s *outbox.Store, path string) {
+		ctx := context.Background()
+		v := recoverPanic(func() {
+			p.enqueue(t, s, path, ctx, func(int64) ([]byte, error) { panic(callerPanic{7}) })
 		})
-	}
+		if v != (callerPanic{7}) {
+			t.Fatalf("recovered %#v, want the builder's own callerPanic{7}", v)
+		}
+		seq, err := p.enqueue(t, s, path, ctx, outboxtest.LineOf("after"))
+		if err != nil || seq != 2 {
+			t.Fatalf("the enqueue after the panic: seq %d, %v; want 2, nil", seq, err)
+		}
+		checkDense(t, s, 2)
+	})
 }
 
 // TestADecliningOrFailingBuilderUsesNoNumberOnEveryPath: a nil line stores nothing and returns 0 with
 // no error; an error is returned wrapped, with 0; either way the next event takes the next number.
 func TestADecliningOrFailingBuilderUsesNoNumberOnEveryPath(t *testing.T) {
-	for _, p := range enqueuePaths {
-		t.Run(p.name, func(t *testing.T) {
-			s, path := outboxtest.Setup(t, p.opts...)
-			ctx := context.Background()
-			outboxtest.MustEnqueue(t, s, "r")
-			seq, err := p.enqueue(t, s, path, ctx, outboxtest.ConstLine(nil))
-			if seq != 0 || err != nil {
-				t.Errorf("declining builder: seq %d, %v; want 0, nil", seq, err)
-			}
-			seq, err = p.enqueue(t, s, path, ctx, func(int64) ([]byte, error) { return nil, outboxtest.ErrRender })
-			if seq != 0 || !errors.Is(err, outboxtest.ErrRender) {
-				t.Errorf("failing builder: seq %d, %v; want 0, the builder's error", seq, err)
-			}
-			if err != nil && strings.Count(err.Error(), "outbox:") > 1 {
-				t.Errorf("failing builder: %q names the package more than once", err)
-			}
-			seq, err = p.enqueue(t, s, path, ctx, func(int64) ([]byte, error) { return []byte("two\nlines"), nil })
-			if seq != 0 || !errors.Is(err, outbox.ErrInvalidLine) {
-				t.Errorf("invalid line: seq %d, %v; want 0, ErrInvalidLine", seq, err)
-			}
-			seq, err = p.enqueue(t, s, path, ctx, outboxtest.LineOf("after"))
-			if seq != 2 || err != nil {
-				t.Fatalf("next enqueue: seq %d, %v; want 2, nil", seq, err)
-			}
-			checkDense(t, s, 2)
-		})
-	}
+	onEveryPath(t, func(t *testing.T, p enqueuePath, s *outbox.Store, path string) {
+		ctx := context.Background()
+		seq, err := p.enqueue(t, s, path, ctx, outboxtest.ConstLine(nil))
+		if seq != 0 || err != nil {
+			t.Errorf("declining builder: seq %d, %v; want 0, nil", seq, err)
+		}
+		seq, err = p.enqueue(t, s, path, ctx, func(int64) ([]byte, error) { return nil, outboxtest.ErrRender })
+		if seq != 0 || !errors.Is(err, outboxtest.ErrRender) {
+			t.Errorf("failing builder: seq %d, %v; want 0, the builder's error", seq, err)
+		}
+		if err != nil && strings.Count(err.Error(), "outbox:") > 1 {
+			t.Errorf("failing builder: %q names the package more than once", err)
+		}
+		seq, err = p.enqueue(t, s, path, ctx, func(int64) ([]byte, error) { return []byte("two\nlines"), nil })
+		if seq != 0 || !errors.Is(err, outbox.ErrInvalidLine) {
+			t.Errorf("invalid line: seq %d, %v; want 0, ErrInvalidLine", seq, err)
+		}
+		seq, err = p.enqueue(t, s, path, ctx, outboxtest.LineOf("after"))
+		if seq != 2 || err != nil {
+			t.Fatalf("next enqueue: seq %d, %v; want 2, nil", seq, err)
+		}
+		checkDense(t, s, 2)
+	})
 }
 
 // TestAContextCancelledInsideTheBuilderStoresNothingOnEveryPath: the caller is told its context ended,
 // and nothing of the call is stored, even where the transaction around it commits.
 func TestAContextCancelledInsideTheBuilderStoresNothingOnEveryPath(t *testing.T) {
-	for _, p := range enqueuePaths {
-		t.Run(p.name, func(t *testing.T) {
-			s, path := outboxtest.Setup(t, p.opts...)
-			outboxtest.MustEnqueue(t, s, "r")
-			ctx, cancel := context.WithCancel(context.Background())
-			seq, err := p.enqueue(t, s, path, ctx, func(seq int64) ([]byte, error) {
-				cancel()
-				return fmt.Appendf(nil, "cancelled %d", seq), nil
-			})
-			if seq != 0 || !errors.Is(err, context.Canceled) {
-				t.Errorf("seq %d, %v; want 0, context.Canceled", seq, err)
-			}
-			seq, err = p.enqueue(t, s, path, ctx, outboxtest.LineOf("x"))
-			if seq != 0 || !errors.Is(err, context.Canceled) {
-				t.Errorf("already cancelled: seq %d, %v; want 0, context.Canceled", seq, err)
-			}
-			if seq, err := p.enqueue(t, s, path, context.Background(), outboxtest.LineOf("after")); seq != 2 || err != nil {
-				t.Fatalf("next enqueue: seq %d, %v; want 2, nil", seq, err)
-			}
-			checkDense(t, s, 2)
+	onEveryPath(t, func(t *testing.T, p enqueuePath, s *outbox.Store, path string) {
+		ctx, cancel := context.WithCancel(context.Background())
+		seq, err := p.enqueue(t, s, path, ctx, func(seq int64) ([]byte, error) {
+			cancel()
+			return fmt.Appendf(nil, "cancelled %d", seq), nil
 		})
-	}
+		if seq != 0 || !errors.Is(err, context.Canceled) {
+			t.Errorf("seq %d, %v; want 0, context.Canceled", seq, err)
+		}
+		seq, err = p.enqueue(t, s, path, ctx, outboxtest.LineOf("x"))
+		if seq != 0 || !errors.Is(err, context.Canceled) {
+			t.Errorf("already cancelled: seq %d, %v; want 0, context.Canceled", seq, err)
+		}
+		if seq, err := p.enqueue(t, s, path, context.Background(), outboxtest.LineOf("after")); seq != 2 || err != nil {
+			t.Fatalf("next enqueue: seq %d, %v; want 2, nil", seq, err)
+		}
+		checkDense(t, s, 2)
+	})
 }
 
 // TestShortDeadlinesNeverStoreAFailedCallOrLoseAnAcknowledgedOne: calls with deadlines of 0 to 2 ms and
