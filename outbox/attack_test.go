@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -811,5 +812,40 @@ func TestCloseDuringADrainWithTinyBatchesLeavesTheStoreConsistent(t *testing.T) 
 	}
 	if got := outboxtest.SeqsOf(sink.All()); fmt.Sprint(got) != fmt.Sprint(outboxtest.SeqRange(1, 200)) {
 		t.Fatalf("sink holds %v after the reopened relay, want 1..200 once each", got)
+	}
+}
+
+// TestABuilderThatCallsGoexitInAGroupFailsItsGroupAndTheStoreGoesOn: with group commit the builder
+// runs on the committer's goroutine, where runtime.Goexit (t.FailNow called from a builder) ends that
+// goroutine past any recover. The calls of its group must fail, not wait for ever, nothing of the
+// group may be stored, and later calls must be served.
+func TestABuilderThatCallsGoexitInAGroupFailsItsGroupAndTheStoreGoesOn(t *testing.T) {
+	s, _ := outboxtest.Setup(t)
+	ctx := context.Background()
+	for round := 0; round < 3; round++ {
+		errc := make(chan error, 1)
+		go func() {
+			_, err := s.EnqueueEvent(ctx, "r", func(int64) ([]byte, error) {
+				runtime.Goexit()
+				return nil, nil
+			})
+			errc <- err
+		}()
+		select {
+		case err := <-errc:
+			if err == nil {
+				t.Fatal("a builder that called runtime.Goexit: EnqueueEvent returned nil")
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("a builder that called runtime.Goexit: EnqueueEvent never returned")
+		}
+		seq, err := s.EnqueueEvent(ctx, "r", outboxtest.LineOf("after"))
+		if err != nil || seq != int64(round+1) {
+			t.Fatalf("the enqueue after: seq %d, %v; want %d, nil", seq, err, round+1)
+		}
+	}
+	checkDense(t, s, 3)
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close after the committer was replaced: %v", err)
 	}
 }

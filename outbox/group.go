@@ -2,6 +2,8 @@ package outbox
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -88,7 +90,16 @@ func (c *committer) close() {
 }
 
 func (c *committer) run() {
-	defer close(c.stopped)
+	stopped := false
+	defer func() {
+		if !stopped {
+			// A builder called runtime.Goexit, which no recover stops: its group has been failed
+			// (see write), and a new goroutine takes the queue from here.
+			go c.run()
+			return
+		}
+		close(c.stopped)
+	}()
 	var carry []*request // calls taken but left over by a group that reached maxGroupBytes
 	for {
 		group := carry
@@ -97,6 +108,7 @@ func (c *committer) run() {
 			case first := <-c.queue:
 				group = []*request{first}
 			case <-c.stop:
+				stopped = true
 				return
 			}
 		}
@@ -220,10 +232,42 @@ func (c *committer) commit(group []*request) (carry []*request) {
 	return slices.Clone(taken[n:])
 }
 
+// errBuilderExited fails the calls of a group in which a builder called runtime.Goexit.
+var errBuilderExited = errors.New("outbox: a builder called runtime.Goexit; its group was rolled back")
+
 // write writes the first calls of taken into one transaction and commits it, filling their results;
-// it returns how many calls the group holds. A panic inside the driver or SQLite fails them all with
-// ErrStoreBroken, on this goroutine, which no caller owns.
+// it returns how many calls the group holds.
+//
+// A builder runs on this goroutine, so one that calls runtime.Goexit (t.FailNow in a test) ends it
+// half-way through a group, past any recover. Then the group's transaction is rolled back and every
+// call taken gets errBuilderExited here, since the caller's delivery will not run, and run starts a
+// new goroutine: no caller waits for ever, and the writer connection is not left in a transaction.
 func (c *committer) write(taken []*request, results []result) (n int) {
+	var tx *sql.Tx // the group's transaction while it is open
+	returned := false
+	defer func() {
+		if returned {
+			return
+		}
+		if tx != nil {
+			c.s.rollback(tx)
+		}
+		for i, r := range taken {
+			if results[i].err == nil && !results[i].panicked {
+				results[i] = result{err: errBuilderExited}
+			}
+			r.done <- results[i]
+		}
+	}()
+	n = c.writeGroup(taken, results, &tx)
+	returned = true
+	return n
+}
+
+// writeGroup is write's body; it keeps the group's transaction in *open while it is open. A panic
+// inside the driver or SQLite fails the calls with ErrStoreBroken, on this goroutine, which no caller
+// owns.
+func (c *committer) writeGroup(taken []*request, results []result, open **sql.Tx) (n int) {
 	n = len(taken)
 	failAll := func(err error) {
 		for i := range results[:n] {
@@ -246,6 +290,7 @@ func (c *committer) write(taken []*request, results []result) (n int) {
 		failAll(fmt.Errorf("begin: %w", mapErr(ctx, err)))
 		return n
 	}
+	*open = tx
 	// A sync about to start waits for this group rather than leave its callers to the next one.
 	c.s.dur.groupStart()
 	ended := false
@@ -275,6 +320,7 @@ func (c *committer) write(taken []*request, results []result) (n int) {
 			if lost := c.s.txLost(); lost != nil {
 				n = i + 1
 				c.s.rollback(tx)
+				*open = nil
 				failAll(lost)
 				return n
 			}
@@ -287,6 +333,7 @@ func (c *committer) write(taken []*request, results []result) (n int) {
 	}
 	faultpoint.Hit(faultpoint.BeforeCommit)
 	ticket, err := c.s.commitTx(tx, durable, n)
+	*open = nil
 	endGroup()
 	if err != nil {
 		failAll(fmt.Errorf("commit: %w", mapErr(ctx, err)))
