@@ -9,6 +9,22 @@ import (
 	"context"
 )
 
+const EventDelete = `-- name: EventDelete :exec
+DELETE FROM events_outbox WHERE engine_run_id = ?1 AND seq = ?2
+`
+
+type EventDeleteParams struct {
+	EngineRunID string
+	Seq         int64
+}
+
+// A row whose insert failed after it was written (a trigger's RAISE(FAIL) keeps what the statement
+// wrote): the caller is told the insert failed, so the row must not stay.
+func (q *Queries) EventDelete(ctx context.Context, db DBTX, arg EventDeleteParams) error {
+	_, err := db.ExecContext(ctx, EventDelete, arg.EngineRunID, arg.Seq)
+	return err
+}
+
 const EventInsert = `-- name: EventInsert :exec
 INSERT INTO events_outbox (engine_run_id, seq, line, announce_key, enqueued_at, spill)
 VALUES (?1, ?2, ?3, CAST(?4 AS TEXT),

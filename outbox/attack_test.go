@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -847,5 +848,69 @@ func TestABuilderThatCallsGoexitInAGroupFailsItsGroupAndTheStoreGoesOn(t *testin
 	checkDense(t, s, 3)
 	if err := s.Close(); err != nil {
 		t.Fatalf("Close after the committer was replaced: %v", err)
+	}
+}
+
+// TestAnInsertThatFailsAfterWritingLeavesNoRow: a trigger's RAISE(FAIL) fails the insert but keeps the
+// row it wrote. The call is told it failed, so the row must not stay, in a group whose other calls
+// commit or in a transaction of its own, with a small line or a large one stored apart.
+func TestAnInsertThatFailsAfterWritingLeavesNoRow(t *testing.T) {
+	for _, group := range []bool{true, false} {
+		t.Run(fmt.Sprintf("group=%v", group), func(t *testing.T) {
+			s, path := outboxtest.Setup(t, outbox.WithGroupCommit(group))
+			ctx := context.Background()
+			if err := s.WriteTx(ctx, func(tx *sql.Tx) error {
+				_, err := tx.Exec(`CREATE TRIGGER fail_bad AFTER INSERT ON events_outbox
+					WHEN NEW.engine_run_id = 'bad' BEGIN SELECT RAISE(FAIL, 'refused after'); END`)
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			large := outboxtest.ConstLine([]byte(`{"large":"` + strings.Repeat("x", 2000) + `"}`))
+			var wg sync.WaitGroup
+			var failed, stored atomic.Int64
+			for w := 0; w < 8; w++ {
+				run := "r"
+				if w < 2 {
+					run = "bad"
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := 0; i < 10; i++ {
+						build := outboxtest.LineOf("x")
+						if i%2 == 1 {
+							build = large
+						}
+						_, err := s.EnqueueEvent(ctx, run, build)
+						switch {
+						case run == "bad" && err == nil:
+							t.Errorf("an insert the trigger failed was acknowledged")
+						case run == "bad":
+							failed.Add(1)
+						case err != nil:
+							t.Errorf("run r: %v", err)
+						default:
+							stored.Add(1)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			if n := len(outboxtest.AllLines(t, s, "bad")); n != 0 {
+				t.Errorf("%d calls told they failed, %d rows of theirs stored", failed.Load(), n)
+			}
+			if n := int64(len(outboxtest.AllLines(t, s, "r"))); n != stored.Load() {
+				t.Errorf("run r: %d rows stored, %d acknowledged", n, stored.Load())
+			}
+			var orphans int
+			if err := outboxtest.RawDB(t, path).QueryRow(
+				`SELECT count(*) FROM events_lines WHERE id NOT IN (SELECT spill FROM events_outbox)`).Scan(&orphans); err != nil {
+				t.Fatal(err)
+			}
+			if orphans != 0 {
+				t.Errorf("%d large lines left without their row", orphans)
+			}
+		})
 	}
 }

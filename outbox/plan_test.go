@@ -24,6 +24,8 @@ var queryPlans = map[string]struct {
 }{
 	"EventInsert":     {db.EventInsert, nil, ""},
 	"EventLineInsert": {db.EventLineInsert, nil, ""},
+	"EventDelete": {db.EventDelete,
+		[]string{"SEARCH events_outbox USING PRIMARY KEY (engine_run_id=? AND seq=?)"}, ""},
 	"EventLineDelete": {db.EventLineDelete,
 		[]string{"SEARCH events_lines USING INTEGER PRIMARY KEY (rowid=?)"}, ""},
 	"EventLastSeq": {db.EventLastSeq,

@@ -122,9 +122,8 @@ const spillOver = 512
 
 // insert stores one event: its row, and a large line apart from it. A failed statement undoes only
 // itself (SQLite's statement journal), unless SQLite ends the transaction (see Store.txLost), and the
-// transaction may still commit (a group's other calls, a caller's own writes around EnqueueTx): so a
-// large line whose row fails is deleted again, rather than left in events_lines with no row to drop
-// it.
+// transaction may still commit (a group's other calls, a caller's own writes around EnqueueTx): so
+// what a failed insert leaves is taken out again (see undoInsert).
 func (w *txWriter) insert(p db.EventInsertParams) error {
 	if len(p.Line) >= spillOver {
 		id, err := w.q.EventLineInsert(w.ctx, w.on(stmtInsertLine), p.Line)
@@ -134,21 +133,34 @@ func (w *txWriter) insert(p db.EventInsertParams) error {
 		p.Line, p.Spill = []byte{}, id
 	}
 	if err := w.q.EventInsert(w.ctx, w.on(stmtInsert), p); err != nil {
-		err = fmt.Errorf("insert line %d of run %q: %w", p.Seq, p.EngineRunID, mapErr(w.ctx, err))
-		if p.Spill != 0 {
-			// Without the caller's context: an insert refused for another reason must not leave
-			// its line behind because the caller's context ended in between.
-			if derr := w.q.EventLineDelete(context.WithoutCancel(w.ctx), w.tx, p.Spill); derr != nil {
-				err = errors.Join(err, fmt.Errorf("delete its line: %w", derr))
-			}
-		}
-		return err
+		return w.undoInsert(p, fmt.Errorf("insert line %d of run %q: %w", p.Seq, p.EngineRunID, mapErr(w.ctx, err)))
 	}
 	if w.last == nil {
 		w.last = map[string]int64{}
 	}
 	w.last[p.EngineRunID] = p.Seq
 	return nil
+}
+
+// undoInsert takes out what a failed insert of p may have left, and returns err. The row itself can
+// stay: a trigger's RAISE(FAIL) fails the statement but keeps what it wrote. Its seq was the run's
+// next, so a row there is this insert's, unless the insert failed on the key, which means another row
+// holds it. The row's delete trigger drops a large line with it; a large line whose row never was
+// written is deleted by its id. Neither takes the caller's context: an insert refused for another
+// reason must not leave anything behind because the context ended in between.
+func (w *txWriter) undoInsert(p db.EventInsertParams, err error) error {
+	ctx := context.WithoutCancel(w.ctx)
+	if !errors.Is(err, sqlite3.CONSTRAINT_PRIMARYKEY) {
+		if derr := w.q.EventDelete(ctx, w.tx, db.EventDeleteParams{EngineRunID: p.EngineRunID, Seq: p.Seq}); derr != nil {
+			err = errors.Join(err, fmt.Errorf("delete its row: %w", derr))
+		}
+	}
+	if p.Spill != 0 {
+		if derr := w.q.EventLineDelete(ctx, w.tx, p.Spill); derr != nil {
+			err = errors.Join(err, fmt.Errorf("delete its line: %w", derr))
+		}
+	}
+	return err
 }
 
 // setProgress moves a run's projected position.
