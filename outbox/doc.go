@@ -68,11 +68,13 @@
 // row, no used number, no open transaction. The one exception is ErrNotDurable, returned only when the
 // disk failed a sync of the WAL: the call's commit was made, and its seq is returned with the error.
 // Inside a group commit, a call that fails (its builder, its line, a constraint, ErrSeqExhausted) fails
-// alone; only a transaction SQLite itself ended fails the calls that ran in it, and a failed COMMIT the
-// group. A panic inside the driver or SQLite (out of memory, a VFS that panics) fails its call with
+// alone (an insert that fails after a trigger kept its row takes the row out again); only a
+// transaction SQLite itself ended fails the calls that ran in it, a failed COMMIT the group, and a
+// builder that calls runtime.Goexit on the committer's goroutine its group. A panic inside the driver or SQLite (out of memory, a VFS that panics) fails its call with
 // ErrStoreBroken, never the process; the store then refuses every call until reopened, and Close
 // returns. Errors that callers branch on are sentinels (ErrInvalidRunID, ErrLocked, …) found with
-// errors.Is; everything else is wrapped with what was being done. A write refused for lack of space
+// errors.Is; everything else is wrapped with what was being done, the package's own errors naming
+// it once ("outbox: …"), the wraps around them adding only context. A write refused for lack of space
 // is errors.Is syscall.ENOSPC.
 //
 // Resources are bounded by configuration, not by the data: a line by WithMaxLineSize (16 MiB by
