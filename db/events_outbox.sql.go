@@ -25,7 +25,7 @@ func (q *Queries) EventDelete(ctx context.Context, db DBTX, arg EventDeleteParam
 	return err
 }
 
-const EventInsert = `-- name: EventInsert :exec
+const EventInsert = `-- name: EventInsert :execrows
 INSERT INTO events_outbox (engine_run_id, seq, line, announce_key, enqueued_at, spill)
 VALUES (?1, ?2, ?3, CAST(?4 AS TEXT),
         ?5, ?6)
@@ -41,8 +41,8 @@ type EventInsertParams struct {
 }
 
 // spill: 0, or the rowid in events_lines of a large line, whose row then holds an empty line.
-func (q *Queries) EventInsert(ctx context.Context, db DBTX, arg EventInsertParams) error {
-	_, err := db.ExecContext(ctx, EventInsert,
+func (q *Queries) EventInsert(ctx context.Context, db DBTX, arg EventInsertParams) (int64, error) {
+	result, err := db.ExecContext(ctx, EventInsert,
 		arg.EngineRunID,
 		arg.Seq,
 		arg.Line,
@@ -50,7 +50,10 @@ func (q *Queries) EventInsert(ctx context.Context, db DBTX, arg EventInsertParam
 		arg.EnqueuedAt,
 		arg.Spill,
 	)
-	return err
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
 }
 
 const EventKeyHolder = `-- name: EventKeyHolder :one

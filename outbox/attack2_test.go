@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -242,5 +243,43 @@ func TestEnqueueTxAfterTheCallersOwnRowAtTheNextSeq(t *testing.T) {
 	}
 	if seq != 3 || len(lines) != 3 || string(lines[1].Line) != `{"raw":2}` {
 		t.Fatalf("EnqueueTx after the caller's row 2: seq %d, lines %v", seq, lines)
+	}
+}
+
+// TestAnInsertATriggerIgnoredIsNotReportedAsStored: RAISE(IGNORE) in a BEFORE INSERT trigger skips the
+// insert without an error. The call must not be acknowledged with a seq that holds no line, and the
+// next call must still be numbered densely.
+func TestAnInsertATriggerIgnoredIsNotReportedAsStored(t *testing.T) {
+	for _, group := range []bool{true, false} {
+		t.Run(fmt.Sprintf("group=%v", group), func(t *testing.T) {
+			s, _ := outboxtest.Setup(t, outbox.WithGroupCommit(group))
+			ctx := context.Background()
+			if err := s.WriteTx(ctx, func(tx *sql.Tx) error {
+				_, err := tx.Exec(`CREATE TRIGGER ignore_bad BEFORE INSERT ON events_outbox
+					WHEN NEW.engine_run_id = 'r' AND (CAST(NEW.line AS TEXT) = '{"skip":1}' OR NEW.spill <> 0) BEGIN SELECT RAISE(IGNORE); END`)
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			seq, err := s.EnqueueEvent(ctx, "r", outboxtest.ConstLine([]byte(`{"skip":1}`)))
+			if err == nil {
+				t.Errorf("an insert the trigger ignored: EnqueueEvent returned seq %d, nil; run r holds %d lines",
+					seq, len(outboxtest.AllLines(t, s, "r")))
+			}
+			large := []byte(`{"skip":"` + strings.Repeat("x", 2000) + `"}`)
+			if seq, err := s.EnqueueEvent(ctx, "r", outboxtest.ConstLine(large)); err == nil {
+				t.Errorf("a large insert the trigger ignored: EnqueueEvent returned seq %d, nil", seq)
+			}
+			var spilled int
+			if err := s.WriteTx(ctx, func(tx *sql.Tx) error {
+				return tx.QueryRow(`SELECT count(*) FROM events_lines`).Scan(&spilled)
+			}); err != nil || spilled != 0 {
+				t.Errorf("events_lines holds %d lines (%v) after the ignored large insert, want 0", spilled, err)
+			}
+			if seq, err := s.EnqueueEvent(ctx, "r", outboxtest.LineOf("next")); err != nil || seq != 1 {
+				t.Errorf("the next EnqueueEvent: seq %d, %v; want 1, nil", seq, err)
+			}
+			checkDense(t, s, 1)
+		})
 	}
 }

@@ -132,8 +132,14 @@ func (w *txWriter) insert(p db.EventInsertParams) error {
 		}
 		p.Line, p.Spill = []byte{}, id
 	}
-	if err := w.q.EventInsert(w.ctx, w.on(stmtInsert), p); err != nil {
+	n, err := w.q.EventInsert(w.ctx, w.on(stmtInsert), p)
+	if err != nil {
 		return w.undoInsert(p, fmt.Errorf("insert line %d of run %q: %w", p.Seq, p.EngineRunID, mapErr(w.ctx, err)))
+	}
+	if n != 1 {
+		// A trigger's RAISE(IGNORE) skips the insert without an error: the seq would be reported
+		// as stored while it holds nothing, and handed to the next call.
+		return w.undoInsert(p, fmt.Errorf("insert line %d of run %q: the insert stored no row (a trigger ignored it)", p.Seq, p.EngineRunID))
 	}
 	if w.last == nil {
 		w.last = map[string]int64{}

@@ -97,7 +97,8 @@ func TestPreparedStatementsRefuseAnotherQuery(t *testing.T) {
 	}
 	defer s.Close()
 	err = s.write(context.Background(), durable, func(w *txWriter) error {
-		return w.q.EventInsert(w.ctx, w.on(stmtProgressSet), db.EventInsertParams{EngineRunID: "r", Seq: 1, Line: []byte("x")})
+		_, err := w.q.EventInsert(w.ctx, w.on(stmtProgressSet), db.EventInsertParams{EngineRunID: "r", Seq: 1, Line: []byte("x")})
+		return err
 	})
 	if !errors.Is(err, errOtherQuery) {
 		t.Fatalf("an insert on the progress statement: got %v, want errOtherQuery", err)

@@ -1,4 +1,4 @@
--- name: EventInsert :exec
+-- name: EventInsert :execrows
 -- spill: 0, or the rowid in events_lines of a large line, whose row then holds an empty line.
 INSERT INTO events_outbox (engine_run_id, seq, line, announce_key, enqueued_at, spill)
 VALUES (sqlc.arg(engine_run_id), sqlc.arg(seq), sqlc.arg(line), CAST(sqlc.arg(announce_key) AS TEXT),
