@@ -283,3 +283,65 @@ func TestAnInsertATriggerIgnoredIsNotReportedAsStored(t *testing.T) {
 		})
 	}
 }
+
+// TestAOnceKeyInAGroupAGoexitRolledBackIsFreeAgain: calls with once keys and large lines that wait
+// behind a busy committer share a group with a builder that calls runtime.Goexit. Whatever each call
+// was told is what the store holds: a key whose call failed announces on the next EnqueueOnce, a key
+// whose call succeeded does not, and the run is dense.
+func TestAOnceKeyInAGroupAGoexitRolledBackIsFreeAgain(t *testing.T) {
+	s, _ := outboxtest.Setup(t)
+	ctx := context.Background()
+	for round := 0; round < 5; round++ {
+		hold, held := make(chan struct{}), make(chan struct{})
+		busy := make(chan error, 1)
+		go func() {
+			_, err := s.EnqueueEvent(ctx, "r", func(seq int64) ([]byte, error) {
+				close(held)
+				<-hold
+				return []byte(`{"busy":1}`), nil
+			})
+			busy <- err
+		}()
+		<-held
+		type outcome struct {
+			key string
+			err error
+		}
+		outcomes := make(chan outcome, 4)
+		var wg sync.WaitGroup
+		for i := 0; i < 4; i++ {
+			key := fmt.Sprintf("k%d-%d", round, i)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, _, err := s.EnqueueOnce(ctx, "r", key, func(seq int64) ([]byte, error) {
+					return []byte(`{"large":"` + strings.Repeat("y", 3000) + `"}`), nil
+				})
+				outcomes <- outcome{key, err}
+			}()
+		}
+		exited := make(chan error, 1)
+		go func() {
+			_, err := s.EnqueueEvent(ctx, "r", func(int64) ([]byte, error) { runtime.Goexit(); return nil, nil })
+			exited <- err
+		}()
+		time.Sleep(20 * time.Millisecond) // lets the calls queue behind the busy builder; not asserted
+		close(hold)
+		if err := <-busy; err != nil {
+			t.Fatalf("the busy call: %v", err)
+		}
+		within(t, "the calls of the group", wg.Wait)
+		if err := <-exited; err == nil {
+			t.Fatal("the call whose builder called runtime.Goexit returned nil")
+		}
+		close(outcomes)
+		for o := range outcomes {
+			announcing, _, err := s.EnqueueOnce(ctx, "r", o.key, outboxtest.LineOf("again"))
+			if err != nil || announcing != (o.err != nil) {
+				t.Errorf("key %s, first call %v: EnqueueOnce again announcing %v, %v", o.key, o.err, announcing, err)
+			}
+		}
+	}
+	lines := outboxtest.AllLines(t, s, "r")
+	checkDense(t, s, int64(len(lines)))
+}
