@@ -139,7 +139,7 @@ func (w *txWriter) insert(p db.EventInsertParams) error {
 	if n != 1 {
 		// A trigger's RAISE(IGNORE) skips the insert without an error: the seq would be reported
 		// as stored while it holds nothing, and handed to the next call.
-		return w.undoInsert(p, fmt.Errorf("insert line %d of run %q: the insert stored no row (a trigger ignored it)", p.Seq, p.EngineRunID))
+		return w.undoInsert(p, fmt.Errorf("insert line %d of run %q: %w", p.Seq, p.EngineRunID, errInsertIgnored))
 	}
 	if w.last == nil {
 		w.last = map[string]int64{}
@@ -147,6 +147,8 @@ func (w *txWriter) insert(p db.EventInsertParams) error {
 	w.last[p.EngineRunID] = p.Seq
 	return nil
 }
+
+var errInsertIgnored = errors.New("outbox: the insert stored no row (a trigger ignored it)")
 
 // undoInsert takes out what a failed insert of p may have left, and returns err. The row itself can
 // stay: a trigger's RAISE(FAIL) fails the statement but keeps what it wrote. Its seq was the run's
