@@ -31,7 +31,7 @@ func runStream(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs := newFlags("stream", "outbox stream create --nats URL --stream NAME [--replicas N] [--subject-prefix PREFIX]", streamAbout)
 	natsURL := fs.String("nats", "", "the NATS server `URL`")
 	name := fs.String("stream", "", "the stream `NAME`")
-	replicas := fs.Int("replicas", 1, "the number of replicas, `N`: 1 or 3 (a cluster of three or more servers)")
+	replicas := fs.Int("replicas", 1, "the number of replicas, `N`: 1 to 5, usually 1 or 3 (3 needs a cluster of three or more servers)")
 	prefix := fs.String("subject-prefix", ojs.DefaultPrefix, "lines go to the subjects `PREFIX`.<run>")
 	pos, code, done := parseFlags(fs, args, stderr)
 	switch {
