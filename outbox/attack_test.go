@@ -121,6 +121,55 @@ var enqueuePaths = []enqueuePath{
 }
 
 // checkDense checks that run r holds exactly seqs 1..n, and returns n.
+// outcomes are what each call of a test was told, by call id, to be held against what is stored.
+type outcomes struct {
+	mu  sync.Mutex
+	got map[string]outcome
+}
+
+type outcome struct {
+	seq int64
+	err error
+}
+
+func newOutcomes() *outcomes { return &outcomes{got: map[string]outcome{}} }
+
+func (o *outcomes) record(id string, seq int64, err error) {
+	o.mu.Lock()
+	o.got[id] = outcome{seq, err}
+	o.mu.Unlock()
+}
+
+func (o *outcomes) len() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.got)
+}
+
+// check holds every call to what it was told against stored, the seq each call id's line is stored
+// at: a call told a seq is stored there, a call told an error is not stored and was given no seq
+// (ErrNotDurable excepted, whose commit was made). It returns how many calls were acknowledged.
+func (o *outcomes) check(t *testing.T, stored map[string]int64) (acknowledged int) {
+	t.Helper()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for id, c := range o.got {
+		at, ok := stored[id]
+		notDurable := errors.Is(c.err, outbox.ErrNotDurable)
+		switch {
+		case c.err == nil && (!ok || at != c.seq):
+			t.Errorf("%s was told seq %d, stored at %d (stored: %v)", id, c.seq, at, ok)
+		case c.err != nil && !notDurable && ok:
+			t.Errorf("%s was told %v, but is stored at %d", id, c.err, at)
+		case c.err != nil && !notDurable && c.seq != 0:
+			t.Errorf("%s was told seq %d with the error %v", id, c.seq, c.err)
+		case c.err == nil:
+			acknowledged++
+		}
+	}
+	return acknowledged
+}
+
 // onEveryPath runs check once per enqueue path, each on a fresh store whose run "r" holds one event.
 func onEveryPath(t *testing.T, check func(t *testing.T, p enqueuePath, s *outbox.Store, path string)) {
 	for _, p := range enqueuePaths {
@@ -234,15 +283,8 @@ func TestShortDeadlinesNeverStoreAFailedCallOrLoseAnAcknowledgedOne(t *testing.T
 			defer s.Close()
 			foreignDBOf(t, path) // migrated before the deadlines start
 			calls := 60
-			type outcome struct {
-				seq int64
-				err error
-			}
-			var (
-				mu  sync.Mutex
-				got = map[string]outcome{}
-				wg  sync.WaitGroup
-			)
+			got := newOutcomes()
+			var wg sync.WaitGroup
 			for w := 0; w < 3; w++ {
 				wg.Add(1)
 				go func() {
@@ -259,9 +301,7 @@ func TestShortDeadlinesNeverStoreAFailedCallOrLoseAnAcknowledgedOne(t *testing.T
 							return fmt.Appendf(nil, "%s %d", id, seq), nil
 						})
 						cancel()
-						mu.Lock()
-						got[id] = outcome{seq, err}
-						mu.Unlock()
+						got.record(id, seq, err)
 					}
 				}()
 			}
@@ -283,18 +323,7 @@ func TestShortDeadlinesNeverStoreAFailedCallOrLoseAnAcknowledgedOne(t *testing.T
 				}
 				stored[id] = l.Seq
 			}
-			t.Logf("%d of %d calls stored", len(stored), len(got))
-			for id, o := range got {
-				at, ok := stored[id]
-				switch {
-				case o.err == nil && (!ok || at != o.seq):
-					t.Errorf("%s was told seq %d, stored at %d (stored: %v)", id, o.seq, at, ok)
-				case o.err != nil && !errors.Is(o.err, outbox.ErrNotDurable) && ok:
-					t.Errorf("%s was told %v, but is stored at %d", id, o.err, at)
-				case o.err != nil && o.seq != 0 && !errors.Is(o.err, outbox.ErrNotDurable):
-					t.Errorf("%s was told seq %d with the error %v", id, o.seq, o.err)
-				}
-			}
+			t.Logf("%d of %d calls stored", got.check(t, stored), got.len())
 		})
 	}
 }
@@ -632,20 +661,9 @@ func TestForeignTransactionsRacingTheStoresOwnWritesKeepTheNumbersDense(t *testi
 		return d
 	}
 	dbs := []*sql.DB{open("deferred"), open("immediate")}
-	type outcome struct {
-		seq int64
-		err error
-	}
-	var (
-		mu  sync.Mutex
-		got = map[string]outcome{}
-		wg  sync.WaitGroup
-	)
-	record := func(id string, seq int64, err error) {
-		mu.Lock()
-		got[id] = outcome{seq, err}
-		mu.Unlock()
-	}
+	got := newOutcomes()
+	record := got.record
+	var wg sync.WaitGroup
 	build := func(id string) outbox.EventBuilder {
 		return func(seq int64) ([]byte, error) {
 			line := fmt.Sprintf("%s %d", id, seq)
@@ -703,19 +721,7 @@ func TestForeignTransactionsRacingTheStoresOwnWritesKeepTheNumbersDense(t *testi
 		}
 		stored[f[0]] = l.Seq
 	}
-	okCalls := 0
-	for id, o := range got {
-		at, ok := stored[id]
-		switch {
-		case o.err == nil && (!ok || at != o.seq):
-			t.Errorf("%s was told seq %d, stored at %d (stored: %v)", id, o.seq, at, ok)
-		case o.err != nil && ok:
-			t.Errorf("%s was told %v, but is stored at %d", id, o.err, at)
-		case o.err == nil:
-			okCalls++
-		}
-	}
-	t.Logf("%d of %d calls stored", okCalls, len(got))
+	t.Logf("%d of %d calls stored", got.check(t, stored), got.len())
 	var spilled, want int
 	raw := outboxtest.RawDB(t, path)
 	if err := raw.QueryRow(`SELECT count(*) FROM events_lines`).Scan(&spilled); err != nil {
