@@ -2,11 +2,9 @@ module github.com/textmachine/outbox/bench
 
 go 1.26.8
 
-replace github.com/textmachine/outbox => ../
-
 require (
 	github.com/ncruces/go-sqlite3 v0.37.0
-	github.com/textmachine/outbox v0.0.0-00010101000000-000000000000
+	github.com/textmachine/outbox v0.1.0
 	maragu.dev/goqite v0.4.0
 )
 

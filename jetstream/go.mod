@@ -2,14 +2,12 @@ module github.com/textmachine/outbox/jetstream
 
 go 1.26.8
 
-replace github.com/textmachine/outbox => ../
-
 require (
 	github.com/google/go-cmp v0.7.0
 	github.com/nats-io/nats-server/v2 v2.15.3
 	github.com/nats-io/nats.go v1.55.0
 	github.com/synadia-io/orbit.go/jetstreamext v0.3.2
-	github.com/textmachine/outbox v0.0.0-00010101000000-000000000000
+	github.com/textmachine/outbox v0.1.0
 )
 
 require (

@@ -2,19 +2,14 @@ module github.com/textmachine/outbox/cmd/outbox
 
 go 1.26.8
 
-replace (
-	github.com/textmachine/outbox => ../../
-	github.com/textmachine/outbox/jetstream => ../../jetstream
-)
-
 require (
 	github.com/google/go-cmp v0.7.0
 	github.com/nats-io/nats-server/v2 v2.15.3
 	github.com/nats-io/nats.go v1.55.0
 	github.com/ncruces/go-sqlite3 v0.37.0
 	github.com/prometheus/client_golang v1.25.0
-	github.com/textmachine/outbox v0.0.0-00010101000000-000000000000
-	github.com/textmachine/outbox/jetstream v0.0.0-00010101000000-000000000000
+	github.com/textmachine/outbox v0.1.0
+	github.com/textmachine/outbox/jetstream v0.1.0
 )
 
 require (

@@ -39,28 +39,66 @@ func runVersion(_ context.Context, args []string, stdout, stderr io.Writer) int 
 	return exitOK
 }
 
-// moduleVersion is the outbox library's version as the build recorded it: a tagged version when
-// installed with `go install …@version`, "(devel)" when built from a checkout.
+// libraryPath is the module whose version the command reports: the library every command works on.
+const libraryPath = "github.com/textmachine/outbox"
+
+// moduleVersion is the version line's first field or fields, read from what the build recorded.
 func moduleVersion() string {
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		return "(unknown)"
 	}
-	v := bi.Main.Version
+	return versionOf(bi)
+}
+
+// versionOf names the release the binary was built from: the library's version as the build
+// selected it (what `go install …/cmd/outbox@v0.1.0` records, and what a program that imports the
+// command's packages from a newer library would record), else the command module's own version
+// (which the go command derives from the VCS tag of a checkout), else "(devel)". The VCS revision
+// follows when the build stamped one (a build inside a git clone, not from a module zip), marked
+// modified when the tree had uncommitted changes, so that a "(devel)" binary still says what it is.
+func versionOf(bi *debug.BuildInfo) string {
+	v := ""
 	for _, d := range bi.Deps {
-		if d.Path == "github.com/textmachine/outbox" && d.Replace == nil && d.Version != "" {
+		if d.Path != libraryPath {
+			continue
+		}
+		if d.Replace != nil {
+			d = d.Replace
+		}
+		if released(d.Version) {
 			v = d.Version
 		}
+	}
+	if v == "" && released(bi.Main.Version) {
+		v = bi.Main.Version
 	}
 	if v == "" {
 		v = "(devel)"
 	}
+	var rev, modified string
 	for _, s := range bi.Settings {
-		if s.Key == "vcs.revision" {
-			v += " " + s.Value
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			modified = s.Value
 		}
 	}
+	if rev != "" {
+		v += " (revision " + rev
+		if modified == "true" {
+			v += ", modified"
+		}
+		v += ")"
+	}
 	return v
+}
+
+// released reports whether v is a version the go command resolved, rather than the placeholder of
+// a module built from a directory (a workspace module or a local replacement).
+func released(v string) bool {
+	return v != "" && v != "(devel)"
 }
 
 func sqliteVersion() (string, error) {
