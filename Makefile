@@ -6,7 +6,7 @@
 SQLC := cd tools && GOWORK=off go tool sqlc -f ../sqlc.yaml
 MODULES := ./... ./cmd/outbox/... ./jetstream/... ./bench/...
 
-.PHONY: test fmt-check vet generate check-generated migrate bench fuzz reliability
+.PHONY: test fmt-check vet generate check-generated migrate bench fuzz reliability release-check check-sums
 
 # Fuzzing is bounded by a count of inputs, not a duration: with a duration, Go 1.26's fuzzing
 # coordinator can report its own deadline as a failure ("context deadline exceeded", no failing
@@ -22,6 +22,8 @@ test: fmt-check vet check-generated
 	go test -count=1 -tags purego ./journal/
 	go test -short -run '^$$' -bench . -benchtime 1x $(MODULES)
 	$(MAKE) fuzz
+	$(MAKE) release-check
+	$(MAKE) check-sums
 
 ## fuzz: every fuzz target for FUZZTIME inputs (60,000, 5-70 s each, in make test; make reliability
 ## runs 1,000,000, about 2 minutes each).
@@ -63,6 +65,11 @@ generate:
 check-generated:
 	$(SQLC) diff
 	$(SQLC) vet
+
+## release-check: the modules as a user installs and fetches them, at the version they require of each
+## other, from a module proxy in a temporary directory, offline (see README.md, Releases).
+release-check:
+	cd tools && GOWORK=off go run ./releasecheck ..
 
 ## migrate DB=path: apply the migrations to a database file.
 migrate:
