@@ -71,6 +71,16 @@ check-generated:
 release-check:
 	cd tools && GOWORK=off go run ./releasecheck ..
 
+## check-sums: fail when the go.mod, go.sum and go.work.sum files differ from the commit, after the
+## commands that compute them in full (`go work sync`: each module requires what the workspace
+## selects; `go list -m all`: the whole module graph's sums): make test runs it last.
+check-sums:
+	go work sync
+	go list -m all >/dev/null
+	@out=$$(git status --porcelain -- go.work go.work.sum ':(glob)**/go.mod' ':(glob)**/go.sum') || exit 1; \
+	if [ -n "$$out" ]; then echo "go.mod, go.sum or go.work.sum changed (commit what the go command computed):"; \
+	echo "$$out"; git --no-pager diff -- go.work go.work.sum ':(glob)**/go.mod' ':(glob)**/go.sum'; exit 1; fi
+
 ## migrate DB=path: apply the migrations to a database file.
 migrate:
 	@test -n "$(DB)" || { echo "usage: make migrate DB=path/to/book.db"; exit 2; }
