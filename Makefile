@@ -61,9 +61,11 @@ vet:
 generate:
 	$(SQLC) generate
 
-## check-generated: fail when db/ is not what sqlc generates, then lint the queries.
+## check-generated: fail when db/ (or another output directory of sqlc.yaml) is not what sqlc
+## generates or holds a file it does not generate, then lint the queries.
 check-generated:
 	$(SQLC) diff
+	cd tools && GOWORK=off go run ./checkgenerated ..
 	$(SQLC) vet
 
 ## release-check: the modules as a user installs and fetches them, at the version they require of each
@@ -71,11 +73,9 @@ check-generated:
 release-check:
 	cd tools && GOWORK=off go run ./releasecheck ..
 
-## check-sums: fail when the go.mod, go.sum and go.work.sum files differ from the commit, after the
-## commands that compute them in full (`go work sync`: each module requires what the workspace
-## selects; `go list -m all`: the whole module graph's sums): make test runs it last.
+## check-sums: fail when the go.mod, go.sum and go.work.sum files differ from the commit, after
+## `go list -m all` has computed the sums of the whole module graph: make test runs it last.
 check-sums:
-	go work sync
 	go list -m all >/dev/null
 	@out=$$(git status --porcelain -- go.work go.work.sum ':(glob)**/go.mod' ':(glob)**/go.sum') || exit 1; \
 	if [ -n "$$out" ]; then echo "go.mod, go.sum or go.work.sum changed (commit what the go command computed):"; \

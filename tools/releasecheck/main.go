@@ -3,7 +3,8 @@
 // file-based module proxy in a temporary directory, then in an empty module runs
 // `go install github.com/textmachine/outbox/cmd/outbox@VERSION` (and the installed `outbox
 // version`, which must name VERSION) and `go get github.com/textmachine/outbox/jetstream@VERSION`,
-// and builds a program against what it fetched.
+// and builds a program against what it fetched; both binaries must hold the third-party modules at
+// the versions the workspace selects, those the tests ran against.
 //
 // It runs offline: the go commands it starts see only the file proxy, then the download cache of
 // the machine's module cache (where the normal build left the third-party modules), no sum
@@ -135,7 +136,10 @@ func run(repo string, keep bool) error {
 	if err := os.WriteFile(filepath.Join(work, "main.go"), []byte(adopter), 0o644); err != nil {
 		return err
 	}
-	if _, err := runIn(work, env, "go", "build", "-o", os.DevNull, "."); err != nil {
+	if _, err := runIn(work, env, "go", "build", "-o", filepath.Join(tmp, "bin", "adopter"), "."); err != nil {
+		return err
+	}
+	if err := checkTested(repo, filepath.Join(tmp, "bin", "outbox"), filepath.Join(tmp, "bin", "adopter")); err != nil {
 		return err
 	}
 	fmt.Printf("release check: %s installs, fetches and builds as %s (%s)\n", command, version, time.Since(start).Round(time.Second))
@@ -202,6 +206,45 @@ func checkModules(repo string) (string, error) {
 		return "", errors.New("no module requires another: nothing names the release")
 	}
 	return version, nil
+}
+
+// checkTested fails when a binary built from the served modules holds a third-party module at
+// another version than the workspace selects, the one the tests ran against: a module's go.mod then
+// requires less than the workspace needs, and `go work sync` raises it.
+func checkTested(repo string, binaries ...string) error {
+	cmd := exec.Command("go", "list", "-m", "-f", "{{.Path}} {{.Version}}", "all")
+	cmd.Dir = repo
+	cmd.Env = append(os.Environ(), "GOWORK=") // this program runs with GOWORK=off, outside the workspace
+	out, err := cmd.Output()
+	if err != nil {
+		return fmt.Errorf("go list -m all in the workspace: %w", exitError(err))
+	}
+	tested := map[string]string{}
+	for _, line := range strings.Split(string(out), "\n") {
+		if p, v, ok := strings.Cut(line, " "); ok {
+			tested[p] = v
+		}
+	}
+	var wrong []string
+	for _, bin := range binaries {
+		out, err := exec.Command("go", "version", "-m", bin).Output()
+		if err != nil {
+			return fmt.Errorf("go version -m %s: %w", bin, exitError(err))
+		}
+		for _, line := range strings.Split(string(out), "\n") {
+			f := strings.Fields(line)
+			if len(f) < 3 || (f[0] != "dep" && f[0] != "=>") || f[1] == library || strings.HasPrefix(f[1], library+"/") {
+				continue
+			}
+			if tested[f[1]] != f[2] {
+				wrong = append(wrong, fmt.Sprintf("%s: %s %s, the workspace tests %q", filepath.Base(bin), f[1], f[2], tested[f[1]]))
+			}
+		}
+	}
+	if len(wrong) > 0 {
+		return fmt.Errorf("the released modules build other versions than the tests ran (run go work sync):\n\t%s", strings.Join(wrong, "\n\t"))
+	}
+	return nil
 }
 
 // checkReadme makes sure the README's release section names the version the modules require.
