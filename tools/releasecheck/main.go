@@ -3,8 +3,9 @@
 // file-based module proxy in a temporary directory, then in an empty module runs
 // `go install github.com/textmachine/outbox/cmd/outbox@VERSION` (and the installed `outbox
 // version`, which must name VERSION) and `go get github.com/textmachine/outbox/jetstream@VERSION`,
-// and builds a program against what it fetched; both binaries must hold the third-party modules at
-// the versions the workspace selects, those the tests ran against.
+// and builds a program against what it fetched. Both binaries must hold the third-party modules at
+// the versions the workspace selects, those the tests ran against. Last, the command built in a
+// clone of HEAD must name that revision in its `outbox version`.
 //
 // It runs offline: the go commands it starts see only the file proxy, then the download cache of
 // the machine's module cache (where the normal build left the third-party modules), no sum
@@ -107,14 +108,13 @@ func run(repo string, keep bool) error {
 	if err := os.Mkdir(work, 0o755); err != nil {
 		return err
 	}
-	steps := [][]string{
-		{"go", "mod", "init", "example.com/adopter"},
-		{"go", "install", command + "@" + version},
+	if _, err := runIn(work, env, "go", "mod", "init", "example.com/adopter"); err != nil {
+		return err
 	}
-	for _, s := range steps {
-		if _, err := runIn(work, env, s...); err != nil {
-			return err
-		}
+	// go install as a user runs it: without -mod=mod, which could hide a requirement the
+	// command's go.mod lacks.
+	if _, err := runIn(work, withGOFLAGS(env, "-modcacherw -trimpath"), "go", "install", command+"@"+version); err != nil {
+		return err
 	}
 	out, err := runIn(work, env, filepath.Join(tmp, "bin", "outbox"), "version")
 	if err != nil {
@@ -142,7 +142,12 @@ func run(repo string, keep bool) error {
 	if err := checkTested(repo, filepath.Join(tmp, "bin", "outbox"), filepath.Join(tmp, "bin", "adopter")); err != nil {
 		return err
 	}
-	fmt.Printf("release check: %s installs, fetches and builds as %s (%s)\n", command, version, time.Since(start).Round(time.Second))
+	rev, err := checkRevision(repo, tmp)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("release check: %s installs, fetches and builds as %s, and names revision %s from a clone (%s)\n",
+		command, version, rev, time.Since(start).Round(time.Second))
 	return nil
 }
 
@@ -289,6 +294,16 @@ func offlineEnv(tmp, proxy, download string) []string {
 		env = append(env, k+"="+v)
 	}
 	return env
+}
+
+func withGOFLAGS(env []string, flags string) []string {
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, "GOFLAGS=") {
+			out = append(out, kv)
+		}
+	}
+	return append(out, "GOFLAGS="+flags)
 }
 
 func fileURL(dir string) string {
