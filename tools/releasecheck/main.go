@@ -11,7 +11,9 @@
 // the machine's module cache (where the normal build left the third-party modules), no sum
 // database and no VCS, so no server is ever asked for the outbox modules at that version. Their
 // module cache, GOPATH and GOBIN are in the temporary directory, removed at the end; only the build
-// cache is shared (with -trimpath, so that the second run compiles nothing).
+// cache is shared (with -trimpath, so that the second run compiles nothing). A build in a clone
+// also runs in that environment: the go command writes the pseudo-version it derives from the
+// revision into its module cache.
 //
 // Usage, from tools/: GOWORK=off go run ./releasecheck [-keep] REPO
 package main
@@ -142,7 +144,7 @@ func run(repo string, keep bool) error {
 	if err := checkTested(repo, filepath.Join(tmp, "bin", "outbox"), filepath.Join(tmp, "bin", "adopter")); err != nil {
 		return err
 	}
-	rev, err := checkRevision(repo, tmp)
+	rev, err := checkRevision(repo, tmp, env)
 	if err != nil {
 		return err
 	}

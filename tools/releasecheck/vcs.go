@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -11,9 +10,9 @@ import (
 
 // checkRevision builds the command in the workspace of a clone of HEAD (a git worktree's .git is a
 // file, which the go command does not stamp from), with VCS stamping on whatever GOFLAGS says, and
-// fails unless the first line of its `outbox version` names the revision. The third-party modules
-// come from the module cache: nothing is fetched. It returns the revision.
-func checkRevision(repo, tmp string) (string, error) {
+// fails unless the first line of its `outbox version` names the revision. It runs in env, the
+// offline environment, the workspace's go.work aside. It returns the revision.
+func checkRevision(repo, tmp string, env []string) (string, error) {
 	out, err := exec.Command("git", "-C", repo, "rev-parse", "HEAD").Output()
 	if err != nil {
 		return "", fmt.Errorf("git rev-parse HEAD: %w", exitError(err))
@@ -23,15 +22,9 @@ func checkRevision(repo, tmp string) (string, error) {
 	if out, err := exec.Command("git", "clone", "--quiet", repo, clone).CombinedOutput(); err != nil {
 		return "", fmt.Errorf("git clone: %v\n%s", err, out)
 	}
-	env := os.Environ()
-	for k, v := range map[string]string{
-		"GOWORK":      "",
-		"GOPROXY":     "off",
-		"GOFLAGS":     "-buildvcs=true -mod=readonly -trimpath",
-		"GOTOOLCHAIN": "local",
-	} {
-		env = append(env, k+"="+v)
-	}
+	// The go command records the pseudo-version it derives from the revision in its module cache:
+	// the offline one, in the temporary directory, which already holds what the build needs.
+	env = append(withGOFLAGS(env, "-buildvcs=true -mod=readonly -modcacherw -trimpath"), "GOWORK=")
 	bin := filepath.Join(tmp, "bin", "outbox-clone")
 	if _, err := runIn(clone, env, "go", "build", "-o", bin, "./cmd/outbox"); err != nil {
 		return "", err
