@@ -149,6 +149,8 @@ func TestACallGroupedBeforeASlowBuilderReturnsByItsOwnDeadline(t *testing.T) {
 	if err := c["slow"].err; !errors.Is(err, outbox.ErrBuilderStuck) || !errors.Is(err, context.DeadlineExceeded) ||
 		!strings.Contains(err.Error(), `run "r"`) {
 		t.Fatalf("the slow builder's call: %v, want ErrBuilderStuck naming run r, and its deadline", err)
+	} else if strings.Count(err.Error(), "outbox:") != 1 {
+		t.Errorf("the slow builder's call: %q names the package more than once", err)
 	}
 	got.check(t, storedByID(t, s))
 	if seq, err := s.EnqueueEvent(context.Background(), "r", named("next")); err != nil || seq != 4 {
