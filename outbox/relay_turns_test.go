@@ -240,7 +240,11 @@ func (s *stuckSink) Append(ctx context.Context, _ string, _ []outbox.EventLine) 
 func stuckRelay(t *testing.T) (*outbox.Store, *stuckSink, <-chan error) {
 	t.Helper()
 	ctx := context.Background()
-	s, err := outbox.Open(ctx, filepath.Join(t.TempDir(), "book.db"), outbox.WithOpTimeout(200*time.Millisecond))
+	// Open's own context has a deadline, so that the short timeout bounds the calls, not Open's
+	// migrations on a loaded machine.
+	octx, ocancel := context.WithTimeout(ctx, time.Minute)
+	defer ocancel()
+	s, err := outbox.Open(octx, filepath.Join(t.TempDir(), "book.db"), outbox.WithOpTimeout(200*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
