@@ -70,7 +70,13 @@
 // Inside a group commit, a call that fails (its builder, its line, a constraint, ErrSeqExhausted) fails
 // alone (an insert that fails after a trigger kept its row takes the row out again); only a
 // transaction SQLite itself ended fails the calls that ran in it, a failed COMMIT the group, and a
-// builder that calls runtime.Goexit on the committer's goroutine its group. A panic inside the driver or SQLite (out of memory, a VFS that panics) fails its call with
+// builder that calls runtime.Goexit on the committer's goroutine its group. A builder is the caller's
+// code and may be slow or never return; no other caller waits for it past its own deadline (its
+// context's, or the operation timeout): a caller whose deadline passes makes the committer stop
+// running builders in its group and commit what has run, and a builder running then is given up on,
+// its call failing with ErrBuilderStuck (nothing stored, its line thrown away when it returns). Close
+// gives up on such a builder once it has waited the operation timeout, and returns ErrBuilderStuck
+// naming it. A panic inside the driver or SQLite (out of memory, a VFS that panics) fails its call with
 // ErrStoreBroken, never the process; the store then refuses every call until reopened, and Close
 // returns. Errors that callers branch on are sentinels (ErrInvalidRunID, ErrLocked, …) found with
 // errors.Is; everything else is wrapped with what was being done, the package's own errors naming
@@ -96,7 +102,10 @@
 // ledger refuses (ErrAnnounceConflict): the sink then holds the batch exactly once. Close waits for a
 // relay's batch in flight to be recorded, up to the operation timeout, and no relay starts another
 // append once Close has begun (ErrClosed): a clean shutdown leaves nothing to send again, unless a
-// sink takes longer than that wait.
+// sink takes longer than that wait. Once the sink holds a batch, its record is made whatever the
+// caller's context does (a context cancelled by a signal while the batch was appended included),
+// bounded by the operation timeout; and what is recorded is read from the batch before the sink is
+// given it, so a sink that clears, reorders or renumbers the slice changes nothing of it.
 //
 // The store logs nothing unless given a logger (WithLogger). The schema is created and evolved by the
 // goose migrations in package migrations, which Open applies. Network file systems are not

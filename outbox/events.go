@@ -180,7 +180,7 @@ func (s *Store) enqueue(ctx context.Context, w *txWriter, runID, onceKey string,
 	if err != nil {
 		return 0, 0, err
 	}
-	line, err := s.render(ctx, runID, seq, build)
+	line, err := s.render(ctx, w.group, runID, seq, build)
 	if err != nil || line == nil {
 		return 0, 0, err
 	}
@@ -194,9 +194,21 @@ func (s *Store) enqueue(ctx context.Context, w *txWriter, runID, onceKey string,
 }
 
 // render has build render seq's line and checks it: nil when build declined. A panic of build's is
-// returned as a userPanic: build may run on the committer's goroutine, which must not die of it.
-func (s *Store) render(ctx context.Context, runID string, seq int64, build EventBuilder) (line []byte, err error) {
+// returned as a userPanic: build may run on the committer's goroutine, which must not die of it. In a
+// group (g), the builder may be refused before it runs, or its group taken over while it runs (see
+// groupRun.enterBuilder); the call then ends with errCut or errAbandoned.
+func (s *Store) render(ctx context.Context, g *groupRun, runID string, seq int64, build EventBuilder) (line []byte, err error) {
+	if g != nil {
+		if err := g.enterBuilder(seq); err != nil {
+			return nil, err
+		}
+	}
 	line, err = callBuild(build, seq)
+	if g != nil {
+		if err := g.leaveBuilder(); err != nil {
+			return nil, err
+		}
+	}
 	switch {
 	case err != nil:
 		if up, ok := err.(userPanic); ok {

@@ -2,15 +2,11 @@ package outbox
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/textmachine/outbox/internal/faultpoint"
 )
 
 // Group commit: at DurabilityFull each transaction costs one fdatasync of the WAL, so one event per
@@ -58,7 +54,11 @@ type request struct {
 	onceKey string
 	build   EventBuilder
 	state   atomic.Int32
-	done    chan result
+	// late is set once the caller's own deadline has passed: a call that has not run yet is then
+	// not run (errLate), and group is the group it runs in, which the caller hurries (see late).
+	late  atomic.Bool
+	group atomic.Pointer[groupRun]
+	done  chan result
 }
 
 type result struct {
@@ -75,11 +75,19 @@ type committer struct {
 	queue   chan *request
 	stop    chan struct{}
 	stopped chan struct{}
+	// current is the group being written, for a caller whose deadline passes and for Close.
+	current atomic.Pointer[groupRun]
+	// givenUp is set once Close has waited its time: no builder runs any more, and the calls still
+	// queued fail with ErrClosed.
+	givenUp atomic.Bool
+
+	mu    sync.Mutex
+	stuck []*groupRun // groups whose builder was given up on, until it returns (for Close's error)
 }
 
 func newCommitter(s *Store) *committer {
 	c := &committer{s: s, queue: make(chan *request, maxGroup), stop: make(chan struct{}), stopped: make(chan struct{})}
-	go c.run()
+	go c.run(nil)
 	return c
 }
 
@@ -89,18 +97,10 @@ func (c *committer) close() {
 	<-c.stopped
 }
 
-func (c *committer) run() {
-	stopped := false
-	defer func() {
-		if !stopped {
-			// A builder called runtime.Goexit, which no recover stops: its group has been failed
-			// (see write), and a new goroutine takes the queue from here.
-			go c.run()
-			return
-		}
-		close(c.stopped)
-	}()
-	var carry []*request // calls taken but left over by a group that reached maxGroupBytes
+// run is the committer's loop, from the calls carry left over. Exactly one goroutine runs it at a
+// time: it returns when the store stops it, and when a builder overran and another goroutine took the
+// group over (see groupRun.expedite), which then runs the loop in its place.
+func (c *committer) run(carry []*request) {
 	for {
 		group := carry
 		if len(group) == 0 {
@@ -108,7 +108,7 @@ func (c *committer) run() {
 			case first := <-c.queue:
 				group = []*request{first}
 			case <-c.stop:
-				stopped = true
+				close(c.stopped)
 				return
 			}
 		}
@@ -138,7 +138,10 @@ func (c *committer) run() {
 			}
 			timer.Stop()
 		}
-		carry = c.commit(group)
+		var owned bool
+		if carry, owned = c.commit(group); !owned {
+			return
+		}
 	}
 }
 
@@ -180,16 +183,9 @@ func (s *Store) submit(ctx context.Context, runID, onceKey string, build EventBu
 	select {
 	case res = <-r.done:
 	case <-ctx.Done():
-		if r.state.CompareAndSwap(reqQueued, reqWithdrawn) || r.state.CompareAndSwap(reqTaken, reqWithdrawn) {
-			return 0, ctx.Err()
-		}
-		// Running: the outcome, durable or not, is on its way and must be reported as it is.
-		res = <-r.done
+		res = s.group.late(r, ctx.Err())
 	case <-timeout:
-		if r.state.CompareAndSwap(reqQueued, reqWithdrawn) || r.state.CompareAndSwap(reqTaken, reqWithdrawn) {
-			return 0, fmt.Errorf("waited for the writer past the operation timeout (WithOpTimeout): %w", context.DeadlineExceeded)
-		}
-		res = <-r.done
+		res = s.group.late(r, fmt.Errorf("waited for the writer past the operation timeout (WithOpTimeout): %w", context.DeadlineExceeded))
 	}
 	if res.panicked {
 		panic(res.panicVal)
@@ -206,144 +202,30 @@ func (s *Store) submit(ctx context.Context, runID, onceKey string, build EventBu
 	return res.seq, res.err
 }
 
-// commit runs the calls of group that are still wanted in one transaction and delivers their results.
-// It returns the calls it took but left for the next group, once the group holds maxGroupBytes of
-// lines: a producer of large lines then delays the others by about one large write, not by a group
-// of them.
-func (c *committer) commit(group []*request) (carry []*request) {
-	taken := group[:0]
-	for _, r := range group {
-		// A call carried from the last group is taken already; a new one may have been withdrawn.
-		if r.state.Load() == reqTaken || r.state.CompareAndSwap(reqQueued, reqTaken) {
-			taken = append(taken, r)
-		}
+// late is what a caller whose deadline (err) has passed is told. A call not yet run is withdrawn and
+// never runs. A call in a group, run or about to be, cannot be taken out of it (a later call of the
+// same run may already number on from it), so the caller hurries the group instead: the committer
+// runs no further builder in it and commits what has run, and a builder running now, whoever's it is,
+// is given up on (see groupRun.expedite). Either way the outcome comes back within about a statement
+// and a commit, whatever the builders do, and it is the truth: committed, or not stored.
+func (c *committer) late(r *request, err error) result {
+	r.late.Store(true)
+	if r.state.CompareAndSwap(reqQueued, reqWithdrawn) || r.state.CompareAndSwap(reqTaken, reqWithdrawn) {
+		return result{err: err}
 	}
-	if len(taken) == 0 {
-		return nil
+	if g := r.group.Load(); g != nil {
+		g.expedite(r)
 	}
-	results := make([]result, len(taken))
-	n := c.write(taken, results)
-	for i, r := range taken[:n] {
-		r.done <- results[i]
+	res := <-r.done
+	switch {
+	case res.err == errLate:
+		res.err = err
+	case errors.Is(res.err, ErrBuilderStuck) && !errors.Is(res.err, err):
+		res.err = fmt.Errorf("%w (%w)", res.err, err)
 	}
-	if n == len(taken) {
-		return nil
-	}
-	return slices.Clone(taken[n:])
+	return res
 }
 
-// errBuilderExited fails the calls of a group in which a builder called runtime.Goexit.
-var errBuilderExited = errors.New("outbox: a builder called runtime.Goexit; its group was rolled back")
-
-// write writes the first calls of taken into one transaction and commits it, filling their results;
-// it returns how many calls the group holds.
-//
-// A builder runs on this goroutine, so one that calls runtime.Goexit (t.FailNow in a test) ends it
-// half-way through a group, past any recover. Then the group's transaction is rolled back and every
-// call taken gets errBuilderExited here, since the caller's delivery will not run, and run starts a
-// new goroutine: no caller waits for ever, and the writer connection is not left in a transaction.
-func (c *committer) write(taken []*request, results []result) (n int) {
-	var tx *sql.Tx // the group's transaction while it is open
-	returned := false
-	defer func() {
-		if returned {
-			return
-		}
-		if tx != nil {
-			c.s.rollback(tx)
-		}
-		for i, r := range taken {
-			if results[i].err == nil && !results[i].panicked {
-				results[i] = result{err: errBuilderExited}
-			}
-			r.done <- results[i]
-		}
-	}()
-	n = c.writeGroup(taken, results, &tx)
-	returned = true
-	return n
-}
-
-// writeGroup is write's body; it keeps the group's transaction in *open while it is open. A panic
-// inside the driver or SQLite fails the calls with ErrStoreBroken, on this goroutine, which no caller
-// owns.
-func (c *committer) writeGroup(taken []*request, results []result, open **sql.Tx) (n int) {
-	n = len(taken)
-	failAll := func(err error) {
-		for i := range results[:n] {
-			if results[i].err == nil && !results[i].panicked {
-				results[i] = result{err: err}
-			}
-		}
-	}
-	defer func() {
-		if v := recover(); v != nil {
-			failAll(c.s.breakDown(v))
-		}
-	}()
-	ctx, cancel := c.s.opContext(context.Background())
-	defer cancel()
-	// The transaction takes no context: its end would make database/sql close the writer
-	// connection (see Store.write). The statements take the operation timeout.
-	tx, err := c.s.w.BeginTx(context.Background(), nil)
-	if err != nil {
-		failAll(fmt.Errorf("begin: %w", mapErr(ctx, err)))
-		return n
-	}
-	*open = tx
-	// A sync about to start waits for this group rather than leave its callers to the next one.
-	c.s.dur.groupStart()
-	ended := false
-	endGroup := func() {
-		if !ended {
-			ended = true
-			c.s.dur.groupEnd()
-		}
-	}
-	defer endGroup()
-	w := c.s.newTxWriter(ctx, tx, c.s.stmts) // carries each run's last seq from call to call
-	bytes := 0
-	for i, r := range taken {
-		if !r.state.CompareAndSwap(reqTaken, reqRunning) {
-			// Withdrawn while the group waited (for the writer, or for the calls before it).
-			results[i] = result{err: context.Canceled}
-			continue
-		}
-		seq, size, err := c.s.enqueue(r.ctx, w, r.runID, r.onceKey, r.build)
-		if up, ok := err.(userPanic); ok {
-			results[i] = result{panicked: true, panicVal: up.val}
-			continue
-		}
-		results[i] = result{seq: seq, err: err}
-		if err != nil {
-			// A failed statement undoes itself, unless SQLite ended the whole transaction.
-			if lost := c.s.txLost(); lost != nil {
-				n = i + 1
-				c.s.rollback(tx)
-				*open = nil
-				failAll(lost)
-				return n
-			}
-			continue
-		}
-		if bytes += size; bytes >= maxGroupBytes {
-			n = i + 1
-			break
-		}
-	}
-	faultpoint.Hit(faultpoint.BeforeCommit)
-	ticket, err := c.s.commitTx(tx, durable, n)
-	*open = nil
-	endGroup()
-	if err != nil {
-		failAll(fmt.Errorf("commit: %w", mapErr(ctx, err)))
-		return n
-	}
-	faultpoint.Hit(faultpoint.AfterCommit)
-	c.s.signalCommit()
-	// The callers wait for the sync themselves, so the next group begins while the disk works.
-	for i := range results[:n] {
-		results[i].ticket = ticket
-	}
-	return n
-}
+// errLate fails a call that had not run when its caller's deadline passed; the caller returns its own
+// error instead.
+var errLate = errors.New("outbox: the caller's deadline passed before its call ran")

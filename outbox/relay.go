@@ -266,16 +266,17 @@ func (r *Relay) startPrefetch(ctx context.Context, runID string, after, target i
 			l, m, err := r.s.pending(ctx, runID, after, r.cfg.batch, int(room))
 			last = lineBytes(l)
 			p.held.Add(last)
+			end := err != nil || len(l) == 0
+			if !end {
+				// Read before the batch is handed over: the sink may do what it likes with it.
+				after = l[len(l)-1].Seq
+			}
 			select {
 			case p.ch <- fetched{l, m, err}:
 			case <-p.stop:
 				return
 			}
-			if err != nil || len(l) == 0 {
-				return
-			}
-			after = l[len(l)-1].Seq
-			if target > 0 && after >= target {
+			if end || (target > 0 && after >= target) {
 				return
 			}
 		}
@@ -360,11 +361,13 @@ func (r *Relay) project(ctx context.Context, runID string, target int64) (int, e
 		if err != nil || len(b.lines) == 0 {
 			return placed, err
 		}
-		if err := r.place(ctx, turn, runID, b.lines, b.toMark); err != nil {
+		n := len(b.lines)
+		last, err := r.place(ctx, turn, runID, b.lines, b.toMark)
+		if err != nil {
 			return placed, err
 		}
-		placed += len(b.lines)
-		cursor = b.lines[len(b.lines)-1].Seq
+		placed += n
+		cursor = last
 		src.placed(b)
 		if target > 0 && cursor >= target {
 			return placed, nil
@@ -449,29 +452,41 @@ func (b *batches) close() {
 	}
 }
 
-// place appends one batch to the sink and records it, as one batch in flight that Close waits for.
-// A closing store refuses it before the append (ErrClosed).
-func (r *Relay) place(ctx context.Context, turn *runTurn, runID string, lines []EventLine, toMark []int64) error {
+// place appends one batch to the sink and records it, as one batch in flight that Close waits for,
+// and returns the batch's last seq. A closing store refuses it before the append (ErrClosed).
+//
+// What is recorded is taken from the batch before the sink is called: the sink is handed the slice
+// and may clear it, reorder it or rewrite its seqs, and none of that may move the recorded position
+// to a line the sink was not given, or make the next batch look as if rows were missing.
+func (r *Relay) place(ctx context.Context, turn *runTurn, runID string, lines []EventLine, toMark []int64) (last int64, err error) {
 	if err := r.s.proj.begin(); err != nil {
-		return err
+		return 0, err
 	}
 	defer r.s.proj.end()
+	last = lines[len(lines)-1].Seq
+	rec := &batchRecord{runID: runID, last: last, toMark: marksUpTo(toMark, last), lines: len(lines)}
 	if err := r.sink.Append(ctx, runID, lines); err != nil {
-		return &sinkError{err}
+		return 0, &sinkError{err}
 	}
 	faultpoint.Hit(faultpoint.RelayAfterAppend)
-	last := lines[len(lines)-1].Seq
-	turn.unrecorded = &batchRecord{runID: runID, last: last, toMark: marksUpTo(toMark, last), lines: len(lines)}
-	return r.record(ctx, turn)
+	turn.unrecorded = rec
+	return last, r.record(ctx, turn)
 }
 
 // record records the batch the sink has and the store has not, if there is one. Call it holding the
 // run's turn, and mu.
+//
+// The sink holds the batch whatever the caller's context does now, so its record does not take that
+// context's end (a signal.NotifyContext cancelled on SIGINT, an engine that cancels Run before Close):
+// dropped, it would make the next relay send the batch again. It is bounded by the operation timeout
+// instead (DefaultOpTimeout when the store has none), the wait Close gives a batch in flight.
 func (r *Relay) record(ctx context.Context, turn *runTurn) error {
 	b := turn.unrecorded
 	if b == nil {
 		return nil
 	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.s.closeWait())
+	defer cancel()
 	if err := r.s.recordProjected(ctx, b.runID, b.last, b.toMark); err != nil {
 		return fmt.Errorf("record lines up to %d of run %q as projected: %w", b.last, b.runID, err)
 	}

@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/textmachine/outbox/internal/outboxtest"
 	"github.com/textmachine/outbox/journal"
 	"github.com/textmachine/outbox/outbox"
 )
@@ -238,7 +240,11 @@ func (s *stuckSink) Append(ctx context.Context, _ string, _ []outbox.EventLine) 
 func stuckRelay(t *testing.T) (*outbox.Store, *stuckSink, <-chan error) {
 	t.Helper()
 	ctx := context.Background()
-	s, err := outbox.Open(ctx, filepath.Join(t.TempDir(), "book.db"), outbox.WithOpTimeout(200*time.Millisecond))
+	// Open's own context has a deadline, so that the short timeout bounds the calls, not Open's
+	// migrations on a loaded machine.
+	octx, ocancel := context.WithTimeout(ctx, time.Minute)
+	defer ocancel()
+	s, err := outbox.Open(octx, filepath.Join(t.TempDir(), "book.db"), outbox.WithOpTimeout(200*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,43 +303,55 @@ func TestARelayWaitingForItsTurnGivesUpWithItsContextOrWhenTheStoreCloses(t *tes
 	}
 }
 
-// cancelAfterAppend appends and then ends the relay's context, so that the batch is in the journal
-// and its record fails.
-type cancelAfterAppend struct {
-	j      *journal.File
-	cancel context.CancelFunc
-	lines  atomic.Int64
+// afterAppend appends and then calls after, if set, while the batch is in the journal and not yet
+// recorded.
+type afterAppend struct {
+	j     *journal.File
+	after func()
+	lines atomic.Int64
 }
 
-func (c *cancelAfterAppend) Append(ctx context.Context, runID string, lines []outbox.EventLine) error {
+func (c *afterAppend) Append(ctx context.Context, runID string, lines []outbox.EventLine) error {
 	if err := c.j.Append(ctx, runID, lines); err != nil {
 		return err
 	}
 	c.lines.Add(int64(len(lines)))
-	if c.cancel != nil {
-		c.cancel()
+	if c.after != nil {
+		c.after()
 	}
 	return nil
 }
 
-// When a relay's record fails after its append (its context ended in between), another relay of the
-// store that takes the run's turn records that batch instead of appending it again.
+// When a relay's record fails after its append (another program holds the database's write lock
+// past the busy timeout), another relay of the store that takes the run's turn records that batch
+// instead of appending it again.
 func TestAnotherRelayRecordsABatchWhoseRecordFailedInsteadOfSendingItAgain(t *testing.T) {
 	ctx := context.Background()
-	s := openStore(t)
+	s := openStore(t, outbox.WithBusyTimeout(time.Millisecond))
 	path := filepath.Join(t.TempDir(), "journal.jsonl")
 	j := openJournal(t, path)
 	const backlog = 50
 	enqueueSpends(t, s, backlog)
-	first, cancel := context.WithCancel(ctx)
-	sink := &cancelAfterAppend{j: j, cancel: cancel}
-	if err := outbox.NewRelay(s, sink, "run", outbox.WithBatchSize(20)).Flush(first); !errors.Is(err, context.Canceled) {
-		t.Fatalf("Flush whose context ends after the append: %v, want Canceled", err)
+	var held *sql.Tx
+	sink := &afterAppend{j: j, after: func() {
+		var err error
+		if held, err = outboxtest.RawDBRW(t, s.Path()).Begin(); err == nil {
+			_, err = held.Exec(`UPDATE outbox_progress SET projected = projected WHERE 0`)
+		}
+		if err != nil {
+			t.Error(err)
+		}
+	}}
+	if err := outbox.NewRelay(s, sink, "run", outbox.WithBatchSize(20), outbox.WithFlushAttempts(1)).Flush(ctx); err == nil {
+		t.Fatal("Flush whose record met a foreign write lock succeeded")
+	}
+	if err := held.Rollback(); err != nil {
+		t.Fatal(err)
 	}
 	if got, err := s.Projected(ctx, "run"); err != nil || got != 0 {
 		t.Fatalf("Projected after the failed record: %d, %v; want 0", got, err)
 	}
-	second := &cancelAfterAppend{j: j}
+	second := &afterAppend{j: j}
 	if err := outbox.NewRelay(s, second, "run", outbox.WithBatchSize(20)).Flush(ctx); err != nil {
 		t.Fatal(err)
 	}

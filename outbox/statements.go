@@ -72,6 +72,7 @@ type txWriter struct {
 	st    *statements // nil on a transaction the store did not begin, where statements run unprepared
 	bound [numStmts]prepared
 	last  map[string]int64
+	group *groupRun // the group committer's group this transaction is; nil for every other
 }
 
 func (s *Store) newTxWriter(ctx context.Context, tx *sql.Tx, st *statements) *txWriter {

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/ncruces/go-sqlite3"
 	"github.com/ncruces/go-sqlite3/driver"
@@ -257,23 +258,42 @@ func (s *Store) Path() string { return s.path }
 // after Close return ErrClosed; Close itself may be called again and returns nil. A relay's batch that
 // the sink is appending when Close begins is waited for until it is recorded, for up to the operation
 // timeout (WithOpTimeout; DefaultOpTimeout when that is 0); no relay starts another append.
+//
+// Close waits for a group commit's builders up to the same time: once it has passed, a builder still
+// running is given up on (its call fails with ErrBuilderStuck, the calls grouped with it commit) and
+// the calls still queued fail with ErrClosed; Close then returns an error wrapping ErrBuilderStuck,
+// naming each builder the store gave up on (then or earlier) that has not returned, after closing
+// everything all the same. A WriteTx function, or a builder without group commit, runs on its
+// caller's goroutine, inside the call Close waits for.
 func (s *Store) Close() error {
-	s.proj.shutdown(s.closeWait())
+	wait := s.closeWait()
+	giveUp := time.Now().Add(wait)
+	s.proj.shutdown(wait)
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		return nil
 	}
 	s.closed = true
+	if s.inflight > 0 && s.group != nil {
+		t := time.AfterFunc(time.Until(giveUp), s.group.giveUp)
+		defer t.Stop()
+	}
 	for s.inflight > 0 {
 		s.cond.Wait()
 	}
 	close(s.changed) // wakes anyone waiting for a commit; they will find the store closed
 	s.mu.Unlock()
+	var stuck error
 	if s.group != nil {
 		s.group.close()
+		stuck = s.group.stuckErr()
 	}
-	return s.release()
+	err := s.release()
+	if stuck != nil {
+		return errors.Join(fmt.Errorf("close %s: %w", s.path, stuck), err)
+	}
+	return err
 }
 
 // release closes what the store holds, the writer lock last, so that a following Open cannot meet a

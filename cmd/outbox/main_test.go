@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -390,5 +391,66 @@ func TestRelayDrawsABarOnATerminalAndPlainCountsElsewhere(t *testing.T) {
 	p.done()
 	if out := plain.String(); strings.Contains(out, "\r") || !strings.HasSuffix(out, "projected 10/10 lines\n") {
 		t.Errorf("plain output %q", out)
+	}
+}
+
+// SIGINT while `outbox relay` drains a backlog, three times at different points, then a relay to the
+// end: the journal holds every line once. The interrupted relay records the batch the journal already
+// has before it exits, so a clean shutdown re-sends nothing; before, each interrupt during an append
+// dropped the record and the next relay sent that batch again.
+func TestRelayInterruptedBySIGINTReSendsNothing(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	dbPath, jPath := filepath.Join(dir, "book.db"), filepath.Join(dir, "journal.jsonl")
+	s, err := outbox.Open(ctx, dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const backlog = 30000
+	for i := 0; i < backlog; i += 1000 {
+		builds := make([]outbox.EventBuilder, 1000)
+		for k := range builds {
+			builds[k] = journal.Builder("dead", "spend", map[string]int{"i": i + k})
+		}
+		if _, err := s.EnqueueEvents(ctx, "dead", builds); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 3 {
+		before := int64(0)
+		if st, err := os.Stat(jPath); err == nil {
+			before = st.Size()
+		}
+		cmd := outboxCmd(t, "relay", "--db", dbPath, "--journal", jPath)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		// Interrupted once the journal has grown: in the middle of the drain, often in an append.
+		for {
+			if st, err := os.Stat(jPath); err == nil && st.Size() > before {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		cmd.Process.Signal(os.Interrupt)
+		if err := cmd.Wait(); err != nil && cmd.ProcessState.ExitCode() == 0 {
+			t.Fatalf("round %d: %v", round, err)
+		}
+	}
+	if code, out, errOut := cli(t, "relay", "--db", dbPath, "--journal", jPath); code != exitOK {
+		t.Fatalf("the last relay: %d %q %q", code, out, errOut)
+	}
+	f, err := os.Open(jPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rep, err := journal.Verify(f)
+	if err != nil || rep.Lines != backlog || rep.Duplicates != 0 {
+		t.Fatalf("the journal after three interrupts: %d lines, %d duplicates, %v; want %d lines, none twice",
+			rep.Lines, rep.Duplicates, err, backlog)
 	}
 }

@@ -1,0 +1,5 @@
+package outbox
+
+// QueuedCalls is how many group-commit calls wait in the committer's queue, so that a test can line
+// calls up in one group in a known order.
+func QueuedCalls(s *Store) int { return len(s.group.queue) }
