@@ -34,7 +34,8 @@ type Store struct {
 	q        *db.Queries
 	w        *sql.DB // nil when read-only
 	r        *sql.DB
-	lock     *os.File // the writer lock; nil when read-only
+	lock     *os.File    // the writer lock; nil when read-only
+	file     os.FileInfo // the database file as Open or OpenReadOnly found it, for every connection to be on
 	readOnly bool
 	stmts    *statements // prepared on the writer connection; nil when read-only
 	group    *committer  // nil when read-only
@@ -81,9 +82,20 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	_, statErr := os.Stat(path)
+	_, statErr := regularFile(path)
 	created := errors.Is(statErr, os.ErrNotExist)
+	if statErr != nil && !created {
+		return nil, statErr
+	}
 	if s.lock, err = lockFile(path); err != nil {
+		return nil, err
+	}
+	// The file locked is the one checked: a name replaced in between is refused.
+	if s.file, err = s.lock.Stat(); err == nil && !s.file.Mode().IsRegular() {
+		err = notRegular(path, s.file)
+	}
+	if err != nil {
+		s.release()
 		return nil, err
 	}
 	if created {
@@ -94,6 +106,9 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 		}
 	}
 	s.w, err = openDB(path, s.query("_txlock=immediate"), func(c *sqlite3.Conn) error {
+		if err := s.onFile(c); err != nil {
+			return err
+		}
 		if err := c.BusyTimeout(s.cfg.busyTimeout); err != nil {
 			return err
 		}
@@ -152,8 +167,8 @@ func OpenReadOnly(ctx context.Context, path string, opts ...Option) (*Store, err
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	if _, err := os.Stat(path); err != nil {
-		return nil, fmt.Errorf("open %s: %w", path, err)
+	if s.file, err = regularFile(path); err != nil {
+		return nil, err
 	}
 	if s.r, err = s.openReadOnlyPool(); err != nil {
 		return nil, err
@@ -194,6 +209,12 @@ func newStore(path string, opts []Option) (*Store, error) {
 // it, and as the last connection to close does not checkpoint the WAL into it.
 func (s *Store) openReader() (*sql.DB, error) {
 	r, err := openDB(s.path, s.query("mode=ro&_txlock=deferred"), func(c *sqlite3.Conn) error {
+		if err := s.onFile(c); err != nil {
+			return err
+		}
+		if err := privateIndex(c); err != nil {
+			return err
+		}
 		if err := c.BusyTimeout(s.cfg.busyTimeout); err != nil {
 			return err
 		}
@@ -205,6 +226,27 @@ func (s *Store) openReader() (*sql.DB, error) {
 	r.SetMaxOpenConns(s.cfg.readPool)
 	r.SetMaxIdleConns(s.cfg.readPool)
 	return r, nil
+}
+
+// regularFile stats path and refuses anything but a regular file, before anything opens it.
+func regularFile(path string) (os.FileInfo, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	if !st.Mode().IsRegular() {
+		return nil, notRegular(path, st)
+	}
+	return st, nil
+}
+
+// onFile fails a connection that SQLite opened on another file than the store's: one put in the
+// path's place since Open or OpenReadOnly looked at it.
+func (s *Store) onFile(c *sqlite3.Conn) error {
+	if s.file == nil {
+		return nil
+	}
+	return isFile(connFile(c), s.file, s.path)
 }
 
 // query adds the configured VFS, if any, to a DSN query.
