@@ -73,7 +73,7 @@ func Migrate(ctx context.Context, sqlDB *sql.DB) error {
 
 // Open opens the outbox database at path for writing, creating the file if it is missing and applying
 // any pending migrations. It fails with ErrLocked, at once, when another Store in this or another
-// process holds the database.
+// process holds the database, and refuses a path that is not a regular file.
 func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	s, err := newStore(path, opts)
 	if err != nil {
@@ -157,7 +157,9 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 
 // OpenReadOnly opens an existing outbox database for reading only. It takes no writer lock, so it works
 // beside a Store that has the database open for writing, and sees what that store has committed. It
-// writes nothing to the database, not even a checkpoint. Its write methods return ErrReadOnly.
+// writes nothing, needs write access to nothing (the directory, the database, its -wal or -shm), and
+// leaves a book no writer holds open, a crashed one included, exactly as it was (see "Readers write nothing" in the package doc). It
+// refuses a path that is not a regular file. Its write methods return ErrReadOnly.
 func OpenReadOnly(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	s, err := newStore(path, opts)
 	if err != nil {
