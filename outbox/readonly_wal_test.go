@@ -229,3 +229,86 @@ func TestAReadOfACrashedBookKeepsItsSnapshotWhileAnEngineStartsOnIt(t *testing.T
 		}
 	}
 }
+
+// TestAReaderThatCannotWriteTheSHMNeverReadsAMixOfTwoCommits: a reader that reads the engine's -shm
+// read-only reads, again and again, while the engine commits, checkpoints and restarts its WAL; every
+// read is of one commit: the run's lines are numbered 1 to their count, each line its own.
+func TestAReaderThatCannotWriteTheSHMNeverReadsAMixOfTwoCommits(t *testing.T) {
+	ctx := context.Background()
+	base, dir := sharedDir(t)
+	s, path := runningEngine(t, dir)
+	for _, suffix := range []string{"", "-wal", "-shm"} {
+		os.Chmod(path+suffix, 0o444)
+	}
+	done := make(chan struct{})
+	writerErr := make(chan error, 1)
+	go func() {
+		for i := 0; ; i++ {
+			select {
+			case <-done:
+				writerErr <- nil
+				return
+			default:
+			}
+			if _, err := s.EnqueueEvent(ctx, "w", lineFor("w", i)); err != nil {
+				writerErr <- err
+				return
+			}
+			if i%16 == 0 {
+				if _, err := s.w.ExecContext(ctx, `PRAGMA wal_checkpoint(PASSIVE)`); err != nil {
+					writerErr <- err
+					return
+				}
+			}
+		}
+	}()
+	cmd := asUnprivileged(t, base, "TestConsistentReadsChild")
+	cmd.Env = append(os.Environ(), "OUTBOX_RO_BOOK="+path)
+	out, err := cmd.CombinedOutput()
+	close(done)
+	if werr := <-writerErr; werr != nil {
+		t.Fatal(werr)
+	}
+	if err != nil || !strings.Contains(string(out), "CONSISTENT\n") {
+		t.Fatalf("reader: %v\n%s", err, out)
+	}
+}
+
+// TestConsistentReadsChild is the reader process of the test above.
+func TestConsistentReadsChild(t *testing.T) {
+	path := os.Getenv("OUTBOX_RO_BOOK")
+	if path == "" {
+		t.Skip("run by TestAReaderThatCannotWriteTheSHMNeverReadsAMixOfTwoCommits")
+	}
+	ctx := context.Background()
+	if f, err := os.OpenFile(path+"-shm", os.O_RDWR, 0); err == nil {
+		f.Close()
+		t.Fatal("the reader can write the -shm: the test proves nothing")
+	}
+	ro, err := OpenReadOnly(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	seen := 0
+	for range 300 {
+		lines, err := ro.PendingEvents(ctx, "w", 0, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, l := range lines {
+			want, _ := lineFor("w", i)(int64(i + 1))
+			if l.Seq != int64(i+1) || string(l.Line) != string(want) {
+				t.Fatalf("line %d of %d: seq %d %s, want seq %d %s", i, len(lines), l.Seq, l.Line, i+1, want)
+			}
+		}
+		if len(lines) < seen {
+			t.Fatalf("%d lines after %d", len(lines), seen)
+		}
+		seen = len(lines)
+	}
+	if seen == 0 {
+		t.Fatal("no line of the engine's was read")
+	}
+	fmt.Println("CONSISTENT")
+}

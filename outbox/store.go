@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/ncruces/go-sqlite3"
 	"github.com/ncruces/go-sqlite3/driver"
@@ -614,5 +615,18 @@ func (s *Store) read(ctx context.Context, fn func(ctx context.Context) error) (e
 	ctx, cancel := s.opContext(ctx)
 	defer cancel()
 	defer s.recoverDriver(&err)
-	return mapErr(ctx, fn(ctx))
+	for attempt := 1; ; attempt++ {
+		err = fn(ctx)
+		// SQLite's reader of a -shm it cannot write fails with SQLITE_READONLY_RECOVERY when it
+		// found the WAL index header half rewritten by a writer's commit and the writer was done by
+		// the time it looked again: nothing was read, and the read again succeeds, as SQLite's own
+		// retry would have it.
+		if !s.readOnly || !errors.Is(err, sqlite3.READONLY_RECOVERY) || attempt == readRetries || ctx.Err() != nil {
+			return mapErr(ctx, err)
+		}
+		time.Sleep(time.Duration(attempt) * 10 * time.Microsecond)
+	}
 }
+
+// readRetries bounds the reads again of a read-only store that met a writer's commit.
+const readRetries = 100
