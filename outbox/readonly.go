@@ -97,12 +97,12 @@ func (s *Store) openReadOnlyPool() (*sql.DB, error) {
 // OpenReadOnlyDB opens the SQLite database at path for reading through database/sql, the way a
 // Store from OpenReadOnly reads it: it writes nothing and creates no file beside the database, works
 // where the caller cannot write, and sees what a running writer has committed; a read that meets a
-// writer opening a closed book fails with ErrBookOpened. Where the caller cannot write the -shm of
-// a running writer, a read that meets the writer's commit may fail with sqlite3.READONLY_RECOVERY
-// having read nothing (a read-only Store reads again itself); read again. It refuses a path that is
-// not a regular file. It checks that path is a database, and nothing of its schema, so it serves
-// tools that inspect a book of any version. Every operation takes a connection of its
-// own; close the *sql.DB when done.
+// writer opening a closed book fails with ErrBookOpened. Where the caller cannot write a running
+// writer's -shm, a read that meets the writer's commit may fail with sqlite3.READONLY_RECOVERY,
+// having read nothing: read again (a read-only Store does so itself). It refuses a path that is not
+// a regular file. It checks that path is a database, and nothing of its schema, so it serves tools
+// that inspect a book of any version. Every operation takes a connection of its own; close the
+// *sql.DB when done.
 func OpenReadOnlyDB(ctx context.Context, path string, opts ...Option) (*sql.DB, error) {
 	s, err := newStore(path, opts)
 	if err != nil {
