@@ -153,8 +153,18 @@ func (v roVFS) OpenFilename(name *vfs.Filename, flags vfs.OpenFlag) (vfs.File, v
 		// SQLite asks for the -wal read-write and created; read-only is all a reader needs (SQLite
 		// then knows the WAL is read-only and never tries to checkpoint it).
 		ro := flags&^(vfs.OPEN_READWRITE|vfs.OPEN_CREATE|vfs.OPEN_EXCLUSIVE|vfs.OPEN_DELETEONCLOSE) | vfs.OPEN_READONLY
+		// Checked first, as the database file is: a read-only open of a named pipe blocks.
+		probe, err := openProbe(name.String())
+		if err != nil {
+			return nil, flags, err
+		}
+		defer probe.Close()
 		f, _, err := open(ro)
 		if err != nil {
+			return nil, flags, err
+		}
+		if err := sameFile(f, probe); err != nil {
+			f.Close()
 			return nil, flags, err
 		}
 		var main *privateFile

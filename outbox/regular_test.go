@@ -150,3 +150,24 @@ func TestAConnectionToAFileReplacedSinceOpenIsRefused(t *testing.T) {
 		t.Errorf("a read after the book was replaced: %v, want it refused", err)
 	}
 }
+
+// TestAReadOnlyStoreRefusesAWALThatIsANamedPipeAtOnce: the -wal, which a reader opens read-only,
+// is checked as the database file is, so a pipe in its place fails the read instead of blocking it.
+func TestAReadOnlyStoreRefusesAWALThatIsANamedPipeAtOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path := closedBook(t, t.TempDir())
+	if err := syscall.Mkfifo(path+"-wal", 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err := refusedAtOnce(t, "OpenReadOnly", func() error {
+		s, err := OpenReadOnly(ctx, path)
+		if err == nil {
+			s.Close()
+		}
+		return err
+	})
+	if err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Errorf("OpenReadOnly beside a -wal that is a pipe: %v, want it refused", err)
+	}
+}
