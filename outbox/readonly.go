@@ -21,10 +21,11 @@ import (
 // user who may write them, resets and rebuilds the -shm that a crashed writer left behind; and the
 // only documented way round that, immutable=1, takes no locks and ignores the -wal.
 //
-// The read-only VFS below opens the -wal (and any rollback journal) read-only, deletes nothing, holds
-// a SHARED lock on the database file from open to close (so no writer's last close checkpoints and
-// deletes the -wal under the reader), and decides, each time SQLite opens the database file, which
-// of three readers the connection is:
+// The read-only VFS below opens the -wal (and any rollback journal) read-only, after checking without
+// blocking that it, like the database file, is a regular file; deletes nothing; holds a SHARED lock on
+// the database file from open to close (so no writer's last close checkpoints and deletes the -wal
+// under the reader); and decides, each time SQLite opens the database file, which of three readers
+// the connection is:
 //
 //   - No -wal: the database file holds every commit. The connection reads it as immutable
 //     (SQLITE_IOCAP_IMMUTABLE: no -wal, no -shm, no lock taken by SQLite). SQLite rewrites a WAL
@@ -394,55 +395,4 @@ func connFile(c *sqlite3.Conn) vfs.File {
 	}
 	f, _ := h.(vfs.File)
 	return f
-}
-
-// sameFile fails unless f, as the driver opened it, is the file that probe has open.
-func sameFile(f vfs.File, probe *os.File) error {
-	want, err := probe.Stat()
-	if err != nil {
-		return err
-	}
-	return isFile(f, want, probe.Name())
-}
-
-// isFile fails unless f is the file want describes. A file of a VFS that does not say what it has
-// open passes.
-func isFile(f vfs.File, want os.FileInfo, path string) error {
-	for f != nil {
-		if s, ok := f.(interface{ Stat() (os.FileInfo, error) }); ok {
-			got, err := s.Stat()
-			if err != nil {
-				return err
-			}
-			if !os.SameFile(got, want) {
-				return fmt.Errorf("outbox: %s was replaced while it was being opened", path)
-			}
-			return nil
-		}
-		u, ok := f.(vfs.FileUnwrap)
-		if !ok {
-			return nil
-		}
-		f = u.Unwrap()
-	}
-	return nil
-}
-
-// notRegular is the error for a path that is not a regular file: SQLite would block in open(2) on a
-// named pipe, and read a device.
-func notRegular(path string, st os.FileInfo) error {
-	kind := st.Mode().Type().String()
-	switch t := st.Mode().Type(); {
-	case t&os.ModeNamedPipe != 0:
-		kind = "a named pipe"
-	case t&os.ModeDir != 0:
-		kind = "a directory"
-	case t&os.ModeSocket != 0:
-		kind = "a socket"
-	case t&os.ModeDevice != 0:
-		kind = "a device"
-	case t&os.ModeSymlink != 0:
-		kind = "a symbolic link"
-	}
-	return fmt.Errorf("outbox: %s is %s, not a regular file", path, kind)
 }

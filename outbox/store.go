@@ -231,27 +231,6 @@ func (s *Store) openReader() (*sql.DB, error) {
 	return r, nil
 }
 
-// regularFile stats path and refuses anything but a regular file, before anything opens it.
-func regularFile(path string) (os.FileInfo, error) {
-	st, err := os.Stat(path)
-	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", path, err)
-	}
-	if !st.Mode().IsRegular() {
-		return nil, notRegular(path, st)
-	}
-	return st, nil
-}
-
-// onFile fails a connection that SQLite opened on another file than the store's: one put in the
-// path's place since Open or OpenReadOnly looked at it.
-func (s *Store) onFile(c *sqlite3.Conn) error {
-	if s.file == nil {
-		return nil
-	}
-	return isFile(connFile(c), s.file, s.path)
-}
-
 // query adds the configured VFS, if any, to a DSN query.
 func (s *Store) query(q string) string {
 	if s.cfg.vfs != "" {
