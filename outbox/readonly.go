@@ -116,8 +116,11 @@ func OpenReadOnlyDB(ctx context.Context, path string, opts ...Option) (*sql.DB, 
 	if err != nil {
 		return nil, err
 	}
-	var n int
-	if err := r.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema`).Scan(&n); err != nil {
+	err = readAgain(ctx, func(ctx context.Context) error {
+		var n int
+		return r.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema`).Scan(&n)
+	})
+	if err != nil {
 		r.Close()
 		return nil, fmt.Errorf("open %s: %w", path, mapErr(ctx, err))
 	}

@@ -178,15 +178,18 @@ func OpenReadOnly(ctx context.Context, path string, opts ...Option) (*Store, err
 	}
 	octx, cancel := s.opContext(ctx)
 	defer cancel()
-	var n int
-	err = s.r.QueryRowContext(octx,
-		`SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'events_outbox'`).Scan(&n)
-	switch {
-	case err == nil && n == 0:
-		err = ErrNoSchema
-	case err == nil:
-		err = migrations.Check(octx, s.r)
-	}
+	err = readAgain(octx, func(ctx context.Context) error {
+		var n int
+		err := s.r.QueryRowContext(ctx,
+			`SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'events_outbox'`).Scan(&n)
+		switch {
+		case err == nil && n == 0:
+			return ErrNoSchema
+		case err == nil:
+			return migrations.Check(ctx, s.r)
+		}
+		return err
+	})
 	if err != nil {
 		s.release()
 		return nil, fmt.Errorf("open %s: %w", path, mapErr(octx, err))
@@ -594,14 +597,21 @@ func (s *Store) read(ctx context.Context, fn func(ctx context.Context) error) (e
 	ctx, cancel := s.opContext(ctx)
 	defer cancel()
 	defer s.recoverDriver(&err)
+	if !s.readOnly {
+		return mapErr(ctx, fn(ctx))
+	}
+	return mapErr(ctx, readAgain(ctx, fn))
+}
+
+// readAgain runs fn again while it fails with SQLITE_READONLY_RECOVERY, as many as readRetries
+// times. SQLite's reader of a -shm it cannot write fails so when it found the WAL index header half
+// rewritten by a writer's commit and the writer done by the time it looked again: nothing was read,
+// and the read again succeeds, as SQLite's own retry would have it for a reader that may write.
+func readAgain(ctx context.Context, fn func(ctx context.Context) error) error {
 	for attempt := 1; ; attempt++ {
-		err = fn(ctx)
-		// SQLite's reader of a -shm it cannot write fails with SQLITE_READONLY_RECOVERY when it
-		// found the WAL index header half rewritten by a writer's commit and the writer was done by
-		// the time it looked again: nothing was read, and the read again succeeds, as SQLite's own
-		// retry would have it.
-		if !s.readOnly || !errors.Is(err, sqlite3.READONLY_RECOVERY) || attempt == readRetries || ctx.Err() != nil {
-			return mapErr(ctx, err)
+		err := fn(ctx)
+		if !errors.Is(err, sqlite3.READONLY_RECOVERY) || attempt == readRetries || ctx.Err() != nil {
+			return err
 		}
 		time.Sleep(time.Duration(attempt) * 10 * time.Microsecond)
 	}
