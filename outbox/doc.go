@@ -50,9 +50,10 @@
 //     OpenReadOnly takes none. Open refuses a file with more than one hard link (ErrHardLinked):
 //     SQLite gives each name its own -wal, so two names fork the book after a crash.
 //   - Readers write nothing. A store from OpenReadOnly (and a *sql.DB from OpenReadOnlyDB) needs
-//     write access to nothing: it opens the database, its -wal and its -shm read-only. Beside a
-//     running writer it reads the writer's commits through its WAL and -shm, as an SQLite reader
-//     does (writing read marks in the -shm only where it may), never a mix of two commits. A book no
+//     write access to nothing: it opens the database and its -wal read-only, and creates no file.
+//     Beside a running writer it reads the writer's commits through its WAL and -shm, as an SQLite
+//     reader does (writing read marks in the -shm where the user may write it, reading it
+//     read-only where not), never a mix of two commits. A book no
 //     writer holds open, a crashed one with its -wal included, it leaves exactly as it was, creating
 //     no file: without a -wal it reads the file as immutable under a SHARED lock; with one, it builds
 //     the WAL index in its own memory while holding the -shm's WAL_READ_LOCK(0), which stops any
