@@ -49,11 +49,20 @@
 //     descriptor), so a second Open, in this process or another, fails at once with ErrLocked.
 //     OpenReadOnly takes none. Open refuses a file with more than one hard link (ErrHardLinked):
 //     SQLite gives each name its own -wal, so two names fork the book after a crash.
-//   - Readers write nothing. A store from OpenReadOnly (and a *sql.DB from OpenReadOnlyDB) reads
-//     beside a running writer through its WAL, and reads a book no writer holds open without creating
-//     a -wal or -shm beside it, so it also works where it cannot write. It reads such a book as
-//     immutable, holding a SHARED lock that keeps the file as it is; a read that meets a writer
-//     opening the book meanwhile fails with ErrBookOpened, and the same read again succeeds.
+//   - Readers write nothing. A store from OpenReadOnly (and a *sql.DB from OpenReadOnlyDB) needs
+//     write access to nothing: it opens the database and its -wal read-only, and creates no file.
+//     Beside a running writer it reads the writer's commits through its WAL and -shm, as an SQLite
+//     reader does (writing read marks in the -shm where the user may write it, reading it
+//     read-only where not), never a mix of two commits. A book no
+//     writer holds open, a crashed one with its -wal included, it leaves exactly as it was, creating
+//     no file: without a -wal it reads the file as immutable under a SHARED lock; with one, it builds
+//     the WAL index in its own memory while holding the -shm's WAL_READ_LOCK(0), which stops any
+//     writer's checkpoint, or, without a -shm, checking on every read that no writer has created
+//     one. A read that meets a writer opening the book meanwhile fails with ErrBookOpened, and the
+//     same read again succeeds. (On Linux; elsewhere a book with a -wal is read as SQLite reads it.)
+//   - Regular files only. Open, OpenReadOnly and OpenReadOnlyDB refuse, at once and without
+//     blocking, a path that is a named pipe, a directory, a device or a socket, and every connection
+//     checks that SQLite opened the file that was checked.
 //   - The schema it expects. Open, OpenReadOnly and Migrate refuse a book migrated by a newer release
 //     or missing a table, column or unique index the protocol relies on (ErrSchemaMismatch).
 //

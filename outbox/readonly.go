@@ -13,28 +13,46 @@ import (
 	"github.com/ncruces/go-sqlite3/vfs"
 )
 
-// A read-only Store must leave a closed book's directory as it found it, work where the reader cannot
-// write, and still see what a running engine commits. SQLite alone does not allow all three: a
+// A read-only Store must leave a book that no writer holds open as it found it, work where the reader
+// cannot write anything (the directory, the database, the -wal or the -shm), and still see what a
+// running engine commits, never a mix of two commits. SQLite alone does not allow all three: a
 // connection to a WAL database, even one opened read-only, creates the -wal and -shm files beside the
-// database when they are missing (and fails where it cannot), and the only documented way round that,
-// immutable=1, takes no locks and so reads a file that a starting engine may be rewriting.
+// database when they are missing; it opens the -wal and -shm read-write whenever it may, and so, as a
+// user who may write them, resets and rebuilds the -shm that a crashed writer left behind; and the
+// only documented way round that, immutable=1, takes no locks and ignores the -wal.
 //
-// The read-only VFS below decides, each time SQLite opens the database file, which of two readers to be:
+// The read-only VFS below opens the -wal (and any rollback journal) read-only, after checking without
+// blocking that it, like the database file, is a regular file; deletes nothing; holds a SHARED lock on
+// the database file from open to close (so no writer's last close checkpoints and deletes the -wal
+// under the reader); and decides, each time SQLite opens the database file, which of three readers
+// the connection is:
 //
-//   - When a -wal file exists, a writer has the book open (or crashed with it open): the connection is
-//     an ordinary read-only WAL reader, sharing the writer's -shm.
-//   - When none exists, the database file holds every commit, and the connection reads it as immutable
-//     (SQLITE_IOCAP_IMMUTABLE: no -wal, no -shm, no lock taken by SQLite) while the VFS itself holds a
-//     SHARED lock on the file until the connection closes. SQLite rewrites a WAL database's file only
-//     by checkpointing frames from a -wal, and deletes the -wal only under an EXCLUSIVE lock, which
-//     that SHARED lock refuses (the engine's last close then leaves its -wal behind instead of
-//     deleting it, as a crash would). So as long as no -wal exists, the file is the one the connection
-//     opened; every page read first checks that, and once a -wal has appeared the connection refuses
-//     to read (ErrBookOpened) instead of returning pages that a checkpoint may be rewriting.
+//   - No -wal: the database file holds every commit. The connection reads it as immutable
+//     (SQLITE_IOCAP_IMMUTABLE: no -wal, no -shm, no lock taken by SQLite). SQLite rewrites a WAL
+//     database's file only by checkpointing frames from a -wal, so as long as no -wal exists the file
+//     is the one the connection opened; every page read checks that, and once a -wal has appeared the
+//     connection refuses to read (ErrBookOpened) instead of returning pages that a checkpoint may be
+//     rewriting.
+//   - A -wal and a -shm that a connection has in use (its dead man's switch is locked): a writer has
+//     the book open. The connection is SQLite's own WAL reader, sharing the writer's -shm; where the
+//     user cannot write the -shm, SQLite reads it read-only, taking a read lock on a slot whose mark
+//     some other connection set and reading the writer's latest commit under it. That lock is what
+//     keeps the writer from checkpointing past, or restarting, the frames the snapshot uses, as for
+//     any reader. A user who may write the -shm writes read marks in it, as every SQLite reader does.
+//   - A -wal and no -shm in use: a writer stopped with the book open (it crashed, or its last close
+//     found a reader's lock in its way). The connection builds the WAL index in its own memory from the
+//     -wal, as SQLite does when it cannot write the -shm (exclusive locking mode, in which SQLite uses no
+//     -shm; the SHARED lock is what it really holds), and writes nothing. A writer that opens the book
+//     meanwhile must not checkpoint or reuse the frames the connection reads: when a -shm exists, the
+//     connection holds its WAL_READ_LOCK(0) shared, which stops every checkpoint (as SQLite's reader
+//     of a -shm it cannot write does, walBeginShmUnreliable); when none exists, a writer must create
+//     it before it can write, and every page read checks that it still does not exist, failing with
+//     ErrBookOpened once it does.
 //
-// An immutable connection also keeps its page cache for its whole life, so a read-only Store keeps no
-// idle connection: each operation opens its own, which is what lets a long-running reader (a metrics
-// exporter) move from the first kind to the second when an engine starts, and back when it stops.
+// Every connection stays the reader it was opened as, and an immutable or private one keeps its
+// snapshot for its whole life, so a read-only Store keeps no idle connection: each operation opens its
+// own, which is what lets a long-running reader (a metrics exporter) follow an engine that starts and
+// stops.
 
 // ErrBookOpened is returned by a read of a read-only Store that began while no writer had the book
 // open and met one that opened it meanwhile. Nothing read is returned; the same read again goes
@@ -78,25 +96,31 @@ func (s *Store) openReadOnlyPool() (*sql.DB, error) {
 }
 
 // OpenReadOnlyDB opens the SQLite database at path for reading through database/sql, the way a
-// Store from OpenReadOnly reads it: it creates no file beside the database, works where the caller
-// cannot write, and sees what a running writer has committed; a read that meets a writer opening a
-// closed book fails with ErrBookOpened. It checks that path is a database, and nothing of its schema,
-// so it serves tools that inspect a book of any version. Every operation takes a connection of its
-// own; close the *sql.DB when done.
+// Store from OpenReadOnly reads it: it writes nothing and creates no file beside the database, works
+// where the caller cannot write, and sees what a running writer has committed; a read that meets a
+// writer opening a closed book fails with ErrBookOpened. Where the caller cannot write a running
+// writer's -shm, a read that meets the writer's commit may fail with sqlite3.READONLY_RECOVERY,
+// having read nothing: read again (a read-only Store does so itself). It refuses a path that is not
+// a regular file. It checks that path is a database, and nothing of its schema, so it serves tools
+// that inspect a book of any version. Every operation takes a connection of its own; close the
+// *sql.DB when done.
 func OpenReadOnlyDB(ctx context.Context, path string, opts ...Option) (*sql.DB, error) {
 	s, err := newStore(path, opts)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := os.Stat(path); err != nil {
-		return nil, fmt.Errorf("open %s: %w", path, err)
+	if s.file, err = regularFile(path); err != nil {
+		return nil, err
 	}
 	r, err := s.openReadOnlyPool()
 	if err != nil {
 		return nil, err
 	}
-	var n int
-	if err := r.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema`).Scan(&n); err != nil {
+	err = readAgain(ctx, func(ctx context.Context) error {
+		var n int
+		return r.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema`).Scan(&n)
+	})
+	if err != nil {
 		r.Close()
 		return nil, fmt.Errorf("open %s: %w", path, mapErr(ctx, err))
 	}
@@ -109,7 +133,9 @@ func (v roVFS) Open(name string, flags vfs.OpenFlag) (vfs.File, vfs.OpenFlag, er
 	return v.base.Open(name, flags)
 }
 
-func (v roVFS) Delete(name string, syncDir bool) error { return v.base.Delete(name, syncDir) }
+// Delete refuses: SQLite deletes a -wal beside an empty database file, and a journal it takes for
+// stale, and a reader deletes nothing.
+func (v roVFS) Delete(string, bool) error { return sqlite3.READONLY }
 
 func (v roVFS) Access(name string, flags vfs.AccessFlag) (bool, error) {
 	return v.base.Access(name, flags)
@@ -118,35 +144,76 @@ func (v roVFS) Access(name string, flags vfs.AccessFlag) (bool, error) {
 func (v roVFS) FullPathname(name string) (string, error) { return v.base.FullPathname(name) }
 
 func (v roVFS) OpenFilename(name *vfs.Filename, flags vfs.OpenFlag) (vfs.File, vfs.OpenFlag, error) {
-	open := func() (vfs.File, vfs.OpenFlag, error) {
+	open := func(flags vfs.OpenFlag) (vfs.File, vfs.OpenFlag, error) {
 		if ffs, ok := v.base.(vfs.VFSFilename); ok {
 			return ffs.OpenFilename(name, flags)
 		}
 		return v.base.Open(name.String(), flags)
 	}
-	if flags&vfs.OPEN_MAIN_DB == 0 || name == nil {
-		return open()
+	switch {
+	case name == nil || name.String() == "":
+		return open(flags) // a temporary file, not beside the book
+	case flags&(vfs.OPEN_WAL|vfs.OPEN_MAIN_JOURNAL|vfs.OPEN_SUPER_JOURNAL) != 0:
+		// SQLite asks for the -wal read-write and created; read-only is all a reader needs (SQLite
+		// then knows the WAL is read-only and never tries to checkpoint it).
+		ro := flags&^(vfs.OPEN_READWRITE|vfs.OPEN_CREATE|vfs.OPEN_EXCLUSIVE|vfs.OPEN_DELETEONCLOSE) | vfs.OPEN_READONLY
+		// Checked first, as the database file is: a read-only open of a named pipe blocks.
+		probe, err := openProbe(name.String())
+		if err != nil {
+			return nil, flags, err
+		}
+		defer probe.Close()
+		f, _, err := open(ro)
+		if err != nil {
+			return nil, flags, err
+		}
+		if err := sameFile(f, probe); err != nil {
+			f.Close()
+			return nil, flags, err
+		}
+		var main *privateFile
+		if flags&vfs.OPEN_WAL != 0 {
+			main, _ = unwrapFile(name.DatabaseFile()).(*privateFile)
+		}
+		return &readOnlyFile{File: f, main: main}, ro, nil
+	case flags&vfs.OPEN_MAIN_DB == 0:
+		return open(flags)
 	}
 	path := name.String()
-	if exists(path+"-wal") || exists(path+"-journal") {
-		// A writer has the book open, or left it mid-transaction: SQLite's own reader applies.
-		return open()
-	}
-	f, flags, err := open()
+	// Stat first, and without blocking: a named pipe would block open(2) for ever. The descriptor
+	// is then compared with what SQLite opens, so the file read is the one checked.
+	probe, err := openProbe(path)
 	if err != nil {
 		return nil, flags, err
 	}
-	if err := sharedLock(f); err != nil {
+	defer probe.Close()
+	f, flags, err := open(flags)
+	if err != nil {
+		return nil, flags, err
+	}
+	fail := func(err error) (vfs.File, vfs.OpenFlag, error) {
 		f.Close()
 		return nil, flags, err
 	}
-	// Checked again under the lock: a -wal that the last writer deleted just before we locked is
-	// gone for good, and one created after it stays until we close.
-	if exists(path + "-wal") {
-		f.Close()
-		return open()
+	if err := sameFile(f, probe); err != nil {
+		return fail(err)
 	}
-	return &stableFile{File: f, wal: path + "-wal"}, flags, nil
+	if err := sharedLock(f); err != nil {
+		return fail(err)
+	}
+	// Under the lock, a -wal that the last writer deleted is gone for good, and one created from now
+	// on stays until this connection closes.
+	if !exists(path+"-wal") && !exists(path+"-journal") {
+		return &stableFile{File: f, wal: path + "-wal"}, flags, nil
+	}
+	shm, live, err := attachShm(path + "-shm")
+	if err != nil {
+		return fail(err)
+	}
+	if live || !exists(path+"-wal") {
+		return &liveFile{File: f, shm: shm}, flags, nil
+	}
+	return &privateFile{File: f, shm: shm, shmPath: path + "-shm"}, flags, nil
 }
 
 // sharedLock takes SHARED on f, waiting out a writer that holds PENDING on the way to EXCLUSIVE (a
@@ -167,12 +234,47 @@ func exists(path string) bool {
 	return !errors.Is(err, os.ErrNotExist)
 }
 
-// stableFile is the database file of a book that no writer had open: immutable to SQLite, as long as
-// no -wal appears (see the comment at the top of this file).
+// unwrapFile returns the read-only VFS's own file under the driver's wrappers, or what it was given.
+func unwrapFile(f vfs.File) vfs.File {
+	for {
+		switch f.(type) {
+		case *stableFile, *liveFile, *privateFile, *readOnlyFile:
+			return f
+		}
+		u, ok := f.(vfs.FileUnwrap)
+		if !ok {
+			return f
+		}
+		f = u.Unwrap()
+	}
+}
+
+// The database files below hold SHARED from open to close, taken by the VFS: a reader needs no other
+// lock, and gives this one up only by closing. They refuse every write.
+
+// lockHeld grants SHARED, which is held, and refuses more: SQLite asks for EXCLUSIVE only to
+// checkpoint and delete the -wal at its last close.
+func lockHeld(l vfs.LockLevel) error {
+	if l > vfs.LOCK_SHARED {
+		return sqlite3.BUSY
+	}
+	return nil
+}
+
+// stableFile is the database file of a book that has no -wal: immutable to SQLite, as long as no -wal
+// appears (see the comment at the top of this file).
 type stableFile struct {
 	vfs.File
 	wal string
 }
+
+func (f *stableFile) Lock(l vfs.LockLevel) error         { return lockHeld(l) }
+func (f *stableFile) Unlock(vfs.LockLevel) error         { return nil }
+func (f *stableFile) CheckReservedLock() (bool, error)   { return false, nil }
+func (f *stableFile) WriteAt([]byte, int64) (int, error) { return 0, sqlite3.READONLY }
+func (f *stableFile) Truncate(int64) error               { return sqlite3.READONLY }
+
+func (f *stableFile) Unwrap() vfs.File { return f.File }
 
 func (f *stableFile) DeviceCharacteristics() vfs.DeviceCharacteristic {
 	return f.File.DeviceCharacteristics() | vfs.IOCAP_IMMUTABLE
@@ -185,9 +287,115 @@ func (f *stableFile) ReadAt(p []byte, off int64) (int, error) {
 	return f.File.ReadAt(p, off)
 }
 
-// SQLite takes no lock on an immutable file; the one taken at open is held until Close.
-func (f *stableFile) Lock(vfs.LockLevel) error           { return nil }
-func (f *stableFile) Unlock(vfs.LockLevel) error         { return nil }
-func (f *stableFile) CheckReservedLock() (bool, error)   { return false, nil }
-func (f *stableFile) WriteAt([]byte, int64) (int, error) { return 0, sqlite3.READONLY }
-func (f *stableFile) Truncate(int64) error               { return sqlite3.READONLY }
+// liveFile is the database file of a book whose -shm a connection has in use: SQLite's own reader,
+// through the driver's shared memory. shm holds the DMS shared until the connection closes.
+type liveFile struct {
+	vfs.File
+	shm *os.File
+}
+
+func (f *liveFile) Lock(l vfs.LockLevel) error         { return lockHeld(l) }
+func (f *liveFile) Unlock(vfs.LockLevel) error         { return nil }
+func (f *liveFile) WriteAt([]byte, int64) (int, error) { return 0, sqlite3.READONLY }
+func (f *liveFile) Truncate(int64) error               { return sqlite3.READONLY }
+
+func (f *liveFile) Unwrap() vfs.File { return f.File }
+
+func (f *liveFile) SharedMemory() vfs.SharedMemory {
+	if s, ok := f.File.(vfs.FileSharedMemory); ok {
+		return s.SharedMemory()
+	}
+	return nil
+}
+
+func (f *liveFile) CheckReservedLock() (bool, error) { return f.File.CheckReservedLock() }
+
+func (f *liveFile) Close() error {
+	err := f.File.Close()
+	if f.shm != nil {
+		f.shm.Close()
+	}
+	return err
+}
+
+// privateFile is the database file of a book with a -wal and no -shm in use: read in exclusive
+// locking mode, so that SQLite keeps the WAL index in the connection's memory (see the comment at the
+// top of this file). It offers no shared memory, and grants every lock SQLite asks for, since the
+// SHARED it really holds is all a reader needs.
+type privateFile struct {
+	vfs.File
+	shm     *os.File // holding WAL_READ_LOCK(0) shared; nil when there was no -shm
+	shmPath string
+}
+
+func (f *privateFile) Unwrap() vfs.File                   { return f.File }
+func (f *privateFile) Lock(vfs.LockLevel) error           { return nil }
+func (f *privateFile) Unlock(vfs.LockLevel) error         { return nil }
+func (f *privateFile) CheckReservedLock() (bool, error)   { return false, nil }
+func (f *privateFile) WriteAt([]byte, int64) (int, error) { return 0, sqlite3.READONLY }
+func (f *privateFile) Truncate(int64) error               { return sqlite3.READONLY }
+
+func (f *privateFile) ReadAt(p []byte, off int64) (int, error) {
+	n, err := f.File.ReadAt(p, off)
+	if err := f.unchanged(); err != nil {
+		return 0, err
+	}
+	return n, err
+}
+
+// unchanged fails once a writer may have changed the files under the connection: with no -shm held,
+// one that has created it. Checked after each read, so the bytes read are ones no writer touched.
+func (f *privateFile) unchanged() error {
+	if f.shm == nil && exists(f.shmPath) {
+		return vfs.SystemError(ErrBookOpened, sqlite3.IOERR_READ)
+	}
+	return nil
+}
+
+func (f *privateFile) Close() error {
+	err := f.File.Close()
+	if f.shm != nil {
+		f.shm.Close()
+	}
+	return err
+}
+
+// readOnlyFile is a -wal or rollback journal opened read-only. The -wal of a privateFile is checked
+// after each read as the database file is.
+type readOnlyFile struct {
+	vfs.File
+	main *privateFile
+}
+
+func (f *readOnlyFile) Unwrap() vfs.File                   { return f.File }
+func (f *readOnlyFile) WriteAt([]byte, int64) (int, error) { return 0, sqlite3.READONLY }
+func (f *readOnlyFile) Truncate(int64) error               { return sqlite3.READONLY }
+
+func (f *readOnlyFile) ReadAt(p []byte, off int64) (int, error) {
+	n, err := f.File.ReadAt(p, off)
+	if f.main != nil {
+		if err := f.main.unchanged(); err != nil {
+			return 0, err
+		}
+	}
+	return n, err
+}
+
+// privateIndex sets exclusive locking mode on a connection whose database file is a privateFile,
+// before SQLite has read it: only then does SQLite build the WAL index in the connection's memory.
+func privateIndex(c *sqlite3.Conn) error {
+	if _, ok := unwrapFile(connFile(c)).(*privateFile); !ok {
+		return nil
+	}
+	return c.Exec("PRAGMA locking_mode=EXCLUSIVE")
+}
+
+// connFile returns the main database's file as the VFS opened it, or nil.
+func connFile(c *sqlite3.Conn) vfs.File {
+	h, err := c.FileControl("main", sqlite3.FCNTL_FILE_POINTER)
+	if err != nil {
+		return nil
+	}
+	f, _ := h.(vfs.File)
+	return f
+}

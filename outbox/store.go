@@ -35,7 +35,8 @@ type Store struct {
 	q        *db.Queries
 	w        *sql.DB // nil when read-only
 	r        *sql.DB
-	lock     *os.File // the writer lock; nil when read-only
+	lock     *os.File    // the writer lock; nil when read-only
+	file     os.FileInfo // the database file as Open or OpenReadOnly found it, for every connection to be on
 	readOnly bool
 	stmts    *statements // prepared on the writer connection; nil when read-only
 	group    *committer  // nil when read-only
@@ -73,7 +74,7 @@ func Migrate(ctx context.Context, sqlDB *sql.DB) error {
 
 // Open opens the outbox database at path for writing, creating the file if it is missing and applying
 // any pending migrations. It fails with ErrLocked, at once, when another Store in this or another
-// process holds the database.
+// process holds the database, and refuses a path that is not a regular file.
 func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	s, err := newStore(path, opts)
 	if err != nil {
@@ -82,9 +83,20 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	_, statErr := os.Stat(path)
+	_, statErr := regularFile(path)
 	created := errors.Is(statErr, os.ErrNotExist)
+	if statErr != nil && !created {
+		return nil, statErr
+	}
 	if s.lock, err = lockFile(path); err != nil {
+		return nil, err
+	}
+	// The file locked is the one checked: a name replaced in between is refused.
+	if s.file, err = s.lock.Stat(); err == nil && !s.file.Mode().IsRegular() {
+		err = notRegular(path, s.file)
+	}
+	if err != nil {
+		s.release()
 		return nil, err
 	}
 	if created {
@@ -95,6 +107,9 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 		}
 	}
 	s.w, err = openDB(path, s.query("_txlock=immediate"), func(c *sqlite3.Conn) error {
+		if err := s.onFile(c); err != nil {
+			return err
+		}
 		if err := c.BusyTimeout(s.cfg.busyTimeout); err != nil {
 			return err
 		}
@@ -143,7 +158,9 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 
 // OpenReadOnly opens an existing outbox database for reading only. It takes no writer lock, so it works
 // beside a Store that has the database open for writing, and sees what that store has committed. It
-// writes nothing to the database, not even a checkpoint. Its write methods return ErrReadOnly.
+// writes nothing, needs write access to nothing (the directory, the database, its -wal or -shm), and
+// leaves a book no writer holds open, a crashed one included, exactly as it was (see "Readers write nothing" in the package doc). It
+// refuses a path that is not a regular file. Its write methods return ErrReadOnly.
 func OpenReadOnly(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	s, err := newStore(path, opts)
 	if err != nil {
@@ -153,23 +170,26 @@ func OpenReadOnly(ctx context.Context, path string, opts ...Option) (*Store, err
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	if _, err := os.Stat(path); err != nil {
-		return nil, fmt.Errorf("open %s: %w", path, err)
+	if s.file, err = regularFile(path); err != nil {
+		return nil, err
 	}
 	if s.r, err = s.openReadOnlyPool(); err != nil {
 		return nil, err
 	}
 	octx, cancel := s.opContext(ctx)
 	defer cancel()
-	var n int
-	err = s.r.QueryRowContext(octx,
-		`SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'events_outbox'`).Scan(&n)
-	switch {
-	case err == nil && n == 0:
-		err = ErrNoSchema
-	case err == nil:
-		err = migrations.Check(octx, s.r)
-	}
+	err = readAgain(octx, func(ctx context.Context) error {
+		var n int
+		err := s.r.QueryRowContext(ctx,
+			`SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'events_outbox'`).Scan(&n)
+		switch {
+		case err == nil && n == 0:
+			return ErrNoSchema
+		case err == nil:
+			return migrations.Check(ctx, s.r)
+		}
+		return err
+	})
 	if err != nil {
 		s.release()
 		return nil, fmt.Errorf("open %s: %w", path, mapErr(octx, err))
@@ -195,6 +215,12 @@ func newStore(path string, opts []Option) (*Store, error) {
 // it, and as the last connection to close does not checkpoint the WAL into it.
 func (s *Store) openReader() (*sql.DB, error) {
 	r, err := openDB(s.path, s.query("mode=ro&_txlock=deferred"), func(c *sqlite3.Conn) error {
+		if err := s.onFile(c); err != nil {
+			return err
+		}
+		if err := privateIndex(c); err != nil {
+			return err
+		}
 		if err := c.BusyTimeout(s.cfg.busyTimeout); err != nil {
 			return err
 		}
@@ -590,5 +616,25 @@ func (s *Store) read(ctx context.Context, fn func(ctx context.Context) error) (e
 	ctx, cancel := s.opContext(ctx)
 	defer cancel()
 	defer s.recoverDriver(&err)
-	return mapErr(ctx, fn(ctx))
+	if !s.readOnly {
+		return mapErr(ctx, fn(ctx))
+	}
+	return mapErr(ctx, readAgain(ctx, fn))
 }
+
+// readAgain runs fn again while it fails with SQLITE_READONLY_RECOVERY, as many as readRetries
+// times. SQLite's reader of a -shm it cannot write fails so when it found the WAL index header half
+// rewritten by a writer's commit and the writer done by the time it looked again: nothing was read,
+// and the read again succeeds, as SQLite's own retry would have it for a reader that may write.
+func readAgain(ctx context.Context, fn func(ctx context.Context) error) error {
+	for attempt := 1; ; attempt++ {
+		err := fn(ctx)
+		if !errors.Is(err, sqlite3.READONLY_RECOVERY) || attempt == readRetries || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(time.Duration(attempt) * 10 * time.Microsecond)
+	}
+}
+
+// readRetries bounds the reads again of a read-only store that met a writer's commit.
+const readRetries = 100
