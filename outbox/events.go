@@ -27,9 +27,10 @@ type EventLine struct {
 
 // EventBuilder renders the line for the sequence number the store has just assigned. It runs inside
 // the write transaction, so its failure rolls the number back with everything else. Returning a nil
-// line declines: nothing is stored and no number is used. It must not call the store: the store's one
-// writer connection is busy with the transaction it runs in (with group commit, on the committer
-// goroutine, between the other calls of its group).
+// line declines: nothing is stored and no number is used. It must not call the store's write methods:
+// the store's one writer connection is busy with the transaction it runs in (with group commit, on the
+// committer goroutine, between the other calls of its group), and such a call fails at once with
+// ErrCallInsideTx.
 type EventBuilder func(seq int64) ([]byte, error)
 
 // EnqueueEvent assigns runID's next sequence number, has build render the line, and stores it, in one

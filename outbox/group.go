@@ -75,6 +75,7 @@ type committer struct {
 	queue   chan *request
 	stop    chan struct{}
 	stopped chan struct{}
+	g       int64 // the goroutine running the groups: builders run on it
 }
 
 func newCommitter(s *Store) *committer {
@@ -90,6 +91,7 @@ func (c *committer) close() {
 }
 
 func (c *committer) run() {
+	c.g = goid()
 	stopped := false
 	defer func() {
 		if !stopped {
@@ -156,6 +158,9 @@ func (s *Store) submit(ctx context.Context, runID, onceKey string, build EventBu
 	}
 	defer s.exit()
 	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if err := s.checkNotInsideTx(); err != nil {
 		return 0, err
 	}
 	// The operation timeout bounds the wait of a caller whose context has no deadline. It is a
@@ -291,6 +296,9 @@ func (c *committer) writeGroup(taken []*request, results []result, open **sql.Tx
 		return n
 	}
 	*open = tx
+	// A builder runs on this goroutine: one that calls the store is told so (ErrCallInsideTx).
+	c.s.writerG.Store(c.g)
+	defer c.s.writerG.CompareAndSwap(c.g, 0) // the writer may already be another's
 	// A sync about to start waits for this group rather than leave its callers to the next one.
 	c.s.dur.groupStart()
 	ended := false
