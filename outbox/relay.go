@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -457,12 +458,25 @@ func (r *Relay) place(ctx context.Context, turn *runTurn, runID string, lines []
 	}
 	defer r.s.proj.end()
 	if err := r.sink.Append(ctx, runID, lines); err != nil {
+		if errors.Is(err, ErrSinkRefused) {
+			r.stopped(ctx, runID, lines[0].Seq, err)
+		}
 		return &sinkError{err}
 	}
 	faultpoint.Hit(faultpoint.RelayAfterAppend)
 	last := lines[len(lines)-1].Seq
 	turn.unrecorded = &batchRecord{runID: runID, last: last, toMark: marksUpTo(toMark, last), lines: len(lines)}
 	return r.record(ctx, turn)
+}
+
+// stopped says, at Error level and durably in the book (RunStats.StoppedSeq), that the sink refused
+// runID's batch starting at seq: no retry can cure it, so the run's projection stops here.
+func (r *Relay) stopped(ctx context.Context, runID string, seq int64, err error) {
+	r.cfg.log.Error("outbox: relay stopped: the sink refuses the run's lines; they stay stored, unprojected, until the line is retired (Store.RetireEvent) or the sink takes it",
+		"run", runID, "seq", seq, "err", err)
+	if rerr := r.s.recordStop(ctx, runID, seq, err.Error()); rerr != nil {
+		r.cfg.log.Error("outbox: the relay's stop could not be recorded", "run", runID, "seq", seq, "err", rerr)
+	}
 }
 
 // record records the batch the sink has and the store has not, if there is one. Call it holding the
@@ -596,10 +610,17 @@ func (r *Relay) Flush(ctx context.Context) error {
 // or any run this Store has enqueued to since it was opened (another relay of this process projects
 // those), and it never drops a row whose line is not in the sink; each run's highest seq is recorded
 // before its rows go, so no run reuses a number.
+//
+// A run it cannot project (the sink refuses a line of it, or keeps failing past WithFlushAttempts)
+// does not stop the others: Recover projects every run it can, forgets only what it projected, and
+// then returns an error naming each run it could not project and why (errors.Is finds each cause),
+// so that an engine can start beside a stuck run and decide. A refusal is also recorded in the book
+// (RunStats.StoppedSeq). It returns at once when the store fails or ctx ends.
 func (r *Relay) Recover(ctx context.Context) error {
 	if r.err != nil {
 		return r.err
 	}
+	var stuck []error
 	var done []RunStats
 	forget := func() error {
 		if len(done) == 0 {
@@ -624,7 +645,14 @@ func (r *Relay) Recover(ctx context.Context) error {
 		}
 		if run.Projected < run.storedLast {
 			if err := r.drain(ctx, run.RunID, run.storedLast); err != nil {
-				return fmt.Errorf("recover: %w", err)
+				if !runStuck(ctx, err) {
+					return fmt.Errorf("recover: %w", err)
+				}
+				// What drain placed before it stopped is recorded; the rest stays stored.
+				stuck = append(stuck, err)
+				r.cfg.log.Error("outbox: recovery could not project an earlier run; it goes on with the others",
+					"run", run.RunID, "err", err)
+				continue
 			}
 			r.cfg.log.Info("outbox: recovered an earlier run", "run", run.RunID,
 				"from", run.Projected+1, "to", run.storedLast)
@@ -644,7 +672,37 @@ func (r *Relay) Recover(ctx context.Context) error {
 		return fmt.Errorf("recover: %w", err)
 	}
 	faultpoint.Hit(faultpoint.RecoverAfterForget)
+	if len(stuck) > 0 {
+		return fmt.Errorf("recover: %d earlier runs could not be projected, the others were: %w", len(stuck), stuckRuns(stuck))
+	}
 	return nil
+}
+
+// stuckRuns is the runs recovery could not project, each error naming its run, on one line.
+type stuckRuns []error
+
+func (e stuckRuns) Error() string {
+	msgs := make([]string, len(e))
+	for i, err := range e {
+		msgs[i] = err.Error()
+	}
+	return strings.Join(msgs, "; ")
+}
+
+func (e stuckRuns) Unwrap() []error { return e }
+
+// runStuck reports whether a run's failed projection is the run's own, so recovery may go on with the
+// other runs: not an ended context, nor a store that cannot go on.
+func runStuck(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	for _, fatal := range []error{ErrClosed, ErrStoreBroken, ErrNotDurable, ErrSyncFailed, ErrReadOnly} {
+		if errors.Is(err, fatal) {
+			return false
+		}
+	}
+	return true
 }
 
 // Run projects the relay's run continuously until ctx ends, then returns ctx.Err(). It wakes on every
