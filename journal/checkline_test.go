@@ -1,11 +1,16 @@
 package journal_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/textmachine/outbox/journal"
 	"github.com/textmachine/outbox/outbox"
@@ -64,5 +69,53 @@ func TestHandshakeFailsAndStoresNothingWhenItsSeqIsNotOne(t *testing.T) {
 	}
 	if _, err := journal.Handshake("r", nil)(1); errors.Unwrap(err) != nil {
 		t.Errorf("the builder given seq 1: %v", err)
+	}
+}
+
+func TestARetiredLineIsTheLineBuilderRendersForItsData(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, err := outbox.Open(ctx, filepath.Join(t.TempDir(), "book.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.EnqueueEvent(ctx, "r", func(int64) ([]byte, error) { return []byte(`{"seq":5}`), nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RetireEvent(ctx, "r", 1, `a <bad> "line" & more`); err != nil {
+		t.Fatal(err)
+	}
+	lines, err := s.PendingEvents(ctx, "r", 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := lines[0].Line
+	var parsed struct {
+		At string `json:"at"`
+	}
+	if err := json.Unmarshal(got, &parsed); err != nil {
+		t.Fatal(err)
+	}
+	at, err := time.Parse(journal.TimeFormat, parsed.At)
+	if err != nil || at.UTC().Format(journal.TimeFormat) != parsed.At {
+		t.Fatalf("at %q is not in journal.TimeFormat: %v", parsed.At, err)
+	}
+	sum := sha256.Sum256([]byte(`{"seq":5}`))
+	want, err := journal.Builder("r", "retired", map[string]any{
+		"reason": `a <bad> "line" & more`, "sha256": hex.EncodeToString(sum[:]), "size": 9})(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var w struct {
+		At string `json:"at"`
+	}
+	json.Unmarshal(want, &w)
+	want = bytes.Replace(want, []byte(w.At), []byte(parsed.At), 1)
+	if !bytes.Equal(got, want) {
+		t.Errorf("tombstone\n%s\nwant\n%s", got, want)
+	}
+	if err := journal.CheckLine("r", 1, got); err != nil {
+		t.Error(err)
 	}
 }
