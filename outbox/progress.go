@@ -42,9 +42,10 @@ func (s *Store) lastSeq(ctx context.Context, runID string) (int64, error) {
 
 // recordProjected records, in one transaction, that runID's lines up to last are in the sink: the
 // progress moves to last, the once keys of the lines in toMark enter the ledger, and a stop recorded
-// for the run (recordStop) goes. It is a relaxed
+// for the run (recordStop) goes; with forget, the rows up to last that hold no once key are deleted
+// (see WithForgetProjected), after the run's highest seq is recorded. It is a relaxed
 // write: losing it to power failure re-sends the batch, and loses nothing.
-func (s *Store) recordProjected(ctx context.Context, runID string, last int64, toMark []int64) error {
+func (s *Store) recordProjected(ctx context.Context, runID string, last int64, toMark []int64, forget bool) error {
 	return s.write(ctx, relaxed, func(w *txWriter) error {
 		if err := w.setProgress(db.ProgressSetParams{EngineRunID: runID, Projected: last}); err != nil {
 			return err
@@ -56,6 +57,9 @@ func (s *Store) recordProjected(ctx context.Context, runID string, last int64, t
 			if err := w.markProjected(db.EventMarkProjectedParams{EngineRunID: runID, Seq: seq}); err != nil {
 				return err
 			}
+		}
+		if forget {
+			return s.forgetUpTo(w, runID, last)
 		}
 		return nil
 	})
@@ -207,4 +211,17 @@ func (s *Store) recordStop(ctx context.Context, runID string, seq int64, reason 
 		}
 		return nil
 	})
+}
+
+// forgetUpTo deletes runID's rows up to last that hold no once key, after recording last as the run's
+// highest seq: the rows above it, if any, are higher still.
+func (s *Store) forgetUpTo(w *txWriter, runID string, last int64) error {
+	ctx, tx := w.ctx, w.tx
+	if err := s.q.ProgressKeepLastSeq(ctx, tx, db.ProgressKeepLastSeqParams{EngineRunID: runID, LastSeq: last}); err != nil {
+		return fmt.Errorf("record the last seq of run %q: %w", runID, mapErr(ctx, err))
+	}
+	if _, err := s.q.EventsForgetProjected(ctx, tx, db.EventsForgetProjectedParams{EngineRunID: runID, Projected: last}); err != nil {
+		return fmt.Errorf("forget projected lines of run %q: %w", runID, mapErr(ctx, err))
+	}
+	return nil
 }

@@ -56,6 +56,7 @@ type relayConfig struct {
 	poll          time.Duration
 	log           *slog.Logger
 	onProjected   func(runID string, lines int, last int64)
+	forget        bool
 }
 
 // RelayOption configures NewRelay. An invalid value makes the relay's methods return an error.
@@ -138,6 +139,23 @@ func WithPollInterval(d time.Duration) RelayOption {
 func WithOnProjected(fn func(runID string, lines int, last int64)) RelayOption {
 	return func(c *relayConfig) error {
 		c.onProjected = fn
+		return nil
+	}
+}
+
+// WithForgetProjected makes the relay forget the rows it has projected as it goes: each batch's record
+// also deletes, in the same transaction, the batch's rows that hold no once key. The ledger is kept
+// (rows whose key it holds stay, as they must for the life of the book), and so is the run's highest
+// seq, so no number is reused. A process that runs for months then keeps in its book only what is not
+// yet projected, and the ledger, instead of every event since it started.
+//
+// The default (off) keeps a live run's projected rows until the next start, when Recover forgets
+// them: `outbox pending --all` can show them until then, and a run all of whose rows are forgotten
+// is no longer listed by Runs, AllRuns and `outbox stats` (its progress is kept: Projected and
+// EventsUsed still know it).
+func WithForgetProjected(on bool) RelayOption {
+	return func(c *relayConfig) error {
+		c.forget = on
 		return nil
 	}
 }
@@ -486,7 +504,7 @@ func (r *Relay) record(ctx context.Context, turn *runTurn) error {
 	if b == nil {
 		return nil
 	}
-	if err := r.s.recordProjected(ctx, b.runID, b.last, b.toMark); err != nil {
+	if err := r.s.recordProjected(ctx, b.runID, b.last, b.toMark, r.cfg.forget); err != nil {
 		return fmt.Errorf("record lines up to %d of run %q as projected: %w", b.last, b.runID, err)
 	}
 	turn.unrecorded = nil
