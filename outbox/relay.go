@@ -551,7 +551,7 @@ func retriable(ctx context.Context, err error) bool {
 		return false
 	}
 	for _, permanent := range []error{ErrClosed, ErrRowsMissing, ErrSinkRefused, ErrAnnounceConflict,
-		ErrUnknownEvent, ErrNotDurable, ErrSyncFailed, ErrReadOnly} {
+		ErrUnknownEvent, ErrNotDurable, ErrSyncFailed, ErrReadOnly, ErrCallInsideTx} {
 		if errors.Is(err, permanent) {
 			return false
 		}
@@ -629,11 +629,13 @@ func (r *Relay) Flush(ctx context.Context) error {
 // those), and it never drops a row whose line is not in the sink; each run's highest seq is recorded
 // before its rows go, so no run reuses a number.
 //
-// A run it cannot project (the sink refuses a line of it, or keeps failing past WithFlushAttempts)
-// does not stop the others: Recover projects every run it can, forgets only what it projected, and
-// then returns an error naming each run it could not project and why (errors.Is finds each cause),
-// so that an engine can start beside a stuck run and decide. A refusal is also recorded in the book
-// (RunStats.StoppedSeq). It returns at once when the store fails or ctx ends.
+// A run it cannot project for a reason of the run's own (the sink refuses a line of it:
+// ErrSinkRefused; rows missing; a ledger conflict) does not stop the others: Recover projects every
+// run it can, forgets only what it projected, and then returns an error naming each run it could not
+// project and why (errors.Is finds each cause), so that an engine can start beside a stuck run and
+// decide. A refusal is also recorded in the book (RunStats.StoppedSeq). A sink that keeps failing
+// past WithFlushAttempts, a store that fails, or an ended ctx stops it at once (with the runs found
+// stuck so far named too): the next run would meet the same.
 func (r *Relay) Recover(ctx context.Context) error {
 	if r.err != nil {
 		return r.err
@@ -664,7 +666,7 @@ func (r *Relay) Recover(ctx context.Context) error {
 		if run.Projected < run.storedLast {
 			if err := r.drain(ctx, run.RunID, run.storedLast); err != nil {
 				if !runStuck(ctx, err) {
-					return fmt.Errorf("recover: %w", err)
+					return fmt.Errorf("recover: %w", stuckRuns(append(stuck, err)))
 				}
 				// What drain placed before it stopped is recorded; the rest stays stored.
 				stuck = append(stuck, err)
@@ -690,6 +692,11 @@ func (r *Relay) Recover(ctx context.Context) error {
 		return fmt.Errorf("recover: %w", err)
 	}
 	faultpoint.Hit(faultpoint.RecoverAfterForget)
+	return stuckError(stuck)
+}
+
+// stuckError is Recover's error for the runs it could not project, nil for none.
+func stuckError(stuck []error) error {
 	if len(stuck) > 0 {
 		return fmt.Errorf("recover: %d earlier runs could not be projected, the others were: %w", len(stuck), stuckRuns(stuck))
 	}
@@ -710,17 +717,18 @@ func (e stuckRuns) Error() string {
 func (e stuckRuns) Unwrap() []error { return e }
 
 // runStuck reports whether a run's failed projection is the run's own, so recovery may go on with the
-// other runs: not an ended context, nor a store that cannot go on.
+// other runs: a refusal no retry can cure, not a failing sink, an ended context or a store that
+// cannot go on.
 func runStuck(ctx context.Context, err error) bool {
 	if ctx.Err() != nil {
 		return false
 	}
-	for _, fatal := range []error{ErrClosed, ErrStoreBroken, ErrNotDurable, ErrSyncFailed, ErrReadOnly} {
+	for _, fatal := range []error{ErrClosed, ErrStoreBroken, ErrNotDurable, ErrSyncFailed, ErrReadOnly, ErrCallInsideTx} {
 		if errors.Is(err, fatal) {
 			return false
 		}
 	}
-	return true
+	return !retriable(ctx, err)
 }
 
 // Run projects the relay's run continuously until ctx ends, then returns ctx.Err(). It wakes on every

@@ -208,3 +208,29 @@ func TestRecoverProjectsEveryRunItCanAndNamesEachRunItCouldNot(t *testing.T) {
 		t.Fatalf("the live run's Flush: %v", err)
 	}
 }
+
+func TestRecoverStopsAtOnceWhenTheSinkItselfKeepsFailing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := outboxtest.Setup(t)
+	for _, run := range []string{"a", "b", "c"} {
+		if _, err := s.EnqueueEvent(ctx, run, outboxtest.LineOf("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s = outboxtest.Reopen(t, s)
+	sink := outboxtest.NewMemSink()
+	sink.SetFailing(true)
+	err := outboxtest.FastRelay(s, sink, "live", outbox.WithFlushAttempts(2)).Recover(ctx)
+	if !errors.Is(err, outboxtest.ErrSinkDown) || !strings.Contains(err.Error(), `run "a"`) {
+		t.Fatalf("Recover: %v; want the sink's error, naming the run", err)
+	}
+	if tried := sink.Tried(); len(tried) != 2 {
+		t.Errorf("the sink was offered %d batches, want 2: the attempts at the first run, none at the others", len(tried))
+	}
+	for _, run := range []string{"a", "b", "c"} {
+		if st := runStats(t, s, run); st.Lines != 1 || st.StoppedSeq != 0 {
+			t.Errorf("run %q: %+v; want its line kept and no stop recorded (the sink failed, it did not refuse)", run, st)
+		}
+	}
+}
