@@ -734,7 +734,9 @@ func runStuck(ctx context.Context, err error) bool {
 // Run projects the relay's run continuously until ctx ends, then returns ctx.Err(). It wakes on every
 // commit made through the store and at the poll interval. While the sink fails it keeps the lines,
 // backs off, and logs once when it starts failing and once when it recovers. It returns early only
-// when projecting cannot succeed: a closed store, missing rows, or a sink's refusal (ErrSinkRefused).
+// when projecting cannot succeed: a closed store, missing rows, or a sink's refusal (ErrSinkRefused),
+// which it logs at Error level and records in the book (RunStats.StoppedSeq) before returning. Its
+// caller should not drop that error: the run is not projected from there on.
 func (r *Relay) Run(ctx context.Context) error {
 	if r.err != nil {
 		return r.err
