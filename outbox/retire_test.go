@@ -189,3 +189,24 @@ func TestRetiringALargeLineLeavesNothingOfIt(t *testing.T) {
 		t.Errorf("tombstone size %d, want %d", tomb.Data.Size, len(big))
 	}
 }
+
+func TestRetireEventWithAnEndedContextChangesNothing(t *testing.T) {
+	t.Parallel()
+	s, _ := outboxtest.Setup(t)
+	if _, err := s.EnqueueEvent(context.Background(), "r", wrongSeq("r")); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := s.PendingEvents(context.Background(), "r", 0, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := s.RetireEvent(ctx, "r", 1, "x"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("RetireEvent with a cancelled context: %v", err)
+	}
+	after, _ := s.PendingEvents(context.Background(), "r", 0, 1)
+	if string(before[0].Line) != string(after[0].Line) {
+		t.Fatalf("the line changed: %q to %q", before[0].Line, after[0].Line)
+	}
+	if err := s.RetireEvent(context.Background(), "r", 1, "x"); err != nil {
+		t.Fatalf("the store is not usable after: %v", err)
+	}
+}
