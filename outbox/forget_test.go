@@ -19,7 +19,7 @@ func TestWithForgetProjectedTheLiveRunsProjectedRowsGoAsTheRelayGoesAndTheLedger
 			ctx := context.Background()
 			s, path := outboxtest.Setup(t)
 			sink := outboxtest.NewMemSink()
-			relay := outbox.NewRelay(s, sink, "r", outbox.WithForgetProjected(forget), outbox.WithBatchSize(3))
+			relay := outboxtest.NewRelay(t, s, sink, "r", outbox.WithForgetProjected(forget), outbox.WithBatchSize(3))
 			for i := range 10 {
 				var err error
 				switch {
@@ -68,7 +68,7 @@ func TestWithForgetProjectedTheLiveRunsProjectedRowsGoAsTheRelayGoesAndTheLedger
 					t.Errorf("next seq %d, %v; want 12", seq, err)
 				}
 			}
-			if err := outbox.NewRelay(outboxtest.Reopen(t, s), sink, "next").Recover(ctx); err != nil {
+			if err := outboxtest.NewRelay(t, outboxtest.Reopen(t, s), sink, "next").Recover(ctx); err != nil {
 				t.Fatal(err)
 			}
 			for i, l := range sink.All() {

@@ -59,7 +59,7 @@ type relayConfig struct {
 	forget        bool
 }
 
-// RelayOption configures NewRelay. An invalid value makes the relay's methods return an error.
+// RelayOption configures NewRelay. An invalid value makes NewRelay fail.
 type RelayOption func(*relayConfig) error
 
 // BatchSizer is a Sink that says how many lines a batch should hold for it: a broker that stores a
@@ -186,7 +186,6 @@ type Relay struct {
 	sink  Sink
 	runID string
 	cfg   relayConfig
-	err   error // from the options or the arguments; returned by every method
 
 	mu      sync.Mutex // one batch at a time; guards failing
 	failing error      // the error of the last failed batch, until a batch succeeds
@@ -201,9 +200,21 @@ type batchRecord struct {
 	lines  int
 }
 
-// NewRelay returns a relay from s to sink for runID. Invalid arguments or options are reported by the
-// relay's methods.
-func NewRelay(s *Store, sink Sink, runID string, opts ...RelayOption) *Relay {
+// NewRelay returns a relay from s to sink for runID. It fails, and returns no relay, when s or sink is
+// nil, s is read-only (ErrReadOnly: it could append but never record), runID is not a valid run id
+// (ErrInvalidRunID), or an option is given an invalid value.
+func NewRelay(s *Store, sink Sink, runID string, opts ...RelayOption) (*Relay, error) {
+	switch {
+	case s == nil:
+		return nil, errors.New("outbox: relay with a nil store")
+	case sink == nil:
+		return nil, errors.New("outbox: relay with a nil sink")
+	case s.readOnly:
+		return nil, fmt.Errorf("relay on a read-only store: %w", ErrReadOnly)
+	}
+	if err := checkRunID(runID); err != nil {
+		return nil, err
+	}
 	r := &Relay{s: s, sink: sink, runID: runID, cfg: relayConfig{
 		batch:         DefaultBatchSize,
 		batchBytes:    DefaultBatchBytes,
@@ -211,30 +222,20 @@ func NewRelay(s *Store, sink Sink, runID string, opts ...RelayOption) *Relay {
 		maxBackoff:    DefaultMaxBackoff,
 		flushAttempts: DefaultFlushAttempts,
 		poll:          DefaultPollInterval,
+		log:           s.log,
 	}}
-	switch {
-	case s == nil:
-		r.err = errors.New("outbox: relay with a nil store")
-		return r
-	case sink == nil:
-		r.err = errors.New("outbox: relay with a nil sink")
-	case s.readOnly:
-		// It could append but never record: every attempt would send its batch again.
-		r.err = fmt.Errorf("relay on a read-only store: %w", ErrReadOnly)
-	default:
-		r.err = checkRunID(runID)
-	}
-	r.cfg.log = s.log
 	if b, ok := sink.(BatchSizer); ok && b.BatchSize() > 0 {
 		r.cfg.batch = b.BatchSize()
 	}
 	for _, o := range opts {
-		if o == nil || r.err != nil {
+		if o == nil {
 			continue
 		}
-		r.err = o(&r.cfg)
+		if err := o(&r.cfg); err != nil {
+			return nil, err
+		}
 	}
-	return r
+	return r, nil
 }
 
 // sinkError marks an error as the sink's, which is worth retrying, unlike the store's own failures.
@@ -609,9 +610,6 @@ func (r *Relay) drain(ctx context.Context, runID string, target int64) error {
 // error, wrapped, after WithFlushAttempts tries of the failing batch, having sent nothing twice
 // except that batch and skipped nothing.
 func (r *Relay) Flush(ctx context.Context) error {
-	if r.err != nil {
-		return r.err
-	}
 	target, err := r.s.lastSeq(ctx, r.runID)
 	if err != nil {
 		return err
@@ -637,9 +635,6 @@ func (r *Relay) Flush(ctx context.Context) error {
 // past WithFlushAttempts, a store that fails, or an ended ctx stops it at once (with the runs found
 // stuck so far named too): the next run would meet the same.
 func (r *Relay) Recover(ctx context.Context) error {
-	if r.err != nil {
-		return r.err
-	}
 	var stuck []error
 	var done []RunStats
 	forget := func() error {
@@ -738,9 +733,6 @@ func runStuck(ctx context.Context, err error) bool {
 // which it logs at Error level and records in the book (RunStats.StoppedSeq) before returning. Its
 // caller should not drop that error: the run is not projected from there on.
 func (r *Relay) Run(ctx context.Context) error {
-	if r.err != nil {
-		return r.err
-	}
 	poll := time.NewTicker(r.cfg.poll)
 	defer poll.Stop()
 	wait := r.cfg.minBackoff

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/textmachine/outbox/internal/outboxtest"
 	"github.com/textmachine/outbox/journal"
 	"github.com/textmachine/outbox/outbox"
 )
@@ -80,7 +81,7 @@ func TestRelaysOfOneStoreProjectingOneRunAppendEachLineOnce(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make(chan error, relays+producers)
 	for i := range relays {
-		r := outbox.NewRelay(s, j, "run", outbox.WithBatchSize(16+i*8), outbox.WithPollInterval(time.Millisecond))
+		r := outboxtest.NewRelay(t, s, j, "run", outbox.WithBatchSize(16+i*8), outbox.WithPollInterval(time.Millisecond))
 		wg.Go(func() {
 			if i%2 == 0 {
 				if err := r.Run(runCtx); !errors.Is(err, context.Canceled) {
@@ -113,7 +114,7 @@ func TestRelaysOfOneStoreProjectingOneRunAppendEachLineOnce(t *testing.T) {
 		})
 	}
 	pw.Wait()
-	if err := outbox.NewRelay(s, j, "run").Flush(ctx); err != nil {
+	if err := outboxtest.NewRelay(t, s, j, "run").Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
 	stop()
@@ -176,7 +177,8 @@ func TestCloseDuringADrainWaitsForTheBatchInFlightAndNothingIsSentAgain(t *testi
 	j := openJournal(t, path)
 	sink := newGatedSink(j, 3)
 	flushed := make(chan error, 1)
-	go func() { flushed <- outbox.NewRelay(s, sink, "run", outbox.WithBatchSize(100)).Flush(ctx) }()
+	relay := outboxtest.NewRelay(t, s, sink, "run", outbox.WithBatchSize(100))
+	go func() { flushed <- relay.Flush(ctx) }()
 	<-sink.held
 	closed := make(chan error, 1)
 	go func() { closed <- s.Close() }()
@@ -205,7 +207,7 @@ func TestCloseDuringADrainWaitsForTheBatchInFlightAndNothingIsSentAgain(t *testi
 	}
 	defer s2.Close()
 	after := newGatedSink(j, 0)
-	if err := outbox.NewRelay(s2, after, "run").Flush(ctx); err != nil {
+	if err := outboxtest.NewRelay(t, s2, after, "run").Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := sent+after.lines.Load(), int64(backlog); got != want {
@@ -247,7 +249,8 @@ func stuckRelay(t *testing.T) (*outbox.Store, *stuckSink, <-chan error) {
 	}
 	sink := &stuckSink{entered: make(chan struct{}), free: make(chan struct{})}
 	flushed := make(chan error, 1)
-	go func() { flushed <- outbox.NewRelay(s, sink, "run").Flush(ctx) }()
+	relay := outboxtest.NewRelay(t, s, sink, "run")
+	go func() { flushed <- relay.Flush(ctx) }()
 	<-sink.entered
 	return s, sink, flushed
 }
@@ -273,7 +276,7 @@ func TestARelayWaitingForItsTurnGivesUpWithItsContextOrWhenTheStoreCloses(t *tes
 	s, sink, _ := stuckRelay(t)
 	defer close(sink.free)
 
-	waiting := outbox.NewRelay(s, &batchSink{}, "run")
+	waiting := outboxtest.NewRelay(t, s, &batchSink{}, "run")
 	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 	defer cancel()
 	if err := waiting.Flush(short); !errors.Is(err, context.DeadlineExceeded) {
@@ -283,7 +286,7 @@ func TestARelayWaitingForItsTurnGivesUpWithItsContextOrWhenTheStoreCloses(t *tes
 	if _, err := s.EnqueueEvent(ctx, "other", journal.Handshake("other", nil)); err != nil {
 		t.Fatal(err)
 	}
-	if err := outbox.NewRelay(s, &batchSink{}, "other").Flush(ctx); err != nil {
+	if err := outboxtest.NewRelay(t, s, &batchSink{}, "other").Flush(ctx); err != nil {
 		t.Fatalf("Flush of another run: %v", err)
 	}
 
@@ -327,14 +330,14 @@ func TestAnotherRelayRecordsABatchWhoseRecordFailedInsteadOfSendingItAgain(t *te
 	enqueueSpends(t, s, backlog)
 	first, cancel := context.WithCancel(ctx)
 	sink := &cancelAfterAppend{j: j, cancel: cancel}
-	if err := outbox.NewRelay(s, sink, "run", outbox.WithBatchSize(20)).Flush(first); !errors.Is(err, context.Canceled) {
+	if err := outboxtest.NewRelay(t, s, sink, "run", outbox.WithBatchSize(20)).Flush(first); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Flush whose context ends after the append: %v, want Canceled", err)
 	}
 	if got, err := s.Projected(ctx, "run"); err != nil || got != 0 {
 		t.Fatalf("Projected after the failed record: %d, %v; want 0", got, err)
 	}
 	second := &cancelAfterAppend{j: j}
-	if err := outbox.NewRelay(s, second, "run", outbox.WithBatchSize(20)).Flush(ctx); err != nil {
+	if err := outboxtest.NewRelay(t, s, second, "run", outbox.WithBatchSize(20)).Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if got := sink.lines.Load() + second.lines.Load(); got != int64(backlog) {
@@ -367,7 +370,7 @@ func TestCloseAtAnyMomentOfADrainLeavesNothingToSendAgain(t *testing.T) {
 		sink := newGatedSink(j, 0)
 		var wg sync.WaitGroup
 		for k := range 1 + round%2 {
-			r := outbox.NewRelay(s, sink, "run", outbox.WithBatchSize(5+rng.IntN(20)))
+			r := outboxtest.NewRelay(t, s, sink, "run", outbox.WithBatchSize(5+rng.IntN(20)))
 			wg.Go(func() {
 				var err error
 				if (round+k)%3 == 0 {
@@ -397,7 +400,7 @@ func TestCloseAtAnyMomentOfADrainLeavesNothingToSendAgain(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := outbox.NewRelay(s2, j, "run").Flush(ctx); err != nil {
+		if err := outboxtest.NewRelay(t, s2, j, "run").Flush(ctx); err != nil {
 			t.Fatal(err)
 		}
 		s2.Close()

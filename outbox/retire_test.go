@@ -44,7 +44,7 @@ func TestRetireEventReplacesARefusedLineWithATombstoneAndTheRunProjectsOnWithout
 			t.Fatal(err)
 		}
 	}
-	relay := outbox.NewRelay(s, j, "r")
+	relay := outboxtest.NewRelay(t, s, j, "r")
 	if err := relay.Flush(ctx); !errors.Is(err, outbox.ErrSinkRefused) {
 		t.Fatalf("Flush: %v; want the refusal", err)
 	}
@@ -93,7 +93,7 @@ func TestRetireEventRefusesALineAlreadyProjectedOrMissingAndChangesNothing(t *te
 			t.Fatal(err)
 		}
 	}
-	if err := outbox.NewRelay(s, sink, "r").Flush(ctx); err != nil {
+	if err := outboxtest.NewRelay(t, s, sink, "r").Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.EnqueueEvent(ctx, "r", journal.Builder("r", "a", nil)); err != nil {
@@ -156,7 +156,7 @@ func TestRetiringALineThatAnnouncedAOnceKeyFreesTheKeyAndTheTombstoneNamesIt(t *
 		t.Fatalf("the key again: %v %d %v; want it announced at seq 2", ok, seq, err)
 	}
 	sink := outboxtest.NewMemSink()
-	if err := outbox.NewRelay(s, sink, "r").Flush(ctx); err != nil {
+	if err := outboxtest.NewRelay(t, s, sink, "r").Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := s.LedgerSize(ctx); n != 1 || err != nil {

@@ -85,7 +85,7 @@ func TestARelayThatStopsOnARefusalLogsItAtErrorLevelAndRecordsWhereAndWhy(t *tes
 	}
 	var logs logBuffer
 	log := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelError}))
-	err = outbox.NewRelay(s, j, "r", outbox.WithRelayLogger(log)).Run(ctx)
+	err = outboxtest.NewRelay(t, s, j, "r", outbox.WithRelayLogger(log)).Run(ctx)
 	if !errors.Is(err, outbox.ErrSinkRefused) {
 		t.Fatalf("Run: %v; want ErrSinkRefused", err)
 	}
@@ -109,7 +109,7 @@ func TestARunsStopIsKeptAcrossRestartsUntilTheRunProjectsAgain(t *testing.T) {
 	if _, err := s.EnqueueEvent(ctx, "r", outboxtest.LineOf("a")); err != nil {
 		t.Fatal(err)
 	}
-	if err := outbox.NewRelay(s, sink, "r").Flush(ctx); !errors.Is(err, errWrongLine) {
+	if err := outboxtest.NewRelay(t, s, sink, "r").Flush(ctx); !errors.Is(err, errWrongLine) {
 		t.Fatalf("Flush: %v", err)
 	}
 	s = outboxtest.Reopen(t, s)
@@ -117,14 +117,14 @@ func TestARunsStopIsKeptAcrossRestartsUntilTheRunProjectsAgain(t *testing.T) {
 		t.Fatalf("after a restart: stopped at %d, %q", st.StoppedSeq, st.StoppedReason)
 	}
 	// Recover meets the refusal again, and records it again.
-	if err := outbox.NewRelay(s, sink, "next").Recover(ctx); !errors.Is(err, outbox.ErrSinkRefused) {
+	if err := outboxtest.NewRelay(t, s, sink, "next").Recover(ctx); !errors.Is(err, outbox.ErrSinkRefused) {
 		t.Fatalf("Recover: %v", err)
 	}
 	if st := runStats(t, s, "r"); st.StoppedSeq != 1 {
 		t.Fatalf("after Recover: stopped at %d", st.StoppedSeq)
 	}
 	sink.set(false)
-	if err := outbox.NewRelay(s, sink, "next").Recover(ctx); err != nil {
+	if err := outboxtest.NewRelay(t, s, sink, "next").Recover(ctx); err != nil {
 		t.Fatalf("Recover once the sink takes the line: %v", err)
 	}
 	if got := len(sink.All()); got != 1 {
@@ -168,7 +168,7 @@ func TestRecoverProjectsEveryRunItCanAndNamesEachRunItCouldNot(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer j.Close()
-	relay := outbox.NewRelay(s, j, "live")
+	relay := outboxtest.NewRelay(t, s, j, "live")
 	err = relay.Recover(ctx)
 	if !errors.Is(err, outbox.ErrSinkRefused) {
 		t.Fatalf("Recover: %v; want the refusals", err)
@@ -221,7 +221,7 @@ func TestRecoverStopsAtOnceWhenTheSinkItselfKeepsFailing(t *testing.T) {
 	s = outboxtest.Reopen(t, s)
 	sink := outboxtest.NewMemSink()
 	sink.SetFailing(true)
-	err := outboxtest.FastRelay(s, sink, "live", outbox.WithFlushAttempts(2)).Recover(ctx)
+	err := outboxtest.FastRelay(t, s, sink, "live", outbox.WithFlushAttempts(2)).Recover(ctx)
 	if !errors.Is(err, outboxtest.ErrSinkDown) || !strings.Contains(err.Error(), `run "a"`) {
 		t.Fatalf("Recover: %v; want the sink's error, naming the run", err)
 	}

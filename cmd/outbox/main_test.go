@@ -93,7 +93,11 @@ func book(t *testing.T) (dbPath, jPath string) {
 	for i := 0; i < 2; i++ {
 		s.EnqueueEvent(ctx, "old", journal.Builder("old", "x", i))
 	}
-	if err := outbox.NewRelay(s, j, "old").Flush(ctx); err != nil {
+	relay, err := outbox.NewRelay(s, j, "old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := relay.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
 	s.EnqueueEvent(ctx, "dead", journal.Handshake("dead", nil))
