@@ -25,6 +25,39 @@ func (q *Queries) EventDelete(ctx context.Context, db DBTX, arg EventDeleteParam
 	return err
 }
 
+const EventGet = `-- name: EventGet :one
+SELECT CAST(CASE WHEN spill = 0 THEN line
+            ELSE (SELECT events_lines.line FROM events_lines WHERE events_lines.id = events_outbox.spill) END AS BLOB) AS line,
+       spill, once_key, announce_key
+FROM events_outbox
+WHERE engine_run_id = ?1 AND seq = ?2
+`
+
+type EventGetParams struct {
+	EngineRunID string
+	Seq         int64
+}
+
+type EventGetRow struct {
+	Line        []byte
+	Spill       int64
+	OnceKey     string
+	AnnounceKey string
+}
+
+// One stored line, its large line read from events_lines, with the keys it holds.
+func (q *Queries) EventGet(ctx context.Context, db DBTX, arg EventGetParams) (EventGetRow, error) {
+	row := db.QueryRowContext(ctx, EventGet, arg.EngineRunID, arg.Seq)
+	var i EventGetRow
+	err := row.Scan(
+		&i.Line,
+		&i.Spill,
+		&i.OnceKey,
+		&i.AnnounceKey,
+	)
+	return i, err
+}
+
 const EventInsert = `-- name: EventInsert :execrows
 INSERT INTO events_outbox (engine_run_id, seq, line, announce_key, enqueued_at, spill)
 VALUES (?1, ?2, ?3, CAST(?4 AS TEXT),
@@ -197,6 +230,29 @@ func (q *Queries) EventOnceKey(ctx context.Context, db DBTX, arg EventOnceKeyPar
 	var i EventOnceKeyRow
 	err := row.Scan(&i.OnceKey, &i.AnnounceKey)
 	return i, err
+}
+
+const EventRetire = `-- name: EventRetire :execrows
+UPDATE events_outbox
+SET line = ?1, spill = 0, announce_key = ''
+WHERE engine_run_id = ?2 AND seq = ?3 AND once_key = ''
+`
+
+type EventRetireParams struct {
+	Line        []byte
+	EngineRunID string
+	Seq         int64
+}
+
+// Replaces a line not yet projected with its tombstone, in its row (a tombstone is small), and frees
+// its pending once key: the announcement never reached a reader. A row whose key is in the ledger was
+// projected and is left alone.
+func (q *Queries) EventRetire(ctx context.Context, db DBTX, arg EventRetireParams) (int64, error) {
+	result, err := db.ExecContext(ctx, EventRetire, arg.Line, arg.EngineRunID, arg.Seq)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
 }
 
 const EventsAnnouncedKeys = `-- name: EventsAnnouncedKeys :many
@@ -408,7 +464,10 @@ SELECT r.engine_run_id,
            WHERE o.engine_run_id = r.engine_run_id AND o.seq > COALESCE(p.projected, 0)
            ORDER BY o.seq
            LIMIT 1
-       ), 0) AS INTEGER) AS oldest_pending
+       ), 0) AS INTEGER) AS oldest_pending,
+       CAST(COALESCE(st.seq, 0) AS INTEGER) AS stopped_seq,
+       CAST(COALESCE(st.reason, '') AS TEXT) AS stopped_reason,
+       CAST(COALESCE(st.stopped_at, 0) AS INTEGER) AS stopped_at
 FROM (
     SELECT engine_run_id, count(*) AS lines, MAX(seq) AS last_seq, SUM(once_key <> '') AS ledger_lines
     FROM events_outbox
@@ -418,6 +477,7 @@ FROM (
     LIMIT CAST(?2 AS INTEGER)
 ) AS r
 LEFT JOIN outbox_progress AS p ON p.engine_run_id = r.engine_run_id
+LEFT JOIN outbox_stops AS st ON st.engine_run_id = r.engine_run_id
 ORDER BY r.engine_run_id
 `
 
@@ -434,12 +494,16 @@ type EventsRunsRow struct {
 	Projected        int64
 	ForgottenLastSeq int64
 	OldestPending    int64
+	StoppedSeq       int64
+	StoppedReason    string
+	StoppedAt        int64
 }
 
 // One page of the runs that have rows, after a run id (keyset paging along the primary key), with
 // what recovery and the command's stats need: the page is one bounded query, so listing a book of any
 // number of runs holds neither a long read transaction nor the whole list. oldest_pending is the
-// enqueue time of the first line after the projected position (0: none, or unknown).
+// enqueue time of the first line after the projected position (0: none, or unknown); stopped_seq is
+// where the sink refused the run (0: not stopped, migrations/00004).
 func (q *Queries) EventsRuns(ctx context.Context, db DBTX, arg EventsRunsParams) ([]EventsRunsRow, error) {
 	rows, err := db.QueryContext(ctx, EventsRuns, arg.AfterRun, arg.MaxRuns)
 	if err != nil {
@@ -457,6 +521,9 @@ func (q *Queries) EventsRuns(ctx context.Context, db DBTX, arg EventsRunsParams)
 			&i.Projected,
 			&i.ForgottenLastSeq,
 			&i.OldestPending,
+			&i.StoppedSeq,
+			&i.StoppedReason,
+			&i.StoppedAt,
 		); err != nil {
 			return nil, err
 		}

@@ -24,3 +24,10 @@ type OutboxProgress struct {
 	Projected   int64
 	LastSeq     int64
 }
+
+type OutboxStop struct {
+	EngineRunID string
+	Seq         int64
+	Reason      string
+	StoppedAt   int64
+}

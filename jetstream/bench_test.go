@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	njs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/textmachine/outbox/internal/outboxtest"
 	"github.com/textmachine/outbox/jetstream"
 	"github.com/textmachine/outbox/outbox"
 )
@@ -98,7 +99,7 @@ func benchSink(b *testing.B, js njs.JetStream, replicas int) {
 		if _, err := store.EnqueueEvents(ctx, run, builds); err != nil {
 			b.Fatal(err)
 		}
-		relay := outbox.NewRelay(store, s, run, opts...)
+		relay := outboxtest.NewRelay(b, store, s, run, opts...)
 		return func() {
 			if err := relay.Flush(ctx); err != nil {
 				b.Fatal(err)

@@ -141,7 +141,7 @@ func TestAClusterLosesNothingWhenTheStreamLeaderDies(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	relay := outbox.NewRelay(store, s, "run-1", outbox.WithBatchSize(8), outbox.WithBackoff(10*time.Millisecond, 100*time.Millisecond))
+	relay := outboxtest.NewRelay(t, store, s, "run-1", outbox.WithBatchSize(8), outbox.WithBackoff(10*time.Millisecond, 100*time.Millisecond))
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- relay.Run(runCtx) }()

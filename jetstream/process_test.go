@@ -98,7 +98,7 @@ func TestAClusterOfServerProcessesLosesNothingWhenTheLeaderIsKilled(t *testing.T
 	defer store.Close()
 	var mu sync.Mutex
 	var killedAt, resumedAt time.Time
-	relay := outbox.NewRelay(store, s, "run-1", outbox.WithBatchSize(s.BatchSize()),
+	relay := outboxtest.NewRelay(t, store, s, "run-1", outbox.WithBatchSize(s.BatchSize()),
 		outbox.WithBackoff(10*time.Millisecond, 100*time.Millisecond),
 		outbox.WithOnProjected(func(string, int, int64) {
 			mu.Lock()

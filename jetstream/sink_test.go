@@ -379,7 +379,7 @@ func TestARelayProjectsAStoreIntoJetStreamThroughAnOutage(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer store.Close()
-		relay := outbox.NewRelay(store, sink(t, js), "run-1", outbox.WithBatchSize(16), outbox.WithBackoff(5*time.Millisecond, 50*time.Millisecond))
+		relay := outboxtest.NewRelay(t, store, sink(t, js), "run-1", outbox.WithBatchSize(16), outbox.WithBackoff(5*time.Millisecond, 50*time.Millisecond))
 		runCtx, stop := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() { done <- relay.Run(runCtx) }()

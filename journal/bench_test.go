@@ -14,6 +14,7 @@ import (
 
 	"github.com/ncruces/go-sqlite3/driver"
 
+	"github.com/textmachine/outbox/internal/outboxtest"
 	"github.com/textmachine/outbox/journal"
 	"github.com/textmachine/outbox/outbox"
 )
@@ -81,7 +82,7 @@ func BenchmarkRelayDrain(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer j.Close()
-		if err := outbox.NewRelay(s, j, "run", outbox.WithBatchSize(batch)).Flush(ctx); err != nil {
+		if err := outboxtest.NewRelay(b, s, j, "run", outbox.WithBatchSize(batch)).Flush(ctx); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -25,9 +25,17 @@ func Builder(runID, eventType string, data any) outbox.EventBuilder {
 	}
 }
 
-// Handshake is the Builder of a run's first line (seq 1): type "run_started".
+// Handshake is the Builder of a run's first line (seq 1): type "run_started". Given any other seq it
+// fails, so the enqueue stores nothing: a run id reused by mistake (EventsUsed says whether one is
+// fresh) is caught at the handshake instead of continuing the earlier run's numbers.
 func Handshake(runID string, data any) outbox.EventBuilder {
-	return Builder(runID, "run_started", data)
+	build := Builder(runID, "run_started", data)
+	return func(seq int64) ([]byte, error) {
+		if seq != 1 {
+			return nil, fmt.Errorf("journal: the handshake of run %q is given seq %d, not 1: the run id was used before", runID, seq)
+		}
+		return build(seq)
+	}
 }
 
 type line struct {

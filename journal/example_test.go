@@ -31,7 +31,10 @@ func Example() {
 	defer j.Close()
 
 	const run = "run-1"
-	relay := outbox.NewRelay(s, j, run)
+	relay, err := outbox.NewRelay(s, j, run)
+	if err != nil {
+		log.Fatal(err)
+	}
 	if err := relay.Recover(ctx); err != nil { // what earlier runs left behind
 		log.Fatal(err)
 	}

@@ -172,7 +172,7 @@ func TestIOErrorsAtEveryCallDegradeTheRelayAndLoseNothing(t *testing.T) {
 				}
 				ops := &scriptedOps{writeErr: tc.write, syncErr: tc.sync, shortHalf: tc.half, from: from}
 				sink := &reopening{path: filepath.Join(dir, "j.jsonl"), ops: ops}
-				relay := outbox.NewRelay(s, sink, "r", outbox.WithBatchSize(batch), outbox.WithBackoff(time.Millisecond, 5*time.Millisecond))
+				relay := outboxtest.NewRelay(t, s, sink, "r", outbox.WithBatchSize(batch), outbox.WithBackoff(time.Millisecond, 5*time.Millisecond))
 				runCtx, stop := context.WithCancel(ctx)
 				done := make(chan error, 1)
 				go func() { done <- relay.Run(runCtx) }()

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/textmachine/outbox/internal/outboxtest"
 	"github.com/textmachine/outbox/outbox"
 )
 
@@ -116,7 +117,7 @@ func TestPowerLossAtEveryStepOfTheJournalLosesNoAcknowledgedLine(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Until the power goes: the relay projects and records what the journal acknowledged.
-		err = outbox.NewRelay(s, j, "r", outbox.WithBatchSize(batch), outbox.WithFlushAttempts(1)).Flush(ctx)
+		err = outboxtest.NewRelay(t, s, j, "r", outbox.WithBatchSize(batch), outbox.WithFlushAttempts(1)).Flush(ctx)
 		if !errors.Is(err, errPowerOff) {
 			t.Fatalf("cut %d: Flush = %v, want the power cut", cut, err)
 		}
@@ -135,7 +136,7 @@ func TestPowerLossAtEveryStepOfTheJournalLosesNoAcknowledgedLine(t *testing.T) {
 		if err != nil || rep.Runs["r"].Last < acknowledged {
 			t.Errorf("cut %d: after the power cut the journal holds %+v (%v), %d lines were acknowledged", cut, rep, err, acknowledged)
 		}
-		if err := outbox.NewRelay(s, j, "r", outbox.WithBatchSize(batch), outbox.WithBackoff(time.Millisecond, time.Millisecond)).Flush(ctx); err != nil {
+		if err := outboxtest.NewRelay(t, s, j, "r", outbox.WithBatchSize(batch), outbox.WithBackoff(time.Millisecond, time.Millisecond)).Flush(ctx); err != nil {
 			t.Fatalf("cut %d: finish: %v", cut, err)
 		}
 		j.Close()

@@ -157,6 +157,7 @@ var required = struct {
 		"events_outbox":   {"engine_run_id", "seq", "line", "once_key", "announce_key", "enqueued_at", "spill"},
 		"outbox_progress": {"engine_run_id", "projected", "last_seq"},
 		"events_lines":    {"id", "line"},
+		"outbox_stops":    {"engine_run_id", "seq", "reason", "stopped_at"},
 	},
 	indexes: map[string]string{
 		"events_outbox_once_key":     "events_outbox",

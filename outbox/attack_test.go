@@ -418,7 +418,7 @@ func TestASinkFailingOnTheSecondAndThirdBatchesGetsEveryLineOnceInOrder(t *testi
 				outboxtest.MustEnqueue(t, s, "r")
 			}
 			sink := &failingOn{MemSink: *outboxtest.NewMemSink(), fail: map[int]bool{2: true, 3: true}}
-			r := outboxtest.FastRelay(s, sink, "r", outbox.WithBatchBytes(batchBytes), outbox.WithFlushAttempts(3))
+			r := outboxtest.FastRelay(t, s, sink, "r", outbox.WithBatchBytes(batchBytes), outbox.WithFlushAttempts(3))
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
@@ -462,11 +462,11 @@ func TestErrorChainsFromEveryPathNameThePackageAtMostOnce(t *testing.T) {
 	fail := func(int64) ([]byte, error) { return nil, outboxtest.ErrRender }
 	sink := outboxtest.NewMemSink()
 	sink.SetFailing(true)
-	relay := outboxtest.FastRelay(s, sink, "r", outbox.WithFlushAttempts(2))
+	relay := outboxtest.FastRelay(t, s, sink, "r", outbox.WithFlushAttempts(2))
 	errs := map[string]error{}
 	errs["Flush"] = relay.Flush(ctx)
 	rctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-	errs["Run"] = outboxtest.FastRelay(s, &refusingSink{}, "r").Run(rctx)
+	errs["Run"] = outboxtest.FastRelay(t, s, &refusingSink{}, "r").Run(rctx)
 	cancel()
 	_, errs["EnqueueEvent line"] = s.EnqueueEvent(ctx, "r", bad)
 	_, errs["EnqueueEvent build"] = s.EnqueueEvent(ctx, "r", fail)
@@ -754,7 +754,7 @@ func TestAHoleReachedByTheReaderAheadStopsTheDrainBeforeIt(t *testing.T) {
 				t.Fatal(err)
 			}
 			sink := outboxtest.NewMemSink()
-			r := outboxtest.FastRelay(s, sink, "r", outbox.WithBatchSize(c.size), outbox.WithBatchBytes(c.bytes))
+			r := outboxtest.FastRelay(t, s, sink, "r", outbox.WithBatchSize(c.size), outbox.WithBatchBytes(c.bytes))
 			err := r.Flush(ctx)
 			if !errors.Is(err, outbox.ErrRowsMissing) {
 				t.Fatalf("Flush over a hole: %v, want ErrRowsMissing", err)
@@ -789,7 +789,7 @@ func TestCloseDuringADrainWithTinyBatchesLeavesTheStoreConsistent(t *testing.T) 
 		outboxtest.MustEnqueue(t, s, "r")
 	}
 	sink := outboxtest.NewMemSink()
-	r := outboxtest.FastRelay(s, sink, "r", outbox.WithBatchBytes(1))
+	r := outboxtest.FastRelay(t, s, sink, "r", outbox.WithBatchBytes(1))
 	flushed := make(chan error, 1)
 	go func() { flushed <- r.Flush(ctx) }()
 	for range 5 {
@@ -814,7 +814,7 @@ func TestCloseDuringADrainWithTinyBatchesLeavesTheStoreConsistent(t *testing.T) 
 	if got, err := s2.Projected(ctx, "r"); got != int64(len(first)) || err != nil {
 		t.Fatalf("Projected after reopen = %d, %v; the sink holds %d", got, err, len(first))
 	}
-	if err := outbox.NewRelay(s2, sink, "r").Flush(ctx); err != nil {
+	if err := outboxtest.NewRelay(t, s2, sink, "r").Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if got := outboxtest.SeqsOf(sink.All()); fmt.Sprint(got) != fmt.Sprint(outboxtest.SeqRange(1, 200)) {

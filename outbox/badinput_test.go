@@ -169,7 +169,7 @@ func TestALineAtTheLimitGoesThroughTheStoreTheJournalAndTheVerifier(t *testing.T
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := outbox.NewRelay(s, j, "r").Flush(ctx); err != nil {
+	if err := outboxtest.NewRelay(t, s, j, "r").Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
 	j.Close()

@@ -99,7 +99,7 @@ func TestTheLibrarysOwnReadersHoldNoLongReadTransaction(t *testing.T) {
 	}
 	defer ro.Close()
 	sink := outboxtest.NewMemSink()
-	relay := outboxtest.FastRelay(s, sink, "r")
+	relay := outboxtest.FastRelay(t, s, sink, "r")
 	pad := strings.Repeat("x", 1000)
 	for i := 0; i < 150; i++ {
 		builds := make([]outbox.EventBuilder, 50)
@@ -249,7 +249,7 @@ func TestALargeLineIsStoredApartFromItsRowAndDroppedWithIt(t *testing.T) {
 		t.Fatalf("read back: %d lines", len(lines))
 	}
 	s = outboxtest.Reopen(t, s)
-	if err := outboxtest.FastRelay(s, outboxtest.NewMemSink(), "new").Recover(ctx); err != nil {
+	if err := outboxtest.FastRelay(t, s, outboxtest.NewMemSink(), "new").Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := outboxtest.RawDB(t, path).QueryRow(`SELECT count(*) FROM events_lines`).Scan(&apart); err != nil || apart != 0 {

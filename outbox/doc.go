@@ -39,9 +39,10 @@
 //   - No number reused. A run's next seq follows the highest it was ever given, also after its rows
 //     were dropped (ForgetEvents, Recover): the reader would take a second line under a seq it has as
 //     a conflict.
-//   - Keys checked at the sink. The store keeps lines opaque; a Sink refuses a line whose own
-//     engine_run_id or seq is not its row's, so a builder that writes the wrong key cannot make an
-//     event vanish as a duplicate of another.
+//   - Keys checked at the sink, and at the source on request. The store keeps lines opaque; a Sink
+//     refuses a line whose own engine_run_id or seq is not its row's, so a builder that writes the
+//     wrong key cannot make an event vanish as a duplicate of another. WithLineCheck
+//     (journal.CheckLine) refuses such a line at its enqueue instead (ErrInvalidLine), storing nothing.
 //   - Well-formed ids. A run id is valid UTF-8 without control characters, at most MaxRunIDLen bytes
 //     (ErrInvalidRunID); a once key the same, at most MaxOnceKeyLen bytes (ErrInvalidOnceKey). A line
 //     is at most WithMaxLineSize bytes (16 MiB by default). Nothing of a refused call is stored.
@@ -108,7 +109,11 @@
 // dropped the pages it could not write. A sink that fails is retried with backoff
 // (Run never gives up; Flush and Recover return the sink's error after their attempts); a sink that
 // refuses a batch for good (ErrSinkRefused) stops the relay, and so does a record of a batch that the
-// ledger refuses (ErrAnnounceConflict): the sink then holds the batch exactly once. Close waits for a
+// ledger refuses (ErrAnnounceConflict): the sink then holds the batch exactly once. A refusal is
+// logged at Error level and recorded in the book (RunStats.StoppedSeq) until the run projects again;
+// Recover goes on with the other runs and names the stuck ones in its error; RetireEvent replaces the
+// refused line with a tombstone of its key, and the run projects on. A write of the store called from
+// inside one of its transactions (a WriteTx function, a builder) fails at once with ErrCallInsideTx. Close waits for a
 // relay's batch in flight to be recorded, up to the operation timeout, and no relay starts another
 // append once Close has begun (ErrClosed): a clean shutdown leaves nothing to send again, unless a
 // sink takes longer than that wait. Once the sink holds a batch, its record is made whatever the

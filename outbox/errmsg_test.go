@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/textmachine/outbox/internal/outboxtest"
 	"github.com/textmachine/outbox/outbox"
 )
 
@@ -34,7 +35,7 @@ func TestErrorsNameThePackageOnce(t *testing.T) {
 	}
 	defer s.Close()
 
-	recoverErr := outbox.NewRelay(s, &refusingSink{}, "now", outbox.WithFlushAttempts(1)).Recover(ctx)
+	recoverErr := outboxtest.NewRelay(t, s, &refusingSink{}, "now", outbox.WithFlushAttempts(1)).Recover(ctx)
 	_, lineErr := s.EnqueueEvent(ctx, "now", func(int64) ([]byte, error) { return []byte("a\nb"), nil })
 	markErr := s.MarkAnnounced(ctx, "now", map[int64]string{7: "unit-7"})
 	_, lockErr := outbox.Open(ctx, path)

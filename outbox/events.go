@@ -27,9 +27,10 @@ type EventLine struct {
 
 // EventBuilder renders the line for the sequence number the store has just assigned. It runs inside
 // the write transaction, so its failure rolls the number back with everything else. Returning a nil
-// line declines: nothing is stored and no number is used. It must not call the store: the store's one
-// writer connection is busy with the transaction it runs in (with group commit, on the committer
-// goroutine, between the other calls of its group).
+// line declines: nothing is stored and no number is used. It must not call the store's write methods:
+// the store's one writer connection is busy with the transaction it runs in (with group commit, on the
+// committer goroutine, between the other calls of its group), and such a call fails at once with
+// ErrCallInsideTx.
 type EventBuilder func(seq int64) ([]byte, error)
 
 // EnqueueEvent assigns runID's next sequence number, has build render the line, and stores it, in one
@@ -123,11 +124,32 @@ func committedSeq(seq int64, err error) (int64, error) {
 // the caller's own *sql.DB the store cannot ask SQLite that: a caller whose statement in it failed
 // must not go on to EnqueueTx, or the event is stored on its own while the transaction is not.
 func (s *Store) EnqueueTx(ctx context.Context, tx *sql.Tx, runID string, build EventBuilder) (seq int64, err error) {
-	if tx == nil {
-		return 0, errors.New("outbox: EnqueueTx with a nil transaction")
-	}
 	if err := checkEnqueue(runID, build); err != nil {
 		return 0, err
+	}
+	return s.enqueueTx(ctx, tx, runID, "", build)
+}
+
+// EnqueueOnceTx is EnqueueOnce inside a transaction the caller holds, usually the one WriteTx passes
+// to its function: the announcement commits or rolls back with the state change it announces. It
+// returns (false, 0, nil) without calling build when onceKey is in the ledger or pending, and is
+// otherwise EnqueueTx, with the same rules for the caller's transaction. The key is held from the
+// commit on; a rolled-back transaction leaves it free.
+func (s *Store) EnqueueOnceTx(ctx context.Context, tx *sql.Tx, runID, onceKey string, build EventBuilder) (announcing bool, seq int64, err error) {
+	if err := checkEnqueue(runID, build); err != nil {
+		return false, 0, err
+	}
+	if err := checkOnceKey(onceKey); err != nil {
+		return false, 0, err
+	}
+	seq, err = s.enqueueTx(ctx, tx, runID, onceKey, build)
+	return seq > 0, seq, err
+}
+
+// enqueueTx is the body of EnqueueTx and EnqueueOnceTx.
+func (s *Store) enqueueTx(ctx context.Context, tx *sql.Tx, runID, onceKey string, build EventBuilder) (seq int64, err error) {
+	if tx == nil {
+		return 0, errors.New("outbox: EnqueueTx with a nil transaction")
 	}
 	if err := s.enter(true); err != nil {
 		return 0, err
@@ -143,7 +165,7 @@ func (s *Store) EnqueueTx(ctx context.Context, tx *sql.Tx, runID string, build E
 		}
 		st = s.stmts // the store's own transaction, on the writer connection
 	}
-	seq, _, err = s.enqueue(ctx, s.newTxWriter(ctx, tx, st), runID, "", build)
+	seq, _, err = s.enqueue(ctx, s.newTxWriter(ctx, tx, st), runID, onceKey, build)
 	if up, ok := err.(userPanic); ok {
 		// The caller's own value: no recovery of the store's stands between here and the caller
 		// on a foreign transaction, and inside WriteTx its function's recovery marks it again.
@@ -221,6 +243,14 @@ func (s *Store) render(ctx context.Context, g *groupRun, runID string, seq int64
 	if err := s.checkLine(line); err != nil {
 		return nil, fmt.Errorf("line %d of run %q: %w", seq, runID, err)
 	}
+	if check := s.cfg.lineCheck; check != nil {
+		if err := callCheck(check, runID, seq, line); err != nil {
+			if up, ok := err.(userPanic); ok {
+				return nil, up
+			}
+			return nil, fmt.Errorf("line %d of run %q: %w: %w", seq, runID, ErrInvalidLine, err)
+		}
+	}
 	if err := ctx.Err(); err != nil {
 		// Ended while the line was rendered: store nothing rather than interrupt the insert.
 		return nil, err
@@ -242,6 +272,16 @@ func callBuild(build EventBuilder, seq int64) (line []byte, err error) {
 		}
 	}()
 	return build(seq)
+}
+
+// callCheck runs the store's line check, turning its panic into a userPanic error, as callBuild does.
+func callCheck(check func(string, int64, []byte) error, runID string, seq int64, line []byte) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = userPanic{v}
+		}
+	}()
+	return check(runID, seq, line)
 }
 
 // raise re-raises a builder's panic on the caller's goroutine, as the caller's own; any other error

@@ -161,6 +161,9 @@ func (s *Store) submit(ctx context.Context, runID, onceKey string, build EventBu
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
+	if err := s.checkNotInsideTx(); err != nil {
+		return 0, err
+	}
 	// The operation timeout bounds the wait of a caller whose context has no deadline. It is a
 	// pooled timer, not a context of its own: a context per call cost 16 producers about a tenth of
 	// their throughput (BenchmarkProducersRatio).

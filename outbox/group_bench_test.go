@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/textmachine/outbox/db"
+	"github.com/textmachine/outbox/internal/outboxtest"
 	"github.com/textmachine/outbox/outbox"
 )
 
@@ -216,7 +217,8 @@ func BenchmarkGrowthLatencyWithRelay(b *testing.B) {
 			sink := &fileSink{path: filepath.Join(b.TempDir(), "j")}
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
-			go func() { done <- outbox.NewRelay(s, sink, "run").Run(ctx) }()
+			relay := outboxtest.NewRelay(b, s, sink, "run")
+			go func() { done <- relay.Run(ctx) }()
 			produce(b, s, 16)
 			cancel()
 			<-done

@@ -287,6 +287,10 @@ func (c *committer) writeGroup(g *groupRun) (n int, owned bool) {
 		return n, true
 	}
 	g.tx = tx
+	// A builder runs on this goroutine: one that calls the store is told so (ErrCallInsideTx).
+	gid := goid()
+	c.s.writerG.Store(gid)
+	defer c.s.writerG.CompareAndSwap(gid, 0) // the writer may already be another's
 	// A sync about to start waits for this group rather than leave its callers to the next one.
 	c.s.dur.groupStart()
 	g.bracket = true

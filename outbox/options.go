@@ -53,6 +53,7 @@ type config struct {
 	vfs         string
 	maxLine     int
 	walLimit    int64
+	lineCheck   func(runID string, seq int64, line []byte) error
 }
 
 func newConfig(opts []Option) (config, error) {
@@ -192,6 +193,25 @@ func WithVFS(name string) Option {
 			return fmt.Errorf("outbox: empty VFS name")
 		}
 		c.vfs = name
+		return nil
+	}
+}
+
+// WithLineCheck has every enqueue check each line its builder renders, inside the enqueue and after
+// the builder, with check(runID, seq, line): a line it refuses fails that call alone, with an error
+// wrapping both ErrInvalidLine and check's own, and nothing of the call is stored (its seq is not
+// consumed). It applies to every enqueue method, grouped or not, and to EnqueueTx and EnqueueOnceTx.
+// journal.CheckLine is the journal's check: a line keyed by exactly its run and seq, within the
+// journal's limit. Without it the store keeps lines opaque and the sink is the first to read them,
+// where a wrong line stops the run's projection (ErrSinkRefused). check runs inside the write
+// transaction, on the committer goroutine with group commit, so it must be quick and must not call
+// the store; a panic of its own is the caller's, as a builder's is.
+func WithLineCheck(check func(runID string, seq int64, line []byte) error) Option {
+	return func(c *config) error {
+		if check == nil {
+			return fmt.Errorf("outbox: nil line check")
+		}
+		c.lineCheck = check
 		return nil
 	}
 }

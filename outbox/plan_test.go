@@ -76,10 +76,19 @@ var queryPlans = map[string]struct {
 	"EventsRuns": {db.EventsRuns,
 		[]string{"SEARCH events_outbox USING PRIMARY KEY (engine_run_id>?)",
 			"SEARCH p USING PRIMARY KEY (engine_run_id=?)",
-			"SEARCH o USING PRIMARY KEY (engine_run_id=? AND seq>?)"}, ""},
+			"SEARCH o USING PRIMARY KEY (engine_run_id=? AND seq>?)",
+			"SEARCH st USING PRIMARY KEY (engine_run_id=?)"}, ""},
 	"ProgressGet": {db.ProgressGet,
 		[]string{"SEARCH outbox_progress USING PRIMARY KEY (engine_run_id=?)"}, ""},
 	"ProgressSet": {db.ProgressSet, nil, ""},
+	"StopSet":     {db.StopSet, nil, ""},
+	"EventGet": {db.EventGet,
+		[]string{"SEARCH events_outbox USING PRIMARY KEY (engine_run_id=? AND seq=?)",
+			"SEARCH events_lines USING INTEGER PRIMARY KEY (rowid=?)"}, ""},
+	"EventRetire": {db.EventRetire,
+		[]string{"SEARCH events_outbox USING PRIMARY KEY (engine_run_id=? AND seq=?)"}, ""},
+	"StopClear": {db.StopClear,
+		[]string{"SEARCH outbox_stops USING PRIMARY KEY (engine_run_id=?)"}, ""},
 }
 
 var paramRE = regexp.MustCompile(`\?(\d+)`)

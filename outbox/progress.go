@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"iter"
+	"strings"
 	"time"
 
 	"github.com/textmachine/outbox/db"
@@ -40,17 +41,25 @@ func (s *Store) lastSeq(ctx context.Context, runID string) (int64, error) {
 }
 
 // recordProjected records, in one transaction, that runID's lines up to last are in the sink: the
-// progress moves to last and the once keys of the lines in toMark enter the ledger. It is a relaxed
+// progress moves to last, the once keys of the lines in toMark enter the ledger, and a stop recorded
+// for the run (recordStop) goes; with forget, the rows up to last that hold no once key are deleted
+// (see WithForgetProjected), after the run's highest seq is recorded. It is a relaxed
 // write: losing it to power failure re-sends the batch, and loses nothing.
-func (s *Store) recordProjected(ctx context.Context, runID string, last int64, toMark []int64) error {
+func (s *Store) recordProjected(ctx context.Context, runID string, last int64, toMark []int64, forget bool) error {
 	return s.write(ctx, relaxed, func(w *txWriter) error {
 		if err := w.setProgress(db.ProgressSetParams{EngineRunID: runID, Projected: last}); err != nil {
+			return err
+		}
+		if err := w.clearStop(runID); err != nil {
 			return err
 		}
 		for _, seq := range toMark {
 			if err := w.markProjected(db.EventMarkProjectedParams{EngineRunID: runID, Seq: seq}); err != nil {
 				return err
 			}
+		}
+		if forget {
+			return s.forgetUpTo(w, runID, last)
 		}
 		return nil
 	})
@@ -70,6 +79,13 @@ type RunStats struct {
 	// OldestPending is when the first line after Projected was enqueued; zero when nothing is
 	// pending, or when the line predates the column that records it.
 	OldestPending time.Time
+	// StoppedSeq is not 0 when a relay stopped projecting the run because the sink refused a batch
+	// (ErrSinkRefused): it is the batch's first seq, StoppedReason the sink's error and StoppedAt when
+	// it happened. The book keeps this until the run projects again, across restarts: retire the line
+	// (Store.RetireEvent), or fix the sink, and the next relay or Recover goes on.
+	StoppedSeq    int64
+	StoppedReason string
+	StoppedAt     time.Time
 
 	storedLast int64 // the highest seq still stored: how far recovery projects
 }
@@ -134,6 +150,9 @@ func (s *Store) runsAfter(ctx context.Context, after string, limit int) ([]RunSt
 		if r.OldestPending > 0 {
 			st.OldestPending = time.UnixMilli(r.OldestPending)
 		}
+		if r.StoppedSeq > 0 {
+			st.StoppedSeq, st.StoppedReason, st.StoppedAt = r.StoppedSeq, r.StoppedReason, time.UnixMilli(r.StoppedAt)
+		}
 		out[i] = st
 	}
 	return out, nil
@@ -172,4 +191,37 @@ func (s *Store) forgetProjected(ctx context.Context, runs []RunStats) (int64, er
 		return nil
 	})
 	return n, err
+}
+
+// maxStopReason bounds the reason a stop record keeps: a sink's error names the line, not its bytes,
+// but a record must not grow with whatever an error carries.
+const maxStopReason = 4096
+
+// recordStop records, durably, that a relay stopped projecting runID because the sink refused the
+// batch that starts at seq, and why. The caller's cancellation does not reach it: the refusal is
+// recorded whatever ended the call after it (the operation timeout still bounds it).
+func (s *Store) recordStop(ctx context.Context, runID string, seq int64, reason string) error {
+	if len(reason) > maxStopReason {
+		reason = strings.ToValidUTF8(reason[:maxStopReason], "") + "…"
+	}
+	return s.write(context.WithoutCancel(ctx), durable, func(w *txWriter) error {
+		err := s.q.StopSet(w.ctx, w.tx, db.StopSetParams{EngineRunID: runID, Seq: seq, Reason: reason, StoppedAt: time.Now().UnixMilli()})
+		if err != nil {
+			return fmt.Errorf("record the stop of run %q: %w", runID, mapErr(w.ctx, err))
+		}
+		return nil
+	})
+}
+
+// forgetUpTo deletes runID's rows up to last that hold no once key, after recording last as the run's
+// highest seq: the rows above it, if any, are higher still.
+func (s *Store) forgetUpTo(w *txWriter, runID string, last int64) error {
+	ctx, tx := w.ctx, w.tx
+	if err := s.q.ProgressKeepLastSeq(ctx, tx, db.ProgressKeepLastSeqParams{EngineRunID: runID, LastSeq: last}); err != nil {
+		return fmt.Errorf("record the last seq of run %q: %w", runID, mapErr(ctx, err))
+	}
+	if _, err := s.q.EventsForgetProjected(ctx, tx, db.EventsForgetProjectedParams{EngineRunID: runID, Projected: last}); err != nil {
+		return fmt.Errorf("forget projected lines of run %q: %w", runID, mapErr(ctx, err))
+	}
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,9 +56,10 @@ type relayConfig struct {
 	poll          time.Duration
 	log           *slog.Logger
 	onProjected   func(runID string, lines int, last int64)
+	forget        bool
 }
 
-// RelayOption configures NewRelay. An invalid value makes the relay's methods return an error.
+// RelayOption configures NewRelay. An invalid value makes NewRelay fail.
 type RelayOption func(*relayConfig) error
 
 // BatchSizer is a Sink that says how many lines a batch should hold for it: a broker that stores a
@@ -141,6 +143,23 @@ func WithOnProjected(fn func(runID string, lines int, last int64)) RelayOption {
 	}
 }
 
+// WithForgetProjected makes the relay forget the rows it has projected as it goes: each batch's record
+// also deletes, in the same transaction, the batch's rows that hold no once key. The ledger is kept
+// (rows whose key it holds stay, as they must for the life of the book), and so is the run's highest
+// seq, so no number is reused. A process that runs for months then keeps in its book only what is not
+// yet projected, and the ledger, instead of every event since it started.
+//
+// The default (off) keeps a live run's projected rows until the next start, when Recover forgets
+// them: `outbox pending --all` can show them until then, and a run all of whose rows are forgotten
+// is no longer listed by Runs, AllRuns and `outbox stats` (its progress is kept: Projected and
+// EventsUsed still know it).
+func WithForgetProjected(on bool) RelayOption {
+	return func(c *relayConfig) error {
+		c.forget = on
+		return nil
+	}
+}
+
 // WithRelayLogger sets the relay's logger; by default it uses the store's. It logs once per change of
 // state (the sink failing, the sink recovered), not once per attempt.
 func WithRelayLogger(l *slog.Logger) RelayOption {
@@ -167,7 +186,6 @@ type Relay struct {
 	sink  Sink
 	runID string
 	cfg   relayConfig
-	err   error // from the options or the arguments; returned by every method
 
 	mu      sync.Mutex // one batch at a time; guards failing
 	failing error      // the error of the last failed batch, until a batch succeeds
@@ -182,9 +200,21 @@ type batchRecord struct {
 	lines  int
 }
 
-// NewRelay returns a relay from s to sink for runID. Invalid arguments or options are reported by the
-// relay's methods.
-func NewRelay(s *Store, sink Sink, runID string, opts ...RelayOption) *Relay {
+// NewRelay returns a relay from s to sink for runID. It fails, and returns no relay, when s or sink is
+// nil, s is read-only (ErrReadOnly: it could append but never record), runID is not a valid run id
+// (ErrInvalidRunID), or an option is given an invalid value.
+func NewRelay(s *Store, sink Sink, runID string, opts ...RelayOption) (*Relay, error) {
+	switch {
+	case s == nil:
+		return nil, errors.New("outbox: relay with a nil store")
+	case sink == nil:
+		return nil, errors.New("outbox: relay with a nil sink")
+	case s.readOnly:
+		return nil, fmt.Errorf("relay on a read-only store: %w", ErrReadOnly)
+	}
+	if err := checkRunID(runID); err != nil {
+		return nil, err
+	}
 	r := &Relay{s: s, sink: sink, runID: runID, cfg: relayConfig{
 		batch:         DefaultBatchSize,
 		batchBytes:    DefaultBatchBytes,
@@ -192,30 +222,20 @@ func NewRelay(s *Store, sink Sink, runID string, opts ...RelayOption) *Relay {
 		maxBackoff:    DefaultMaxBackoff,
 		flushAttempts: DefaultFlushAttempts,
 		poll:          DefaultPollInterval,
+		log:           s.log,
 	}}
-	switch {
-	case s == nil:
-		r.err = errors.New("outbox: relay with a nil store")
-		return r
-	case sink == nil:
-		r.err = errors.New("outbox: relay with a nil sink")
-	case s.readOnly:
-		// It could append but never record: every attempt would send its batch again.
-		r.err = fmt.Errorf("relay on a read-only store: %w", ErrReadOnly)
-	default:
-		r.err = checkRunID(runID)
-	}
-	r.cfg.log = s.log
 	if b, ok := sink.(BatchSizer); ok && b.BatchSize() > 0 {
 		r.cfg.batch = b.BatchSize()
 	}
 	for _, o := range opts {
-		if o == nil || r.err != nil {
+		if o == nil {
 			continue
 		}
-		r.err = o(&r.cfg)
+		if err := o(&r.cfg); err != nil {
+			return nil, err
+		}
 	}
-	return r
+	return r, nil
 }
 
 // sinkError marks an error as the sink's, which is worth retrying, unlike the store's own failures.
@@ -463,14 +483,27 @@ func (r *Relay) place(ctx context.Context, turn *runTurn, runID string, lines []
 		return 0, err
 	}
 	defer r.s.proj.end()
-	last = lines[len(lines)-1].Seq
+	first, last := lines[0].Seq, lines[len(lines)-1].Seq
 	rec := &batchRecord{runID: runID, last: last, toMark: marksUpTo(toMark, last), lines: len(lines)}
 	if err := r.sink.Append(ctx, runID, lines); err != nil {
+		if errors.Is(err, ErrSinkRefused) {
+			r.stopped(ctx, runID, first, err)
+		}
 		return 0, &sinkError{err}
 	}
 	faultpoint.Hit(faultpoint.RelayAfterAppend)
 	turn.unrecorded = rec
 	return last, r.record(ctx, turn)
+}
+
+// stopped says, at Error level and durably in the book (RunStats.StoppedSeq), that the sink refused
+// runID's batch starting at seq: no retry can cure it, so the run's projection stops here.
+func (r *Relay) stopped(ctx context.Context, runID string, seq int64, err error) {
+	r.cfg.log.Error("outbox: relay stopped: the sink refuses the run's lines; they stay stored, unprojected, until the line is retired (Store.RetireEvent) or the sink takes it",
+		"run", runID, "seq", seq, "err", err)
+	if rerr := r.s.recordStop(ctx, runID, seq, err.Error()); rerr != nil {
+		r.cfg.log.Error("outbox: the relay's stop could not be recorded", "run", runID, "seq", seq, "err", rerr)
+	}
 }
 
 // record records the batch the sink has and the store has not, if there is one. Call it holding the
@@ -487,7 +520,7 @@ func (r *Relay) record(ctx context.Context, turn *runTurn) error {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.s.closeWait())
 	defer cancel()
-	if err := r.s.recordProjected(ctx, b.runID, b.last, b.toMark); err != nil {
+	if err := r.s.recordProjected(ctx, b.runID, b.last, b.toMark, r.cfg.forget); err != nil {
 		return fmt.Errorf("record lines up to %d of run %q as projected: %w", b.last, b.runID, err)
 	}
 	turn.unrecorded = nil
@@ -534,7 +567,7 @@ func retriable(ctx context.Context, err error) bool {
 		return false
 	}
 	for _, permanent := range []error{ErrClosed, ErrRowsMissing, ErrSinkRefused, ErrAnnounceConflict,
-		ErrUnknownEvent, ErrNotDurable, ErrSyncFailed, ErrReadOnly} {
+		ErrUnknownEvent, ErrNotDurable, ErrSyncFailed, ErrReadOnly, ErrCallInsideTx} {
 		if errors.Is(err, permanent) {
 			return false
 		}
@@ -592,9 +625,6 @@ func (r *Relay) drain(ctx context.Context, runID string, target int64) error {
 // error, wrapped, after WithFlushAttempts tries of the failing batch, having sent nothing twice
 // except that batch and skipped nothing.
 func (r *Relay) Flush(ctx context.Context) error {
-	if r.err != nil {
-		return r.err
-	}
 	target, err := r.s.lastSeq(ctx, r.runID)
 	if err != nil {
 		return err
@@ -611,10 +641,16 @@ func (r *Relay) Flush(ctx context.Context) error {
 // or any run this Store has enqueued to since it was opened (another relay of this process projects
 // those), and it never drops a row whose line is not in the sink; each run's highest seq is recorded
 // before its rows go, so no run reuses a number.
+//
+// A run it cannot project for a reason of the run's own (the sink refuses a line of it:
+// ErrSinkRefused; rows missing; a ledger conflict) does not stop the others: Recover projects every
+// run it can, forgets only what it projected, and then returns an error naming each run it could not
+// project and why (errors.Is finds each cause), so that an engine can start beside a stuck run and
+// decide. A refusal is also recorded in the book (RunStats.StoppedSeq). A sink that keeps failing
+// past WithFlushAttempts, a store that fails, or an ended ctx stops it at once (with the runs found
+// stuck so far named too): the next run would meet the same.
 func (r *Relay) Recover(ctx context.Context) error {
-	if r.err != nil {
-		return r.err
-	}
+	var stuck []error
 	var done []RunStats
 	forget := func() error {
 		if len(done) == 0 {
@@ -639,7 +675,14 @@ func (r *Relay) Recover(ctx context.Context) error {
 		}
 		if run.Projected < run.storedLast {
 			if err := r.drain(ctx, run.RunID, run.storedLast); err != nil {
-				return fmt.Errorf("recover: %w", err)
+				if !runStuck(ctx, err) {
+					return fmt.Errorf("recover: %w", stuckRuns(append(stuck, err)))
+				}
+				// What drain placed before it stopped is recorded; the rest stays stored.
+				stuck = append(stuck, err)
+				r.cfg.log.Error("outbox: recovery could not project an earlier run; it goes on with the others",
+					"run", run.RunID, "err", err)
+				continue
 			}
 			r.cfg.log.Info("outbox: recovered an earlier run", "run", run.RunID,
 				"from", run.Projected+1, "to", run.storedLast)
@@ -659,17 +702,52 @@ func (r *Relay) Recover(ctx context.Context) error {
 		return fmt.Errorf("recover: %w", err)
 	}
 	faultpoint.Hit(faultpoint.RecoverAfterForget)
+	return stuckError(stuck)
+}
+
+// stuckError is Recover's error for the runs it could not project, nil for none.
+func stuckError(stuck []error) error {
+	if len(stuck) > 0 {
+		return fmt.Errorf("recover: %d earlier runs could not be projected, the others were: %w", len(stuck), stuckRuns(stuck))
+	}
 	return nil
+}
+
+// stuckRuns is the runs recovery could not project, each error naming its run, on one line.
+type stuckRuns []error
+
+func (e stuckRuns) Error() string {
+	msgs := make([]string, len(e))
+	for i, err := range e {
+		msgs[i] = err.Error()
+	}
+	return strings.Join(msgs, "; ")
+}
+
+func (e stuckRuns) Unwrap() []error { return e }
+
+// runStuck reports whether a run's failed projection is the run's own, so recovery may go on with the
+// other runs: a refusal no retry can cure, not a failing sink, an ended context or a store that
+// cannot go on.
+func runStuck(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	for _, fatal := range []error{ErrClosed, ErrStoreBroken, ErrNotDurable, ErrSyncFailed, ErrReadOnly, ErrCallInsideTx} {
+		if errors.Is(err, fatal) {
+			return false
+		}
+	}
+	return !retriable(ctx, err)
 }
 
 // Run projects the relay's run continuously until ctx ends, then returns ctx.Err(). It wakes on every
 // commit made through the store and at the poll interval. While the sink fails it keeps the lines,
 // backs off, and logs once when it starts failing and once when it recovers. It returns early only
-// when projecting cannot succeed: a closed store, missing rows, or a sink's refusal (ErrSinkRefused).
+// when projecting cannot succeed: a closed store, missing rows, or a sink's refusal (ErrSinkRefused),
+// which it logs at Error level and records in the book (RunStats.StoppedSeq) before returning. Its
+// caller should not drop that error: the run is not projected from there on.
 func (r *Relay) Run(ctx context.Context) error {
-	if r.err != nil {
-		return r.err
-	}
 	poll := time.NewTicker(r.cfg.poll)
 	defer poll.Stop()
 	wait := r.cfg.minBackoff

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/textmachine/outbox/internal/outboxtest"
 	"github.com/textmachine/outbox/journal"
 	"github.com/textmachine/outbox/outbox"
 )
@@ -92,7 +93,7 @@ func TestRelayBatchesAreBoundedInBytesAndHoldAtLeastOneLine(t *testing.T) {
 				bound = c.bound
 				opts = append(opts, outbox.WithBatchBytes(c.bound))
 			}
-			if err := outbox.NewRelay(s, sink, "run", opts...).Flush(context.Background()); err != nil {
+			if err := outboxtest.NewRelay(t, s, sink, "run", opts...).Flush(context.Background()); err != nil {
 				t.Fatal(err)
 			}
 			next := int64(1)
@@ -125,8 +126,8 @@ func TestRelayBatchesAreBoundedInBytesAndHoldAtLeastOneLine(t *testing.T) {
 func TestWithBatchBytesRefusesLessThanOneByte(t *testing.T) {
 	s := openStore(t)
 	for _, n := range []int{0, -1} {
-		err := outbox.NewRelay(s, &batchSink{}, "run", outbox.WithBatchBytes(n)).Flush(context.Background())
-		if err == nil || !strings.Contains(err.Error(), "batch bytes") {
+		r, err := outbox.NewRelay(s, &batchSink{}, "run", outbox.WithBatchBytes(n))
+		if r != nil || err == nil || !strings.Contains(err.Error(), "batch bytes") {
 			t.Errorf("WithBatchBytes(%d): %v, want an error naming the option", n, err)
 		}
 	}
@@ -172,7 +173,7 @@ func relayPeakHeap(tb testing.TB, lines, lineSize int, opts ...outbox.RelayOptio
 	metrics.Read(before)
 	stop := make(chan struct{})
 	peak := heapPeak(stop)
-	err = outbox.NewRelay(s, j, "run", opts...).Flush(ctx)
+	err = outboxtest.NewRelay(tb, s, j, "run", opts...).Flush(ctx)
 	close(stop)
 	if err != nil {
 		tb.Fatal(err)

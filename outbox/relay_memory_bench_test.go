@@ -11,6 +11,7 @@ import (
 
 	"github.com/ncruces/go-sqlite3/driver"
 
+	"github.com/textmachine/outbox/internal/outboxtest"
 	"github.com/textmachine/outbox/journal"
 	"github.com/textmachine/outbox/outbox"
 )
@@ -56,7 +57,7 @@ func BenchmarkRelayPeakMemory(b *testing.B) {
 					stop := make(chan struct{})
 					sampled := heapPeak(stop)
 					b.StartTimer()
-					err = outbox.NewRelay(s, j, "run", outbox.WithBatchBytes(cfg.bytes)).Flush(ctx)
+					err = outboxtest.NewRelay(b, s, j, "run", outbox.WithBatchBytes(cfg.bytes)).Flush(ctx)
 					b.StopTimer()
 					close(stop)
 					top := <-sampled

@@ -40,7 +40,8 @@ func TestABatchInTheSinkIsRecordedWhenRunsContextEndsDuringItsAppend(t *testing.
 	sink := &cancelledAppendSink{mem: outboxtest.NewMemSink(), entered: make(chan struct{})}
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
-	go func() { ran <- outbox.NewRelay(s, sink, "run", outbox.WithBatchSize(100)).Run(ctx) }()
+	relay := outboxtest.NewRelay(t, s, sink, "run", outbox.WithBatchSize(100))
+	go func() { ran <- relay.Run(ctx) }()
 	<-sink.entered
 	cancel()
 	if err := <-ran; !errors.Is(err, context.Canceled) {
@@ -63,7 +64,7 @@ func TestABatchInTheSinkIsRecordedWhenRunsContextEndsDuringItsAppend(t *testing.
 		t.Fatalf("Projected after the signal: %d, %v; want 100", p, err)
 	}
 	next := outboxtest.NewMemSink()
-	if err := outbox.NewRelay(s2, next, "run").Flush(context.Background()); err != nil {
+	if err := outboxtest.NewRelay(t, s2, next, "run").Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := outboxtest.SeqsOf(next.All()), outboxtest.SeqRange(101, backlog); !slices.Equal(got, want) {
@@ -85,14 +86,14 @@ func TestAJournalBatchIsRecordedWhenTheContextEndsAfterItsAppend(t *testing.T) {
 		cancel() // the signal arrives as the batch becomes durable
 		return err
 	})
-	if err := outbox.NewRelay(s, sink, "run", outbox.WithBatchSize(100)).Flush(ctx); !errors.Is(err, context.Canceled) {
+	if err := outboxtest.NewRelay(t, s, sink, "run", outbox.WithBatchSize(100)).Flush(ctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Flush: %v, want context.Canceled", err)
 	}
 	if p, err := s.Projected(context.Background(), "run"); err != nil || p != 100 {
 		t.Fatalf("Projected after the signal: %d, %v; want 100", p, err)
 	}
 	s = outboxtest.Reopen(t, s)
-	if err := outbox.NewRelay(s, j, "run").Flush(context.Background()); err != nil {
+	if err := outboxtest.NewRelay(t, s, j, "run").Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if rep := verifyFile(t, jPath); rep.Lines != backlog || rep.Duplicates != 0 {
@@ -153,7 +154,7 @@ func TestWhatTheRelayRecordsIsDecidedBeforeTheSinkHasTheBatch(t *testing.T) {
 			}
 			sink := &unrulySink{mem: outboxtest.NewMemSink(), harm: harm}
 			// Small batches so that the reader ahead runs and its batches meet the sink too.
-			if err := outbox.NewRelay(s, sink, "run", outbox.WithBatchSize(64)).Flush(ctx); err != nil {
+			if err := outboxtest.NewRelay(t, s, sink, "run", outbox.WithBatchSize(64)).Flush(ctx); err != nil {
 				t.Fatalf("Flush: %v", err)
 			}
 			want := outboxtest.SeqRange(1, backlog+3)

@@ -33,7 +33,7 @@ func TestRelayAppendsBoundedBatchesThenRecordsProgressAndOnceKeys(t *testing.T) 
 		t.Fatal("EnqueueOnce did not enqueue")
 	}
 	sink := outboxtest.NewMemSink()
-	if err := outboxtest.FastRelay(s, sink, "r", outbox.WithBatchSize(4)).Flush(ctx); err != nil {
+	if err := outboxtest.FastRelay(t, s, sink, "r", outbox.WithBatchSize(4)).Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff([]int{4, 4, 3}, sink.Tried()); diff != "" {
@@ -60,7 +60,7 @@ func TestAFailingSinkIsRetriedWithTheSameBytesAndBoundedReads(t *testing.T) {
 	}
 	sink := outboxtest.NewMemSink()
 	sink.SetFailing(true)
-	relay := outboxtest.FastRelay(s, sink, "r", outbox.WithBatchSize(8), outbox.WithFlushAttempts(3))
+	relay := outboxtest.FastRelay(t, s, sink, "r", outbox.WithBatchSize(8), outbox.WithFlushAttempts(3))
 	err := relay.Flush(ctx)
 	if !errors.Is(err, outboxtest.ErrSinkDown) {
 		t.Fatalf("Flush with a failing sink: %v, want the sink's error", err)
@@ -86,7 +86,7 @@ func TestRunProjectsPromptlyOnCommitAndStopsWithItsContext(t *testing.T) {
 	s, _ := outboxtest.Setup(t)
 	sink := outboxtest.NewMemSink()
 	// An hour's poll: only the store's commit signal can wake the relay in time.
-	relay := outboxtest.FastRelay(s, sink, "r", outbox.WithPollInterval(time.Hour))
+	relay := outboxtest.FastRelay(t, s, sink, "r", outbox.WithPollInterval(time.Hour))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- relay.Run(ctx) }()
@@ -133,7 +133,7 @@ func TestFlushReturnsOnlyWhenEverythingCommittedIsInTheSinkAndRecorded(t *testin
 	ctx := context.Background()
 	s, _ := outboxtest.Setup(t)
 	sink := outboxtest.NewMemSink()
-	relay := outboxtest.FastRelay(s, sink, "r", outbox.WithBatchSize(3))
+	relay := outboxtest.FastRelay(t, s, sink, "r", outbox.WithBatchSize(3))
 	if err := relay.Flush(ctx); err != nil {
 		t.Errorf("Flush of an empty run: %v", err)
 	}
@@ -200,7 +200,7 @@ func TestRecoverProjectsEarlierRunsThenForgetsThem(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		enq("x")
 	}
-	if err := outboxtest.FastRelay(s, j, "old").Flush(ctx); err != nil {
+	if err := outboxtest.FastRelay(t, s, j, "old").Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
 	enq("x")
@@ -210,7 +210,7 @@ func TestRecoverProjectsEarlierRunsThenForgetsThem(t *testing.T) {
 	want := outboxtest.AllLines(t, s, "old")
 
 	s = outboxtest.Reopen(t, s)
-	if err := outboxtest.FastRelay(s, j, "new", outbox.WithBatchSize(2)).Recover(ctx); err != nil {
+	if err := outboxtest.FastRelay(t, s, j, "new", outbox.WithBatchSize(2)).Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
 	raw, _ := os.ReadFile(jpath)
@@ -238,7 +238,7 @@ func TestRecoverProjectsEarlierRunsThenForgetsThem(t *testing.T) {
 	}
 	// A second Recover, by the run after, sends nothing again.
 	before, _ := os.ReadFile(jpath)
-	if err := outboxtest.FastRelay(s, j, "newer").Recover(ctx); err != nil {
+	if err := outboxtest.FastRelay(t, s, j, "newer").Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
 	after, _ := os.ReadFile(jpath)
@@ -262,10 +262,10 @@ func TestProgressAndTheLastSeqSurviveForgetEvents(t *testing.T) {
 	outboxtest.MustEnqueue(t, s, "old")
 	outboxtest.MustEnqueue(t, s, "gone")
 	sink := outboxtest.NewMemSink()
-	if err := outboxtest.FastRelay(s, sink, "old").Flush(ctx); err != nil {
+	if err := outboxtest.FastRelay(t, s, sink, "old").Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := outboxtest.FastRelay(s, sink, "gone").Flush(ctx); err != nil {
+	if err := outboxtest.FastRelay(t, s, sink, "gone").Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.ForgetEvents(ctx, "current"); err != nil {
@@ -282,7 +282,7 @@ func TestProgressAndTheLastSeqSurviveForgetEvents(t *testing.T) {
 	}
 	// Its ledger row is never offered again.
 	n := len(sink.All())
-	if err := outboxtest.FastRelay(s, sink, "current").Recover(ctx); err != nil {
+	if err := outboxtest.FastRelay(t, s, sink, "current").Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if len(sink.All()) != n {
@@ -303,7 +303,7 @@ func TestRelayRefusesToProjectAcrossMissingRows(t *testing.T) {
 	}
 	s = outboxtest.Reopen(t, s)
 	sink := outboxtest.NewMemSink()
-	err := outboxtest.FastRelay(s, sink, "new").Recover(ctx)
+	err := outboxtest.FastRelay(t, s, sink, "new").Recover(ctx)
 	if !errors.Is(err, outbox.ErrRowsMissing) {
 		t.Errorf("Recover over a hole: %v, want ErrRowsMissing", err)
 	}
@@ -312,28 +312,46 @@ func TestRelayRefusesToProjectAcrossMissingRows(t *testing.T) {
 	}
 }
 
-func TestRelayReportsInvalidArgumentsAndOptions(t *testing.T) {
+func TestNewRelayFailsAtConstructionOnABadArgumentOrOption(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, _ := outboxtest.Setup(t)
-	for name, r := range map[string]*outbox.Relay{
-		"nil store":  outbox.NewRelay(nil, outboxtest.NewMemSink(), "r"),
-		"nil sink":   outbox.NewRelay(s, nil, "r"),
-		"empty run":  outbox.NewRelay(s, outboxtest.NewMemSink(), ""),
-		"batch 0":    outbox.NewRelay(s, outboxtest.NewMemSink(), "r", outbox.WithBatchSize(0)),
-		"backoff":    outbox.NewRelay(s, outboxtest.NewMemSink(), "r", outbox.WithBackoff(time.Second, time.Millisecond)),
-		"attempts 0": outbox.NewRelay(s, outboxtest.NewMemSink(), "r", outbox.WithFlushAttempts(0)),
-		"poll 0":     outbox.NewRelay(s, outboxtest.NewMemSink(), "r", outbox.WithPollInterval(0)),
+	s, path := outboxtest.Setup(t)
+	ro, err := outbox.OpenReadOnly(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	sink := outboxtest.NewMemSink()
+	for name, c := range map[string]struct {
+		s    *outbox.Store
+		sink outbox.Sink
+		run  string
+		opts []outbox.RelayOption
+		want error
+	}{
+		"nil store":     {nil, sink, "r", nil, nil},
+		"nil sink":      {s, nil, "r", nil, nil},
+		"read-only":     {ro, sink, "r", nil, outbox.ErrReadOnly},
+		"empty run":     {s, sink, "", nil, outbox.ErrEmptyRunID},
+		"control byte":  {s, sink, "a\x00b", nil, outbox.ErrInvalidRunID},
+		"invalid UTF-8": {s, sink, "\xff", nil, outbox.ErrInvalidRunID},
+		"batch 0":       {s, sink, "r", []outbox.RelayOption{outbox.WithBatchSize(0)}, nil},
+		"bytes 0":       {s, sink, "r", []outbox.RelayOption{outbox.WithBatchBytes(0)}, nil},
+		"backoff":       {s, sink, "r", []outbox.RelayOption{outbox.WithBackoff(time.Second, time.Millisecond)}, nil},
+		"attempts 0":    {s, sink, "r", []outbox.RelayOption{outbox.WithFlushAttempts(0)}, nil},
+		"poll 0":        {s, sink, "r", []outbox.RelayOption{outbox.WithPollInterval(0)}, nil},
+		"nil logger":    {s, sink, "r", []outbox.RelayOption{outbox.WithRelayLogger(nil)}, nil},
 	} {
-		if err := r.Flush(ctx); err == nil {
-			t.Errorf("%s: Flush succeeded", name)
+		r, err := outbox.NewRelay(c.s, c.sink, c.run, c.opts...)
+		if err == nil || r != nil {
+			t.Errorf("%s: NewRelay gave %v, %v; want an error and no relay", name, r, err)
 		}
-		if err := r.Run(ctx); err == nil {
-			t.Errorf("%s: Run succeeded", name)
+		if c.want != nil && !errors.Is(err, c.want) {
+			t.Errorf("%s: %v; want %v", name, err, c.want)
 		}
-		if err := r.Recover(ctx); err == nil {
-			t.Errorf("%s: Recover succeeded", name)
-		}
+	}
+	if r, err := outbox.NewRelay(s, sink, "r", nil, outbox.WithBatchSize(1)); err != nil || r == nil {
+		t.Errorf("good arguments (a nil option among them): %v, %v", r, err)
 	}
 }
 
@@ -386,7 +404,7 @@ func TestASinksRefusalStopsTheRelayWithoutRetrying(t *testing.T) {
 	s, _ := outboxtest.Setup(t)
 	outboxtest.MustEnqueue(t, s, "r")
 	sink := &refusingSink{}
-	relay := outboxtest.FastRelay(s, sink, "r", outbox.WithFlushAttempts(5))
+	relay := outboxtest.FastRelay(t, s, sink, "r", outbox.WithFlushAttempts(5))
 	if err := relay.Flush(context.Background()); !errors.Is(err, outbox.ErrSinkRefused) || sink.calls != 1 {
 		t.Errorf("Flush: %v after %d calls, want ErrSinkRefused after 1", err, sink.calls)
 	}
@@ -424,7 +442,7 @@ func TestARelayTakesTheBatchSizeItsSinkAsksFor(t *testing.T) {
 			t.Fatal(err)
 		}
 		sink := sizedSink{outboxtest.NewMemSink(), 3}
-		if err := outboxtest.FastRelay(s, sink, run, tc.opts...).Flush(ctx); err != nil {
+		if err := outboxtest.FastRelay(t, s, sink, run, tc.opts...).Flush(ctx); err != nil {
 			t.Fatal(err)
 		}
 		if got := sink.Tried(); len(got) == 0 || got[0] != tc.want {

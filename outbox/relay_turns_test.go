@@ -82,7 +82,7 @@ func TestRelaysOfOneStoreProjectingOneRunAppendEachLineOnce(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make(chan error, relays+producers)
 	for i := range relays {
-		r := outbox.NewRelay(s, j, "run", outbox.WithBatchSize(16+i*8), outbox.WithPollInterval(time.Millisecond))
+		r := outboxtest.NewRelay(t, s, j, "run", outbox.WithBatchSize(16+i*8), outbox.WithPollInterval(time.Millisecond))
 		wg.Go(func() {
 			if i%2 == 0 {
 				if err := r.Run(runCtx); !errors.Is(err, context.Canceled) {
@@ -115,7 +115,7 @@ func TestRelaysOfOneStoreProjectingOneRunAppendEachLineOnce(t *testing.T) {
 		})
 	}
 	pw.Wait()
-	if err := outbox.NewRelay(s, j, "run").Flush(ctx); err != nil {
+	if err := outboxtest.NewRelay(t, s, j, "run").Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
 	stop()
@@ -178,7 +178,8 @@ func TestCloseDuringADrainWaitsForTheBatchInFlightAndNothingIsSentAgain(t *testi
 	j := openJournal(t, path)
 	sink := newGatedSink(j, 3)
 	flushed := make(chan error, 1)
-	go func() { flushed <- outbox.NewRelay(s, sink, "run", outbox.WithBatchSize(100)).Flush(ctx) }()
+	relay := outboxtest.NewRelay(t, s, sink, "run", outbox.WithBatchSize(100))
+	go func() { flushed <- relay.Flush(ctx) }()
 	<-sink.held
 	closed := make(chan error, 1)
 	go func() { closed <- s.Close() }()
@@ -207,7 +208,7 @@ func TestCloseDuringADrainWaitsForTheBatchInFlightAndNothingIsSentAgain(t *testi
 	}
 	defer s2.Close()
 	after := newGatedSink(j, 0)
-	if err := outbox.NewRelay(s2, after, "run").Flush(ctx); err != nil {
+	if err := outboxtest.NewRelay(t, s2, after, "run").Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := sent+after.lines.Load(), int64(backlog); got != want {
@@ -253,7 +254,8 @@ func stuckRelay(t *testing.T) (*outbox.Store, *stuckSink, <-chan error) {
 	}
 	sink := &stuckSink{entered: make(chan struct{}), free: make(chan struct{})}
 	flushed := make(chan error, 1)
-	go func() { flushed <- outbox.NewRelay(s, sink, "run").Flush(ctx) }()
+	relay := outboxtest.NewRelay(t, s, sink, "run")
+	go func() { flushed <- relay.Flush(ctx) }()
 	<-sink.entered
 	return s, sink, flushed
 }
@@ -279,7 +281,7 @@ func TestARelayWaitingForItsTurnGivesUpWithItsContextOrWhenTheStoreCloses(t *tes
 	s, sink, _ := stuckRelay(t)
 	defer close(sink.free)
 
-	waiting := outbox.NewRelay(s, &batchSink{}, "run")
+	waiting := outboxtest.NewRelay(t, s, &batchSink{}, "run")
 	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 	defer cancel()
 	if err := waiting.Flush(short); !errors.Is(err, context.DeadlineExceeded) {
@@ -289,7 +291,7 @@ func TestARelayWaitingForItsTurnGivesUpWithItsContextOrWhenTheStoreCloses(t *tes
 	if _, err := s.EnqueueEvent(ctx, "other", journal.Handshake("other", nil)); err != nil {
 		t.Fatal(err)
 	}
-	if err := outbox.NewRelay(s, &batchSink{}, "other").Flush(ctx); err != nil {
+	if err := outboxtest.NewRelay(t, s, &batchSink{}, "other").Flush(ctx); err != nil {
 		t.Fatalf("Flush of another run: %v", err)
 	}
 
@@ -342,7 +344,7 @@ func TestAnotherRelayRecordsABatchWhoseRecordFailedInsteadOfSendingItAgain(t *te
 			t.Error(err)
 		}
 	}}
-	if err := outbox.NewRelay(s, sink, "run", outbox.WithBatchSize(20), outbox.WithFlushAttempts(1)).Flush(ctx); err == nil {
+	if err := outboxtest.NewRelay(t, s, sink, "run", outbox.WithBatchSize(20), outbox.WithFlushAttempts(1)).Flush(ctx); err == nil {
 		t.Fatal("Flush whose record met a foreign write lock succeeded")
 	}
 	if err := held.Rollback(); err != nil {
@@ -352,7 +354,7 @@ func TestAnotherRelayRecordsABatchWhoseRecordFailedInsteadOfSendingItAgain(t *te
 		t.Fatalf("Projected after the failed record: %d, %v; want 0", got, err)
 	}
 	second := &afterAppend{j: j}
-	if err := outbox.NewRelay(s, second, "run", outbox.WithBatchSize(20)).Flush(ctx); err != nil {
+	if err := outboxtest.NewRelay(t, s, second, "run", outbox.WithBatchSize(20)).Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if got := sink.lines.Load() + second.lines.Load(); got != int64(backlog) {
@@ -385,7 +387,7 @@ func TestCloseAtAnyMomentOfADrainLeavesNothingToSendAgain(t *testing.T) {
 		sink := newGatedSink(j, 0)
 		var wg sync.WaitGroup
 		for k := range 1 + round%2 {
-			r := outbox.NewRelay(s, sink, "run", outbox.WithBatchSize(5+rng.IntN(20)))
+			r := outboxtest.NewRelay(t, s, sink, "run", outbox.WithBatchSize(5+rng.IntN(20)))
 			wg.Go(func() {
 				var err error
 				if (round+k)%3 == 0 {
@@ -415,7 +417,7 @@ func TestCloseAtAnyMomentOfADrainLeavesNothingToSendAgain(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := outbox.NewRelay(s2, j, "run").Flush(ctx); err != nil {
+		if err := outboxtest.NewRelay(t, s2, j, "run").Flush(ctx); err != nil {
 			t.Fatal(err)
 		}
 		s2.Close()

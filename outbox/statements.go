@@ -25,6 +25,7 @@ const (
 	stmtInsertLine
 	stmtProgressSet
 	stmtMarkProjected
+	stmtStopClear
 	numStmts
 )
 
@@ -35,6 +36,7 @@ var stmtSQL = [numStmts]string{
 	stmtInsertLine:    db.EventLineInsert,
 	stmtProgressSet:   db.ProgressSet,
 	stmtMarkProjected: db.EventMarkProjected,
+	stmtStopClear:     db.StopClear,
 }
 
 // statements are the prepared statements of a writable store.
@@ -176,6 +178,14 @@ func (w *txWriter) undoInsert(p db.EventInsertParams, err error) error {
 func (w *txWriter) setProgress(p db.ProgressSetParams) error {
 	if err := w.q.ProgressSet(w.ctx, w.on(stmtProgressSet), p); err != nil {
 		return fmt.Errorf("record progress of run %q: %w", p.EngineRunID, mapErr(w.ctx, err))
+	}
+	return nil
+}
+
+// clearStop removes a run's record of a stop (see Store.recordStop): the run projects again.
+func (w *txWriter) clearStop(runID string) error {
+	if err := w.q.StopClear(w.ctx, w.on(stmtStopClear), runID); err != nil {
+		return fmt.Errorf("clear the stop of run %q: %w", runID, mapErr(w.ctx, err))
 	}
 	return nil
 }

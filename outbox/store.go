@@ -51,6 +51,9 @@ type Store struct {
 	// current is the transaction write has open, so that EnqueueTx can tell the store's own transaction
 	// from a foreign one.
 	current atomic.Pointer[sql.Tx]
+	// writerG is the goroutine that holds the writer connection in a transaction (0: none), so that
+	// a write called on it fails at once instead of waiting for itself (ErrCallInsideTx).
+	writerG atomic.Int64
 	// committing is true while the store itself commits on the writer connection; any other commit
 	// there is refused (see attachWriter).
 	committing atomic.Bool
@@ -409,7 +412,8 @@ func (s *Store) signalCommit() {
 // the panic continues. Use EnqueueTx inside fn to make events commit with the caller's own writes.
 //
 // fn must not call the store's other write methods: the store has one writer connection, which fn
-// already holds.
+// already holds. Such a call fails at once with ErrCallInsideTx (see there for the one case that cannot
+// be caught). Reads work inside fn; ReadTx reads the committed book beside it.
 func (s *Store) WriteTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	if fn == nil {
 		return errors.New("outbox: WriteTx with a nil function")
@@ -464,6 +468,9 @@ func (s *Store) write(ctx context.Context, mode commitMode, fn func(w *txWriter)
 	defer s.recoverDriver(&err)
 	ctx, cancel := s.opContext(ctx)
 	defer cancel()
+	if err := s.checkNotInsideTx(); err != nil {
+		return err
+	}
 	// The wait for the writer connection, held by another transaction, is the caller's and ends
 	// with its context; the transaction begun on it is not (see above).
 	conn, err := s.w.Conn(ctx)
@@ -478,6 +485,9 @@ func (s *Store) write(ctx context.Context, mode commitMode, fn func(w *txWriter)
 			conn.Close()
 		}
 	}()
+	g := goid()
+	s.writerG.Store(g)
+	defer s.writerG.CompareAndSwap(g, 0) // before the writer is given back
 	tx, err := conn.BeginTx(context.WithoutCancel(ctx), nil)
 	if err != nil {
 		ended = true

@@ -122,7 +122,8 @@ WHERE engine_run_id = sqlc.arg(engine_run_id) AND seq = sqlc.arg(seq)
 -- One page of the runs that have rows, after a run id (keyset paging along the primary key), with
 -- what recovery and the command's stats need: the page is one bounded query, so listing a book of any
 -- number of runs holds neither a long read transaction nor the whole list. oldest_pending is the
--- enqueue time of the first line after the projected position (0: none, or unknown).
+-- enqueue time of the first line after the projected position (0: none, or unknown); stopped_seq is
+-- where the sink refused the run (0: not stopped, migrations/00004).
 SELECT r.engine_run_id,
        CAST(r.lines AS INTEGER) AS lines,
        CAST(r.last_seq AS INTEGER) AS last_seq,
@@ -134,7 +135,10 @@ SELECT r.engine_run_id,
            WHERE o.engine_run_id = r.engine_run_id AND o.seq > COALESCE(p.projected, 0)
            ORDER BY o.seq
            LIMIT 1
-       ), 0) AS INTEGER) AS oldest_pending
+       ), 0) AS INTEGER) AS oldest_pending,
+       CAST(COALESCE(st.seq, 0) AS INTEGER) AS stopped_seq,
+       CAST(COALESCE(st.reason, '') AS TEXT) AS stopped_reason,
+       CAST(COALESCE(st.stopped_at, 0) AS INTEGER) AS stopped_at
 FROM (
     SELECT engine_run_id, count(*) AS lines, MAX(seq) AS last_seq, SUM(once_key <> '') AS ledger_lines
     FROM events_outbox
@@ -144,6 +148,7 @@ FROM (
     LIMIT CAST(sqlc.arg(max_runs) AS INTEGER)
 ) AS r
 LEFT JOIN outbox_progress AS p ON p.engine_run_id = r.engine_run_id
+LEFT JOIN outbox_stops AS st ON st.engine_run_id = r.engine_run_id
 ORDER BY r.engine_run_id;
 
 -- name: EventsForgetProjected :execrows
@@ -165,3 +170,19 @@ FROM events_outbox
 WHERE engine_run_id = sqlc.arg(engine_run_id) AND seq > sqlc.arg(after_seq)
 ORDER BY seq
 LIMIT 1;
+
+-- name: EventGet :one
+-- One stored line, its large line read from events_lines, with the keys it holds.
+SELECT CAST(CASE WHEN spill = 0 THEN line
+            ELSE (SELECT events_lines.line FROM events_lines WHERE events_lines.id = events_outbox.spill) END AS BLOB) AS line,
+       spill, once_key, announce_key
+FROM events_outbox
+WHERE engine_run_id = sqlc.arg(engine_run_id) AND seq = sqlc.arg(seq);
+
+-- name: EventRetire :execrows
+-- Replaces a line not yet projected with its tombstone, in its row (a tombstone is small), and frees
+-- its pending once key: the announcement never reached a reader. A row whose key is in the ledger was
+-- projected and is left alone.
+UPDATE events_outbox
+SET line = sqlc.arg(line), spill = 0, announce_key = ''
+WHERE engine_run_id = sqlc.arg(engine_run_id) AND seq = sqlc.arg(seq) AND once_key = '';

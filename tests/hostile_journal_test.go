@@ -30,7 +30,7 @@ func TestABuilderThatWritesTheWrongSeqStopsTheRelay(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer j.Close()
-	err = outboxtest.FastRelay(s, j, "r", outbox.WithBatchSize(1)).Flush(ctx)
+	err = outboxtest.FastRelay(t, s, j, "r", outbox.WithBatchSize(1)).Flush(ctx)
 	if !errors.Is(err, outbox.ErrSinkRefused) {
 		t.Fatalf("Flush = %v, want ErrSinkRefused", err)
 	}
@@ -58,7 +58,7 @@ func TestARelayPointedAtAnotherJournalDoesNotStartARunMidway(t *testing.T) {
 	for range 2 {
 		s.EnqueueEvent(ctx, "r", journal.Builder("r", "x", nil))
 	}
-	if err := outboxtest.FastRelay(s, first, "r").Flush(ctx); err != nil {
+	if err := outboxtest.FastRelay(t, s, first, "r").Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
 	s.EnqueueEvent(ctx, "r", journal.Builder("r", "x", nil))
@@ -68,14 +68,14 @@ func TestARelayPointedAtAnotherJournalDoesNotStartARunMidway(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer j.Close()
-	err = outboxtest.FastRelay(s, j, "r").Flush(ctx)
+	err = outboxtest.FastRelay(t, s, j, "r").Flush(ctx)
 	if !errors.Is(err, journal.ErrStreamGap) || !errors.Is(err, outbox.ErrSinkRefused) {
 		t.Fatalf("Flush into another journal = %v, want ErrStreamGap and ErrSinkRefused", err)
 	}
 	if b, _ := os.ReadFile(other); len(b) != 0 {
 		t.Errorf("the other journal holds %q", b)
 	}
-	if err := outboxtest.FastRelay(s, first, "r").Flush(ctx); err != nil {
+	if err := outboxtest.FastRelay(t, s, first, "r").Flush(ctx); err != nil {
 		t.Errorf("Flush into the first journal: %v", err)
 	}
 }

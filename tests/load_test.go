@@ -14,7 +14,6 @@ import (
 
 	"github.com/textmachine/outbox/internal/outboxtest"
 	"github.com/textmachine/outbox/journal"
-	"github.com/textmachine/outbox/outbox"
 )
 
 // TestSustainedLoadKeepsMemoryFlatAndLosesNothing runs 16 producers and a relay into a journal for a
@@ -38,7 +37,8 @@ func TestSustainedLoadKeepsMemoryFlatAndLosesNothing(t *testing.T) {
 	defer j.Close()
 	relayCtx, stopRelay := context.WithCancel(ctx)
 	relayDone := make(chan error, 1)
-	go func() { relayDone <- outbox.NewRelay(s, j, "load").Run(relayCtx) }()
+	relay := outboxtest.NewRelay(t, s, j, "load")
+	go func() { relayDone <- relay.Run(relayCtx) }()
 
 	heap := func() uint64 {
 		runtime.GC()

@@ -81,7 +81,7 @@ func TestRandomOperationsAgreeWithASimpleModel(t *testing.T) {
 			t.Fatal(err)
 		}
 		sink = &failingSink{j: j}
-		relay = outbox.NewRelay(s, sink, run, outbox.WithBatchSize(1+rng.IntN(5)), outbox.WithFlushAttempts(1),
+		relay = outboxtest.NewRelay(t, s, sink, run, outbox.WithBatchSize(1+rng.IntN(5)), outbox.WithFlushAttempts(1),
 			outbox.WithBackoff(time.Millisecond, time.Millisecond))
 		if err := relay.Recover(ctx); err != nil {
 			t.Fatalf("recover: %v", err)

@@ -169,7 +169,8 @@ func TestRelayProjectsOnlyDurableLines(t *testing.T) {
 	}
 	sink := outboxtest.NewMemSink()
 	flushed := make(chan error, 1)
-	go func() { flushed <- outboxtest.FastRelay(s, sink, "r").Flush(ctx) }()
+	relay := outboxtest.FastRelay(t, s, sink, "r")
+	go func() { flushed <- relay.Flush(ctx) }()
 	flushErr, early := error(nil), false
 	select {
 	case flushErr = <-flushed:

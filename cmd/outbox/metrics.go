@@ -26,7 +26,7 @@ func init() {
 const metricsAbout = `
 Serves Prometheus metrics at http://ADDR/metrics until interrupted, read from the database at each
 scrape: per run the highest seq, the seq projected up to, the lines not yet projected and the age
-of the oldest of them; the ledger's size; the sizes of the database and its WAL. It opens the
+of the oldest of them, and whether its projection stopped on the sink's refusal (outbox_run_stopped); the ledger's size; the sizes of the database and its WAL. It opens the
 database read-only, as stats does: it runs beside an engine, keeps working when an engine starts
 or stops, and on a book no engine holds open leaves the directory as it found it.
 
@@ -83,11 +83,12 @@ var (
 	descProjected    = prometheus.NewDesc("outbox_run_projected_seq", "Every line of the run up to this seq is in the journal.", runLabels, nil)
 	descUnprojected  = prometheus.NewDesc("outbox_run_unprojected_lines", "Lines of the run not yet projected.", runLabels, nil)
 	descOldestAge    = prometheus.NewDesc("outbox_run_oldest_unprojected_age_seconds", "Age of the run's oldest line not yet projected; absent when there is none or its time is unknown.", runLabels, nil)
+	descStopped      = prometheus.NewDesc("outbox_run_stopped", "1 when a relay stopped projecting the run because the sink refused its lines (see outbox stats), else 0; it goes back to 0 once the run projects again.", runLabels, nil)
 	descStored       = prometheus.NewDesc("outbox_run_stored_lines", "Lines of the run still stored in the database.", runLabels, nil)
 	descLedger       = prometheus.NewDesc("outbox_ledger_keys", "Once keys in the announce-once ledger.", nil, nil)
 	descDBBytes      = prometheus.NewDesc("outbox_database_bytes", "Size of the database file.", nil, nil)
 	descWALBytes     = prometheus.NewDesc("outbox_wal_bytes", "Size of the database's WAL file (0 when there is none).", nil, nil)
-	bookDescriptions = []*prometheus.Desc{descUp, descLastSeq, descProjected, descUnprojected, descOldestAge, descStored, descLedger, descDBBytes, descWALBytes}
+	bookDescriptions = []*prometheus.Desc{descUp, descLastSeq, descProjected, descUnprojected, descOldestAge, descStopped, descStored, descLedger, descDBBytes, descWALBytes}
 )
 
 // bookCollector reads the book at each scrape.
@@ -122,6 +123,11 @@ func (c *bookCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descProjected, float64(r.Projected), run)
 		gauge(descUnprojected, float64(r.Pending), run)
 		gauge(descStored, float64(r.Lines), run)
+		stopped := 0.0
+		if r.Stopped != nil {
+			stopped = 1
+		}
+		gauge(descStopped, stopped, run)
 		if r.OldestAge != nil {
 			gauge(descOldestAge, *r.OldestAge, run)
 		}

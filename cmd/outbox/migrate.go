@@ -280,7 +280,8 @@ func (e *lossError) Error() string {
 // checkLoss refuses rolling back the book's current version when that drops stored events or once
 // keys: version 1 drops the table of events and the ledger with it; version 2 drops the once keys of
 // lines not yet projected, which would then never reach the ledger; version 3 drops the record of
-// how far forgotten runs went.
+// how far forgotten runs went; version 4 drops the record of runs whose projection stopped on the
+// sink's refusal.
 func checkLoss(ctx context.Context, d *sql.DB, p interface {
 	GetDBVersion(context.Context) (int64, error)
 }) error {
@@ -323,6 +324,14 @@ func checkLoss(ctx context.Context, d *sql.DB, p interface {
 		}
 		if runs > 0 {
 			return &lossError{v, fmt.Sprintf("the highest seq of %d runs whose lines were forgotten, so their next events would reuse numbers", runs)}
+		}
+	case 4:
+		runs, err := count(`SELECT count(*) FROM outbox_stops`)
+		if err != nil {
+			return err
+		}
+		if runs > 0 {
+			return &lossError{v, fmt.Sprintf("the record of %d runs whose projection stopped on the sink's refusal", runs)}
 		}
 	}
 	return nil

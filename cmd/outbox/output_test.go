@@ -156,7 +156,11 @@ func TestStatsSaysWhatItMeans(t *testing.T) {
 	s.EnqueueEvent(ctx, "live", journal.Handshake("live", nil))
 	s.EnqueueOnce(ctx, "live", "unit:1", journal.Builder("live", "unit_done", 1))
 	for _, run := range []string{"gone", "live"} {
-		if err := outbox.NewRelay(s, j, run).Flush(ctx); err != nil {
+		relay, err := outbox.NewRelay(s, j, run)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := relay.Flush(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}

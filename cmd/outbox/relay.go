@@ -87,7 +87,10 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	bar := newProgress(stderr, total)
 	// A run id of its own that has no rows: Recover treats every run in the database as earlier.
 	self := fmt.Sprintf("outbox-relay-%d", time.Now().UnixNano())
-	relay := outbox.NewRelay(s, sink, self, outbox.WithOnProjected(func(_ string, n int, _ int64) { bar.add(int64(n)) }))
+	relay, err := outbox.NewRelay(s, sink, self, outbox.WithOnProjected(func(_ string, n int, _ int64) { bar.add(int64(n)) }))
+	if err != nil {
+		return failErr(stderr, exitUsage, "relay", err)
+	}
 	err = relay.Recover(ctx)
 	bar.done()
 	if err != nil {

@@ -43,12 +43,21 @@ type runStatsRow struct {
 	Projected   int64    `json:"projected"`                  // every seq up to this one is in the journal
 	Pending     int64    `json:"pending"`                    // seqs above projected: lines not yet projected
 	OldestAge   *float64 `json:"oldest_pending_age_seconds"` // null when nothing is pending or the age is unknown
+	Stopped     *stopRow `json:"stopped"`                    // null unless the relay stopped on the sink's refusal
+}
+
+// stopRow is a run whose projection stopped because the sink refused its batch starting at Seq.
+type stopRow struct {
+	Seq    int64     `json:"seq"`
+	Reason string    `json:"reason"`
+	At     time.Time `json:"at"`
 }
 
 const statsAbout = `
 Per run: the highest seq ever assigned (kept after its lines are forgotten), the lines still
 stored, how far the run is projected, the lines not yet projected and the age of the oldest of
-them; then the number of once keys in the ledger (counted, not loaded) and the sizes of the
+them, and whether a relay stopped projecting the run because the sink refused its lines (at which
+seq, when and why: kept in the book until the run projects again); then the number of once keys in the ledger (counted, not loaded) and the sizes of the
 database and its WAL. Opens the database read-only: beside a running engine it reads what the
 engine has committed, and on a book no engine holds open it leaves the directory exactly as it
 found it (no -wal, no -shm), so it also works where you cannot write.
@@ -164,6 +173,9 @@ func statsRow(r outbox.RunStats, now time.Time) runStatsRow {
 		age := max(0, now.Sub(r.OldestPending).Seconds())
 		row.OldestAge = &age
 	}
+	if r.StoppedSeq > 0 {
+		row.Stopped = &stopRow{Seq: r.StoppedSeq, Reason: r.StoppedReason, At: r.StoppedAt.UTC()}
+	}
 	return row
 }
 
@@ -190,15 +202,28 @@ func printStats(w io.Writer, rep statsReport, asJSON bool) error {
 	fmt.Fprintf(w, "%s: %d bytes, WAL %d bytes; %d once keys in the ledger; %d runs\n\n",
 		quote(rep.DB), rep.FileBytes, rep.WALBytes, rep.Ledger, len(rep.Runs))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "run\thighest seq\tlines stored\tprojected up to\tnot yet projected\toldest not projected\t")
+	fmt.Fprintln(tw, "run\thighest seq\tlines stored\tprojected up to\tnot yet projected\toldest not projected\tstopped at seq\t")
 	for _, r := range rep.Runs {
 		age := "-"
 		if r.OldestAge != nil {
 			age = time.Duration(*r.OldestAge * float64(time.Second)).Round(time.Millisecond).String()
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t\n", quote(r.RunID), r.LastSeq, r.Lines, r.Projected, r.Pending, age)
+		stopped := "-"
+		if r.Stopped != nil {
+			stopped = strconv.FormatInt(r.Stopped.Seq, 10)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\t\n", quote(r.RunID), r.LastSeq, r.Lines, r.Projected, r.Pending, age, stopped)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, r := range rep.Runs {
+		if r.Stopped != nil {
+			fmt.Fprintf(w, "\nrun %s stopped at seq %d (%s): the sink refuses it: %s\n", quote(r.RunID), r.Stopped.Seq,
+				r.Stopped.At.Format(time.RFC3339), sanitize(r.Stopped.Reason))
+		}
+	}
+	return nil
 }
 
 // isTerminal reports whether w is a terminal (a command's standard error counts as its own).

@@ -85,7 +85,10 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (err error) {
 	if cfg.BatchSize > 0 {
 		opts = append(opts, outbox.WithBatchSize(cfg.BatchSize))
 	}
-	relay := outbox.NewRelay(s, sink, cfg.RunID, opts...)
+	relay, err := outbox.NewRelay(s, sink, cfg.RunID, opts...)
+	if err != nil {
+		return err
+	}
 	if err := relay.Recover(ctx); err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/textmachine/outbox/outbox"
@@ -74,6 +75,17 @@ func (m *MemSink) Got() <-chan struct{} { return m.got }
 
 // FastRelay is a relay whose retries wait 1 to 5 ms instead of the default backoff, so that a test of
 // a failing sink finishes at once.
-func FastRelay(s *outbox.Store, sink outbox.Sink, run string, opts ...outbox.RelayOption) *outbox.Relay {
-	return outbox.NewRelay(s, sink, run, append([]outbox.RelayOption{outbox.WithBackoff(time.Millisecond, 5*time.Millisecond)}, opts...)...)
+func FastRelay(t testing.TB, s *outbox.Store, sink outbox.Sink, run string, opts ...outbox.RelayOption) *outbox.Relay {
+	t.Helper()
+	return NewRelay(t, s, sink, run, append([]outbox.RelayOption{outbox.WithBackoff(time.Millisecond, 5*time.Millisecond)}, opts...)...)
+}
+
+// NewRelay is outbox.NewRelay for a test, which a construction error fails.
+func NewRelay(t testing.TB, s *outbox.Store, sink outbox.Sink, run string, opts ...outbox.RelayOption) *outbox.Relay {
+	t.Helper()
+	r, err := outbox.NewRelay(s, sink, run, opts...)
+	if err != nil {
+		t.Fatalf("NewRelay: %v", err)
+	}
+	return r
 }

@@ -1,0 +1,85 @@
+package outbox
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"runtime"
+	"strconv"
+)
+
+// ErrCallInsideTx is returned at once by a write of the store called from inside a transaction of the
+// same store: from WriteTx's function, or from an EventBuilder or a line check, which run inside the
+// enqueue's transaction (with group commit, on the store's committer goroutine). That transaction
+// holds the store's one writer connection, so the call would wait for itself until its deadline. Use
+// EnqueueTx or EnqueueOnceTx with WriteTx's transaction instead; reads (ReadTx, PendingEvents, …) use
+// the read pool and work there.
+//
+// The store knows the goroutine that holds the writer, so a call made on that goroutine is caught. A
+// call that the function hands to another goroutine and then waits for cannot be told from any other
+// caller's: it waits for the writer and fails when its own deadline or the operation timeout ends it
+// (WithOpTimeout), with an error wrapping context.DeadlineExceeded.
+var ErrCallInsideTx = errors.New("outbox: a call from inside a transaction of the same store (a WriteTx function, an EventBuilder or a line check called the store); the transaction holds the store's one writer, so the call would wait for itself: use EnqueueTx on that transaction instead")
+
+// goid returns the calling goroutine's id, read from its stack header ("goroutine 42 [running]:").
+// The runtime gives no other way; it costs about a microsecond, paid only while the writer is held.
+func goid() int64 {
+	var buf [64]byte
+	b := buf[:runtime.Stack(buf[:], false)]
+	b = bytes.TrimPrefix(b, []byte("goroutine "))
+	if i := bytes.IndexByte(b, ' '); i > 0 {
+		b = b[:i]
+	}
+	id, err := strconv.ParseInt(string(b), 10, 64)
+	if err != nil {
+		return -1 // never equal to a holder's
+	}
+	return id
+}
+
+// checkNotInsideTx fails a write begun on the goroutine that holds the store's writer.
+func (s *Store) checkNotInsideTx() error {
+	if h := s.writerG.Load(); h != 0 && h == goid() {
+		return ErrCallInsideTx
+	}
+	return nil
+}
+
+// ReadTx runs fn in one read transaction on the read pool: every query of fn sees the same snapshot,
+// the book as it was at fn's first read, whatever commits in the meantime. It never takes the writer,
+// so it neither waits for writes nor delays them, and it works on a read-only store and inside
+// WriteTx's function (where it does not see that transaction's uncommitted writes). The transaction
+// is read-only (PRAGMA query_only): a write in it fails. fn's error is returned as it is; if fn
+// panics, the transaction ends and the panic continues. The operation timeout (WithOpTimeout) bounds
+// fn when ctx has no deadline.
+func (s *Store) ReadTx(ctx context.Context, fn func(tx *sql.Tx) error) (err error) {
+	if fn == nil {
+		return errors.New("outbox: ReadTx with a nil function")
+	}
+	if err := s.enter(false); err != nil {
+		return err
+	}
+	defer s.exit()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	defer s.recoverDriver(&err)
+	ctx, cancel := s.opContext(ctx)
+	defer cancel()
+	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return fmt.Errorf("begin a read: %w", mapErr(ctx, err))
+	}
+	defer tx.Rollback() // nothing to commit: the rollback only ends the snapshot
+	func() {
+		defer func() {
+			if v := recover(); v != nil {
+				panic(userPanic{v})
+			}
+		}()
+		err = fn(tx)
+	}()
+	return err
+}
