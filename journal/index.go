@@ -56,6 +56,9 @@ func (r *lineReader) next() (line []byte, off int64, err error) {
 		if i := bytes.IndexByte(r.data, '\n'); i >= 0 {
 			line, off = r.data[:i+1], r.pos
 			r.data, r.pos = r.data[i+1:], r.pos+int64(i)+1
+			if i > outbox.DefaultMaxLineSize {
+				continue // it fitted in a buffer grown for an earlier line
+			}
 			return line, off, nil
 		}
 		if r.pos+int64(len(r.data)) >= r.end {
