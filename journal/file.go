@@ -80,7 +80,8 @@ func (osOps) Datasync(f *os.File) error                            { return data
 // missing. A file that is not a journal is refused with ErrNotJournal and left as it was: an empty
 // file is a journal, any other must begin and end with journal lines (see ErrNotJournal). OpenFile
 // takes an exclusive lock on the file, failing with ErrLocked when another File, in this process or
-// another, has it open. A last line without its newline was never acknowledged: OpenFile cuts it
+// another, has it open. A path that names a directory, a FIFO, a device or a socket is refused with
+// ErrNotJournal before anything opens it, so OpenFile never blocks on a FIFO. A last line without its newline was never acknowledged: OpenFile cuts it
 // off, so the next append cannot glue itself to half a line.
 func OpenFile(path string) (*File, error) {
 	return openFile(path, osOps{})
@@ -208,7 +209,10 @@ func (j *File) Path() string { return j.path }
 //   - a batch that would leave a gap (ErrStreamGap): its seqs are not consecutive, or its first seq is
 //     more than one past the run's last seq in the journal (a run the journal does not hold must
 //     start at 1). A batch that starts at or before the run's last seq is a re-delivery and is
-//     appended;
+//     appended, once each of its lines the journal holds is found to have the same bytes there;
+//   - a batch with a line the journal holds with other bytes (ErrPayloadConflict), wherever in the
+//     file that copy is: a run's first batch too, when the journal already holds a run of that id
+//     (another book's engine that named its run the same);
 //   - any batch when the file no longer ends where this File left it (ErrModified).
 //
 // The first Append or LastSeq after OpenFile reads the whole file once, to index where each run's
