@@ -49,9 +49,15 @@ func mustOpen(t *testing.T, path string) *File {
 // half a chunk (where the reader's buffer grows), a chunk and a span's reach, twice a chunk (the
 // buffer doubled), and the limit.
 func lineSizes() []int {
+	seen := map[int]bool{}
 	var sizes []int
 	for _, n := range []int{64 << 10, readChunk / 2, readChunk, spanReach, 2 * readChunk} {
-		sizes = append(sizes, n-2, n-1, n, n+1)
+		for _, m := range []int{n - 1, n, n + 1} {
+			if !seen[m] {
+				seen[m] = true
+				sizes = append(sizes, m)
+			}
+		}
 	}
 	return append(sizes, 3*readChunk/2, outbox.DefaultMaxLineSize-1, outbox.DefaultMaxLineSize)
 }
@@ -66,6 +72,9 @@ func TestALongLineAnywhereInTheFileIsReadAndComparedInFullAtEveryChunkSize(t *te
 			"before the last": {short(1), lineOf("r", 2, n, 'l'), short(3)},
 			"first":           {lineOf("r", 1, n, 'l'), short(2)},
 		} {
+			if n >= outbox.DefaultMaxLineSize-1 && name != "before the last" && os.Getenv("OUTBOX_HEAVY") == "" {
+				continue // the limit in one place in make test, in every place in make reliability
+			}
 			what := fmt.Sprintf("a line of %d bytes %s", n, name)
 			path := writeLines(t, file...)
 			j := mustOpen(t, path)
@@ -316,12 +325,13 @@ func FuzzTheIndexAgreesWithTheLinesOfTheFile(f *testing.F) {
 		pad := map[key]int{}
 		top := map[string]int64{}
 		var file [][]byte
+		long := 0
 		for i := 0; i+2 < len(in) && len(file) < 64; i += 3 {
 			k := key{fmt.Sprintf("r%d", in[i]%3), 1 + int64(in[i+1]%12)}
 			if _, ok := pad[k]; !ok {
 				pad[k] = 80 + int(in[i+2])
-				if in[i+2] > 250 {
-					pad[k] = int(in[i+2]-250) * 300 << 10 // lines that fill spans
+				if in[i+2] == 255 && long < 8 {
+					pad[k], long = 400<<10, long+1 // lines that fill a span's reach
 				}
 			}
 			file = append(file, lineOf(k.run, k.seq, pad[k], 'p'))
@@ -336,7 +346,7 @@ func FuzzTheIndexAgreesWithTheLinesOfTheFile(f *testing.F) {
 			}
 			os.WriteFile(path, b, 0o644)
 		}
-		j, err := OpenFile(path)
+		j, err := openFile(path, noSyncOps{})
 		if err != nil {
 			t.Fatal(err)
 		}
