@@ -12,6 +12,8 @@ MODULES := ./... ./cmd/outbox/... ./jetstream/... ./bench/...
 # coordinator can report its own deadline as a failure ("context deadline exceeded", no failing
 # input; golang/go#75804, fixed in Go 1.27).
 FUZZTIME ?= 60000x
+# FuzzTheIndexAgreesWithTheLinesOfTheFile appends to a file for every input, about 500 a second.
+INDEX_FUZZTIME ?= 10000x
 
 ## test: everything CI runs: formatting, vet, generated code, the tests under the race detector, the
 ## journal's tests again without its assembly (-tags purego, what other processors run), and each
@@ -35,6 +37,7 @@ fuzz:
 	go test -run '^$$' -fuzz '^FuzzTerminalSafeText$$' -fuzztime $(FUZZTIME) ./cmd/outbox/
 	go test -run '^$$' -fuzz '^FuzzToken$$' -fuzztime $(FUZZTIME) ./jetstream/
 	go test -run '^$$' -fuzz '^FuzzOpenFile$$' -fuzztime $(FUZZTIME) ./journal/
+	go test -run '^$$' -fuzz '^FuzzTheIndexAgreesWithTheLinesOfTheFile$$' -fuzztime $(INDEX_FUZZTIME) ./journal/
 
 ## reliability: the long form of the fault campaigns: many crash seeds, longer fuzzing.
 reliability:
@@ -45,9 +48,10 @@ reliability:
 	OUTBOX_MODEL_STEPS=3000 go test -count=5 -run 'RandomOperations' -v ./tests/
 	OUTBOX_LOAD_SECONDS=60 go test -count=1 -run 'SustainedLoad' -v ./tests/
 	OUTBOX_HEAVY=1 go test -count=1 -run 'LargestLimit|WALShrinks' -v ./outbox/
+	OUTBOX_HEAVY=1 go test -race -count=1 -run 'LongLineAnywhere' -v ./journal/
 	OUTBOX_RELAY_MEMORY_LINES=200 go test -count=1 -run 'RelayMemory' -v ./outbox/
 	OUTBOX_RELAY_CLOSE_ROUNDS=300 go test -race -count=1 -run 'CloseAtAnyMoment' -v ./outbox/
-	$(MAKE) fuzz FUZZTIME=1000000x
+	$(MAKE) fuzz FUZZTIME=1000000x INDEX_FUZZTIME=200000x
 
 fmt-check:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -195,3 +195,25 @@ func benchVerify(b *testing.B, stream bool) {
 	b.ReportMetric(mb/inVerify.Seconds(), "verify-MB/s")
 	b.ReportMetric(inRead.Seconds()/inVerify.Seconds(), "ratio")
 }
+
+// BenchmarkFileIndex opens a 100 MB journal of 50 interleaved runs and asks a run's last seq, which
+// reads the whole file once to index it: what the first append after an engine's start costs.
+func BenchmarkFileIndex(b *testing.B) {
+	size := 100 << 20
+	if testing.Short() {
+		size = 1 << 20
+	}
+	path := verifyFile(b, size)
+	st, _ := os.Stat(path)
+	for b.Loop() {
+		j, err := journal.OpenFile(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if last, err := j.LastSeq("run-00-0123456789abcdef"); err != nil || last == 0 {
+			b.Fatalf("LastSeq = (%d, %v)", last, err)
+		}
+		j.Close()
+	}
+	b.ReportMetric(float64(st.Size())*float64(b.N)/1e6/b.Elapsed().Seconds(), "MB/s")
+}

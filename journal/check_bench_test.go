@@ -46,7 +46,7 @@ func BenchmarkAppendChecks(b *testing.B) {
 			err = j.checkUnmodified()
 		}
 		if err == nil {
-			err = j.checkContinues("run", lines)
+			err = j.checkContinues(ctx, "run", lines)
 		}
 		j.mu.Unlock()
 		if err != nil {

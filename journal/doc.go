@@ -26,10 +26,28 @@
 //     line of its EventLine.Seq, that is not a journal line, or that is longer than the limit, is
 //     refused with an error wrapping outbox.ErrSinkRefused, and so is a batch that would leave a gap
 //     in its run (ErrStreamGap): seqs that are not consecutive, or a first seq more than one past the
-//     run's last seq in the file. A batch that starts at or before that seq is a re-delivery and is
-//     appended. Each run's last seq is remembered from the appends and from reading the file back
-//     from its end, lazily: the file is read at most once while it is open, and an append to a run
-//     the File has appended to or read costs no read. LastSeq gives it.
+//     run's last seq in the file. A batch that starts at or before that seq is a re-delivery: each
+//     of its lines that the file holds is compared with the file's copy, wherever in the file that
+//     is, and one held with other bytes refuses the batch (ErrPayloadConflict, wrapping
+//     outbox.ErrSinkRefused); a re-delivery that matches is appended (readers skip the duplicates).
+//     LastSeq gives a run's last seq.
+//   - The first Append or LastSeq after OpenFile reads the file once, forward, to index where each
+//     run's lines are; after it a run's last seq is a lookup, and a re-delivery reads less than 1 MiB
+//     before each copy it is compared with. The file is read in chunks of 1 MiB; a line up to the
+//     limit grows the buffer to hold it, a longer one (no line the File wrote) is skipped without
+//     being held. So every read ends, in time proportional to what it reads, and stops at its next
+//     chunk when the call's context is done (Append, LastSeqContext) or Close is called; the next call
+//     takes it up where it stopped.
+//   - The index costs each run about 120 bytes and its id, and 24 bytes (48 at most, as its slice
+//     grows) per span: a span is a run's consecutive seqs whose lines start within 1 MiB of its first,
+//     whatever other runs' lines lie between. A run written in order costs one span per MiB of the
+//     file it spans; a new span starts where its seqs do not follow on (a gap, or lines out of order:
+//     at most one per line, in a file the File did not write). Copies of lines already indexed (a
+//     re-delivery) cost nothing.
+//   - OpenFile opens only a regular file: a directory, a FIFO, a device or a socket is ErrNotJournal,
+//     refused from a stat of the path before anything opens it (opening a FIFO would wait for a
+//     writer, opening a device can act on it); the open does not block either, and what it opened is
+//     checked to be the file looked at.
 //   - OpenFile opens only a journal: an empty or new file, or one whose first and last complete lines
 //     are journal lines, whose torn tail (if any) begins with '{', and where what it reads holds no
 //     NUL byte. Anything else (a database, a log, a file of NUL bytes left by a copytruncate, or by a

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 
 	"github.com/textmachine/outbox/internal/dirsync"
 	"github.com/textmachine/outbox/internal/faultpoint"
@@ -56,6 +57,10 @@ type File struct {
 	ops    fileOps
 	scan   scanner // parses lines with the verifier's rules
 	runs   runIndex
+	rbuf   []byte // the line reader's buffer, kept between reads
+	read   int64  // bytes read to index the file and check re-deliveries
+
+	closing atomic.Bool // set by Close, so that a long read under mu gives up
 }
 
 // fileOps is the file system under a File, replaceable so tests can inject I/O errors and power loss.
@@ -75,19 +80,17 @@ func (osOps) Datasync(f *os.File) error                            { return data
 // missing. A file that is not a journal is refused with ErrNotJournal and left as it was: an empty
 // file is a journal, any other must begin and end with journal lines (see ErrNotJournal). OpenFile
 // takes an exclusive lock on the file, failing with ErrLocked when another File, in this process or
-// another, has it open. A last line without its newline was never acknowledged: OpenFile cuts it
+// another, has it open. A path that names a directory, a FIFO, a device or a socket is refused with
+// ErrNotJournal before anything opens it, so OpenFile never blocks on a FIFO. A last line without its newline was never acknowledged: OpenFile cuts it
 // off, so the next append cannot glue itself to half a line.
 func OpenFile(path string) (*File, error) {
 	return openFile(path, osOps{})
 }
 
 func openFile(path string, ops fileOps) (*File, error) {
-	_, statErr := os.Stat(path)
-	created := errors.Is(statErr, os.ErrNotExist)
-	// No O_APPEND: writes go to the offset this File tracks, so a failed write can be cut back exactly.
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	f, created, err := openRegular(path)
 	if err != nil {
-		return nil, fmt.Errorf("journal: open %s: %w", path, err)
+		return nil, err
 	}
 	// Looked at before the lock too, so that a file that is not a journal is never locked.
 	if _, err := inspect(f); err != nil {
@@ -124,11 +127,60 @@ func openFile(path string, ops fileOps) (*File, error) {
 		}
 	}
 	j := &File{path: path, f: f, size: end.complete, tail: end.tail, ops: ops}
-	j.runs.init(end.lastStart)
-	if end.lastRun != "" {
-		j.runs.note(end.lastRun, end.lastSeq)
-	}
+	j.runs.init(j.size)
 	return j, nil
+}
+
+// openRegular opens path read-write, creating it when it is missing, only if it is a regular file.
+// What else a path can name is refused before it is opened: opening a FIFO blocks until a writer
+// comes, and opening a device can act on it (a tape rewinds, a terminal becomes the controlling
+// one). The open itself does not block (O_NONBLOCK), in case the path was replaced in between, and
+// the file opened is checked again to be the regular file looked at.
+func openRegular(path string) (*os.File, bool, error) {
+	st, statErr := os.Stat(path)
+	if statErr == nil && !st.Mode().IsRegular() {
+		return nil, false, notRegular(path, st.Mode())
+	}
+	created := errors.Is(statErr, os.ErrNotExist)
+	// No O_APPEND: writes go to the offset this File tracks, so a failed write can be cut back exactly.
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|openNonblock, 0o644)
+	if err != nil {
+		return nil, false, fmt.Errorf("journal: open %s: %w", path, err)
+	}
+	fst, err := f.Stat()
+	switch {
+	case err != nil:
+		f.Close()
+		return nil, false, fmt.Errorf("journal: stat %s: %w", path, err)
+	case !fst.Mode().IsRegular():
+		f.Close()
+		return nil, false, notRegular(path, fst.Mode())
+	case statErr == nil && !os.SameFile(st, fst):
+		f.Close()
+		return nil, false, fmt.Errorf("journal: open %s: the path was replaced while it was opened", path)
+	}
+	if err := setBlocking(f); err != nil {
+		f.Close()
+		return nil, false, fmt.Errorf("journal: open %s: %w", path, err)
+	}
+	return f, created, nil
+}
+
+func notRegular(path string, mode os.FileMode) error {
+	what := "not a regular file"
+	switch t := mode.Type(); {
+	case t&os.ModeDir != 0:
+		what = "a directory"
+	case t&os.ModeNamedPipe != 0:
+		what = "a named pipe (FIFO)"
+	case t&os.ModeSocket != 0:
+		what = "a socket"
+	case t&os.ModeCharDevice != 0:
+		what = "a character device"
+	case t&os.ModeDevice != 0:
+		what = "a block device"
+	}
+	return fmt.Errorf("%w: %s is %s, not a regular file; it was not opened", ErrNotJournal, path, what)
 }
 
 func inspectError(path string, err error) error {
@@ -157,12 +209,16 @@ func (j *File) Path() string { return j.path }
 //   - a batch that would leave a gap (ErrStreamGap): its seqs are not consecutive, or its first seq is
 //     more than one past the run's last seq in the journal (a run the journal does not hold must
 //     start at 1). A batch that starts at or before the run's last seq is a re-delivery and is
-//     appended;
+//     appended, once each of its lines the journal holds is found to have the same bytes there;
+//   - a batch with a line the journal holds with other bytes (ErrPayloadConflict), wherever in the
+//     file that copy is: a run's first batch too, when the journal already holds a run of that id
+//     (another book's engine that named its run the same);
 //   - any batch when the file no longer ends where this File left it (ErrModified).
 //
-// The run's last seq is known without a scan for a run this File appended to or has read; for any
-// other, the file is read back from its end until the run's line is found, and the whole file is read
-// at most once while it is open.
+// The first Append or LastSeq after OpenFile reads the whole file once, to index where each run's
+// lines are; later calls read only the lines a re-delivery is compared with. The read stops with
+// ctx's error when ctx is done (it is checked at every MiB), or when Close is called, and the next
+// call takes it up where it stopped.
 func (j *File) Append(ctx context.Context, runID string, lines []outbox.EventLine) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -193,7 +249,7 @@ func (j *File) Append(ctx context.Context, runID string, lines []outbox.EventLin
 	if err := j.checkUnmodified(); err != nil {
 		return err
 	}
-	if err := j.checkContinues(runID, lines); err != nil {
+	if err := j.checkContinues(ctx, runID, lines); err != nil {
 		return err
 	}
 	if err := j.write(buf); err != nil {
@@ -212,16 +268,24 @@ func (j *File) Append(ctx context.Context, runID string, lines []outbox.EventLin
 		j.ops.Truncate(j.f, j.size)
 		return fmt.Errorf("journal: fdatasync %s: %w", j.path, err)
 	}
+	j.runs.noteAppended(runID, lines, j.size)
 	j.size += int64(len(buf))
+	j.runs.scanned = j.size
 	j.tail = appendTail(j.tail, buf)
-	j.runs.note(runID, lines[len(lines)-1].Seq)
 	return nil
 }
 
-// LastSeq returns the highest seq of runID's lines in the journal, or 0 when it holds none. For a run
-// this File has not appended to or read, the first call reads the file back from its end; the whole
-// file is read at most once while it is open.
+// LastSeq returns the highest seq of runID's lines in the journal, or 0 when it holds none. It is
+// LastSeqContext without a context: the whole-file read of the first call stops only for Close.
 func (j *File) LastSeq(runID string) (int64, error) {
+	return j.LastSeqContext(context.Background(), runID)
+}
+
+// LastSeqContext returns the highest seq of runID's lines in the journal, or 0 when it holds none.
+// The first call after OpenFile (or the first Append) reads the whole file once, to index it; it
+// stops with ctx's error when ctx is done, or when Close is called, and the next call takes it up
+// where it stopped.
+func (j *File) LastSeqContext(ctx context.Context, runID string) (int64, error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if err := j.usable(); err != nil {
@@ -230,7 +294,10 @@ func (j *File) LastSeq(runID string) (int64, error) {
 	if err := j.checkUnmodified(); err != nil {
 		return 0, err
 	}
-	return j.runs.lastAtLeast(j, runID, 1<<63-1)
+	if err := j.index(ctx); err != nil {
+		return 0, err
+	}
+	return j.runs.last(runID), nil
 }
 
 func (j *File) usable() error {
@@ -310,8 +377,11 @@ func (j *File) writeAll(buf []byte, off int64) error {
 	return nil
 }
 
-// Close releases the lock and closes the file. Appends after Close fail.
+// Close releases the lock and closes the file. Appends after Close fail. A read of the whole file
+// under way in another goroutine's Append or LastSeq gives up at its next MiB, so Close does not
+// wait for it.
 func (j *File) Close() error {
+	j.closing.Store(true)
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.f == nil {

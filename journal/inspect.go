@@ -15,8 +15,6 @@ import (
 type fileEnd struct {
 	size, complete int64
 	lastStart      int64  // where the last complete line starts
-	lastRun        string // its key; "" in an empty journal
-	lastSeq        int64
 	tail           []byte // the last bytes of the complete content (up to tailLen)
 }
 
@@ -81,11 +79,9 @@ func inspect(f *os.File) (fileEnd, error) {
 		}
 		end.lastStart = base + int64(q) + 1
 		end.tail = append([]byte(nil), buf[max(0, p+1-tailLen):p+1]...)
-		run, seq, err := journalLine(buf[q+1 : p])
-		if err != nil {
+		if _, _, err := journalLine(buf[q+1 : p]); err != nil {
 			return fileEnd{}, notJournalf("its last complete line (at byte %d) %v", end.lastStart, err)
 		}
-		end.lastRun, end.lastSeq = run, seq
 		if end.lastStart > 0 {
 			if err := checkFirstLine(f, end.lastStart); err != nil {
 				return fileEnd{}, err

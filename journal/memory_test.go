@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"testing"
@@ -85,5 +86,37 @@ func BenchmarkVerifyManyRuns(b *testing.B) {
 			b.ReportMetric(perRun, "heap-B/run")
 			b.ReportMetric(float64(len(in))/float64(runs), "journal-B/run")
 		})
+	}
+}
+
+// TestTheFilesIndexKeepsASmallConstantPerRun: a journal of single-line runs costs the File's index
+// the run id, its map entry and one span per run.
+func TestTheFilesIndexKeepsASmallConstantPerRun(t *testing.T) {
+	const runs = 100_000
+	path := filepath.Join(t.TempDir(), "j.jsonl")
+	if err := os.WriteFile(path, manyRuns(runs), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	j, err := OpenFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	if _, err := j.LastSeq("run-0000001"); err != nil {
+		t.Fatal(err)
+	}
+	j.rbuf = nil // the reader's buffer, a MiB, is not the index
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if len(j.runs.runs) != runs {
+		t.Fatalf("%d runs indexed, want %d", len(j.runs.runs), runs)
+	}
+	perRun := (float64(after.HeapAlloc) - float64(before.HeapAlloc)) / runs
+	t.Logf("%d runs, %.0f bytes per run (run ids of 11 bytes)", runs, perRun)
+	if perRun > 200 {
+		t.Errorf("%.0f bytes per run, more than 200", perRun)
 	}
 }

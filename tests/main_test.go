@@ -12,5 +12,6 @@ import (
 // TestMain lets a test re-execute this binary as a child process in a role, so that crashes are
 // tested on real processes.
 func TestMain(m *testing.M) {
-	crashtest.Main(m, map[string]func() int{"crash-engine": crashEngine})
+	crashtest.Main(m, map[string]func() int{"crash-engine": crashEngine,
+		"long-line-engine": longLineEngine, "recovering-engine": recoveringEngine})
 }

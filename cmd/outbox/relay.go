@@ -72,7 +72,7 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		defer closeSink()
 		sink, dest = ns, *streamName+" at "+*natsURL
 	} else {
-		j, err := openContinuing(*jPath, runs)
+		j, err := openContinuing(ctx, *jPath, runs)
 		if err != nil {
 			return failErr(stderr, exitUsage, "relay", err)
 		}
@@ -105,8 +105,9 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 // or one that lacks lines the database records as projected (a new or emptied file, another book's
 // journal). Appending to either would corrupt a file that is not ours, or start runs mid-way, and the
 // relay would then forget rows whose lines no journal holds. A missing file continues only a database
-// that has projected nothing, and is refused before OpenFile would create it.
-func openContinuing(path string, runs []outbox.RunStats) (*journal.File, error) {
+// that has projected nothing, and is refused before OpenFile would create it. Reading the journal
+// stops when ctx is done (a signal), leaving it as it was.
+func openContinuing(ctx context.Context, path string, runs []outbox.RunStats) (*journal.File, error) {
 	switch st, err := os.Stat(path); {
 	case errors.Is(err, os.ErrNotExist):
 		for _, r := range runs {
@@ -132,7 +133,7 @@ func openContinuing(path string, runs []outbox.RunStats) (*journal.File, error) 
 		if r.Projected == 0 {
 			continue
 		}
-		last, err := j.LastSeq(r.RunID)
+		last, err := j.LastSeqContext(ctx, r.RunID)
 		if err == nil && last < r.Projected {
 			err = notContinued(path, r, last)
 		}

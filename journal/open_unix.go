@@ -1,0 +1,24 @@
+//go:build unix
+
+package journal
+
+import (
+	"os"
+	"syscall"
+)
+
+// openNonblock keeps open(2) from waiting for a FIFO's other end, should the path name one.
+const openNonblock = syscall.O_NONBLOCK
+
+// setBlocking clears O_NONBLOCK on a regular file once it is known to be one.
+func setBlocking(f *os.File) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) { serr = syscall.SetNonblock(int(fd), false) }); err != nil {
+		return err
+	}
+	return serr
+}
