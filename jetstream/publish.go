@@ -68,6 +68,9 @@ func (s *Sink) publishBatches(ctx context.Context, run, subject string, lines []
 				s.limit = limit
 				continue
 			}
+			if hasCode(err, jetstream.JSErrCodeStreamMessageExceedsMaximum) {
+				return done, s.tooLarge(ctx, run, subject, chunk, err)
+			}
 			return done, publishError(err, run, chunk)
 		}
 		last = placed{seq: chunk[len(chunk)-1].Seq, streamSeq: ack.Sequence}
@@ -87,8 +90,11 @@ func (s *Sink) publishEach(ctx context.Context, run, subject string, lines []out
 		if err == nil && ack.Duplicate {
 			return &staleError{from: l.Seq, to: l.Seq, duplicate: true, err: errors.New("duplicate Msg-Id")}
 		}
+		if hasCode(err, jetstream.JSErrCodeStreamMessageExceedsMaximum) {
+			return s.tooLarge(ctx, run, subject, []outbox.EventLine{l}, err)
+		}
 		if err != nil {
-			return publishError(err, run, lines[:1])
+			return publishError(err, run, []outbox.EventLine{l})
 		}
 		last = placed{seq: l.Seq, streamSeq: ack.Sequence}
 		s.last[run] = last
@@ -107,6 +113,39 @@ func publishError(err error, run string, lines []outbox.EventLine) error {
 		return &staleError{from: from, to: to, duplicate: true, err: err}
 	}
 	return fmt.Errorf("jetstream: publish seqs %d..%d of run %q: %w", from, to, run, err)
+}
+
+// tooLarge is the refusal of lines the server answered "message size exceeds maximum allowed": a
+// limit lowered after NewSink, which no retry cures. It reads the stream's limit anew, so that the
+// error names it and later batches are refused before they are published, and names the first line
+// past it (the largest, when none is by the sink's count of its headers).
+func (s *Sink) tooLarge(ctx context.Context, run, subject string, lines []outbox.EventLine, cause error) error {
+	limit, what := int(s.js.Conn().MaxPayload()), "the server's max payload"
+	info, err := s.stream.Info(ctx)
+	if err == nil && info.Config.MaxMsgSize > 0 {
+		s.maxMsgSize = int(info.Config.MaxMsgSize)
+		if s.maxMsgSize <= limit || limit <= 0 {
+			limit, what = s.maxMsgSize, "the stream's max message size"
+		}
+	}
+	over := lines[0]
+	for _, l := range lines {
+		if len(l.Line) > len(over.Line) {
+			over = l
+		}
+	}
+	for _, l := range lines {
+		if len(l.Line)+len(MsgID(run, l.Seq))+len(subject)+headerRoom > limit {
+			over = l
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("%w: run %q, seq %d: the server refused a line of %d bytes as past the stream's max message size (%v), and reading the limit failed: %v: %w",
+			ErrTooLarge, run, over.Seq, len(over.Line), cause, err, outbox.ErrSinkRefused)
+	}
+	return fmt.Errorf("%w: run %q, seq %d: a line of %d bytes, which with its headers the server refused as past %s, now %d bytes (%v): %w",
+		ErrTooLarge, run, over.Seq, len(over.Line), what, limit, cause, outbox.ErrSinkRefused)
 }
 
 func hasCode(err error, code jetstream.ErrorCode) bool {

@@ -31,7 +31,8 @@
 // projection). This holds inside the stream's duplicate window and after it. A publication the server
 // answers with "duplicate Msg-Id" or "wrong last sequence" (another sink placed lines meanwhile) makes
 // the sink read the run back and decide once more; a duplicate answer for a line the stream does not
-// hold under that run and seq is a refusal, never a retry loop.
+// hold under that run and seq is a refusal, never a retry loop. It holds only while the stream keeps
+// what it was given, so NewSink refuses a stream whose limits delete lines (see CreateStream).
 //
 // # Refusals before anything is published
 //
@@ -42,7 +43,9 @@
 // server's limits (ErrTooLarge): the subject with the stream's name must fit in MaxSubjectLen bytes,
 // well inside the server's default max control line of 4,096 bytes, beyond which the server closes
 // the connection for every other run; a line with its headers must fit the server's max payload and
-// the stream's max message size.
+// the stream's max message size. A limit lowered after NewSink is learned from the server's answer
+// ("message size exceeds maximum allowed"), which is ErrTooLarge too: the relay stops, naming the run,
+// the seq, the line's size and the limit, instead of sending the line again for ever.
 //
 // # Ids
 //
@@ -93,7 +96,8 @@ var (
 	// under, or the line is not a journal line at all.
 	ErrLineKey = errors.New("jetstream: the line's key is not its row's")
 	// ErrTooLarge is returned when a run's subject, or a line with its headers, would exceed the
-	// server's limits.
+	// server's limits, or the server refused a line as larger than the stream's max message size
+	// (lowered after NewSink).
 	ErrTooLarge = errors.New("jetstream: past the server's limits")
 	// ErrStreamSettings is returned when a stream's settings contradict what the sink needs; the
 	// message says what to change.
@@ -231,8 +235,9 @@ var _ outbox.Sink = (*Sink)(nil)
 
 // NewSink returns a sink publishing to the stream streamName, which must exist (CreateStream makes
 // one) with settings that do not contradict the sink's needs: it must capture <prefix>.>, keep
-// messages in files under the limits retention policy, acknowledge publications, and neither be
-// sealed nor transform subjects. Otherwise the error wraps ErrStreamSettings and says what to change.
+// messages in files under the limits retention policy, acknowledge publications, neither be sealed nor
+// transform subjects, and have no limit that deletes lines (see CreateStream). Otherwise the error
+// wraps ErrStreamSettings and says what to change.
 // The sink publishes in atomic batches when the stream allows atomic publish, one line at a time
 // otherwise (Mode).
 func NewSink(js jetstream.JetStream, streamName string, opts ...Option) (*Sink, error) {

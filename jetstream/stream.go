@@ -53,9 +53,16 @@ func WithDuplicateWindow(d time.Duration) StreamOption {
 
 // CreateStream creates the stream name with the settings the sink needs: the subjects <prefix>.>, file
 // storage, the limits retention policy, atomic publish, the duplicate window, and the replicas asked
-// for. If the stream exists, CreateStream changes nothing and returns it when it has those settings;
-// otherwise the error wraps ErrStreamSettings and says what differs. Settings the sink does not rely
-// on (limits on age or size, placement) are left to the operator.
+// for, with no limit on age, messages or bytes. If the stream exists, CreateStream changes nothing and
+// returns it when it has those settings; otherwise the error wraps ErrStreamSettings and says what
+// differs.
+//
+// Limits that delete lines are refused, here and by NewSink, because a re-delivery after a crash must
+// find the lines it repeats: a max age (whatever the discard policy), a max number of messages per
+// subject (unless both the discard-new policy and discard new per subject are set), and a max number
+// of messages or bytes under the discard-old policy (the default). Under the discard-new policy a
+// full stream refuses the next line instead; it waits in the outbox, the relay retrying, until the
+// operator raises the limit. A max message size and placement are the operator's to set.
 func CreateStream(ctx context.Context, js jetstream.JetStream, name string, opts ...StreamOption) (jetstream.Stream, error) {
 	c := streamConfig{prefix: DefaultPrefix, replicas: 1, duplicates: DefaultDuplicateWindow}
 	for _, o := range opts {
@@ -127,6 +134,43 @@ func sinkProblems(sc jetstream.StreamConfig, c config) []string {
 	}
 	if sc.Replicas < c.minReplicas {
 		p = append(p, fmt.Sprintf("%d replicas, %d required: raise the replicas", sc.Replicas, c.minReplicas))
+	}
+	return append(p, deletingLimits(sc)...)
+}
+
+// deletingLimits lists the stream's limits that delete lines the sink has placed. A relay that
+// crashed after a batch reached the stream and before it was recorded sends the batch again, maybe
+// days later, and the sink must find each of its lines to tell a duplicate from a conflict; a run's
+// next line is placed after its subject's last. A deleted line makes the first check a gap, for
+// good, and a run whose lines all went starts again at seq 1, past the reader's copy.
+//
+// A limit under the discard-new policy deletes nothing: a full stream refuses the next line instead,
+// which waits in the outbox, the relay retrying, until the limit is raised; so it is allowed. The
+// per-subject limit refuses only with discard new per subject as well: under discard new alone the
+// server still drops a subject's oldest line to make room for its next. A maximum age deletes lines
+// whatever the policy.
+func deletingLimits(sc jetstream.StreamConfig) []string {
+	var p []string
+	discardOld := sc.Discard != jetstream.DiscardNew
+	if sc.MaxAge > 0 {
+		p = append(p, fmt.Sprintf("max age %v deletes lines a re-delivery must find: remove it (0)", sc.MaxAge))
+	}
+	if sc.MaxMsgsPerSubject > 0 && (discardOld || !sc.DiscardNewPerSubject) {
+		p = append(p, fmt.Sprintf("max messages per subject %d deletes a run's oldest lines once it has that many, "+
+			"so a re-delivery cannot find them: remove it (-1), or set the discard-new policy and discard new per "+
+			"subject, which refuse a run's next line instead", sc.MaxMsgsPerSubject))
+	}
+	if discardOld {
+		if sc.MaxMsgs > 0 {
+			p = append(p, fmt.Sprintf("max messages %d with the discard-old policy deletes the oldest lines once reached, "+
+				"so a re-delivery cannot find them: remove it (-1), or set the discard-new policy, which refuses new "+
+				"lines when the stream is full instead", sc.MaxMsgs))
+		}
+		if sc.MaxBytes > 0 {
+			p = append(p, fmt.Sprintf("max bytes %d with the discard-old policy deletes the oldest lines once reached, "+
+				"so a re-delivery cannot find them: remove it (-1), or set the discard-new policy, which refuses new "+
+				"lines when the stream is full instead", sc.MaxBytes))
+		}
 	}
 	return p
 }

@@ -18,6 +18,25 @@ CREATE TABLE outbox_progress (
     projected     INTEGER NOT NULL CHECK (projected >= 0)
 ) WITHOUT ROWID;
 
+-- A book migrated down past this version lost its positions with the table. Rebuild, for each run,
+-- the position its rows prove, and no further: a row gone below a stored one was forgotten, which
+-- happens only once it is projected; a row in the ledger is in the journal; and the journal holds a
+-- run's lines densely, so everything before either is projected too. The lines after the position
+-- are sent again, byte for byte, and the sink checks each against what it holds: a copy it has is
+-- a duplicate the reader skips, a line whose predecessor it lacks is refused. A book that never had
+-- the table gets the positions its rows prove the same way.
+INSERT INTO outbox_progress (engine_run_id, projected)
+SELECT engine_run_id, MAX(shown)
+FROM (
+    SELECT engine_run_id,
+           CASE WHEN once_key <> '' THEN seq
+                WHEN seq - 1 > COALESCE(LAG(seq) OVER (PARTITION BY engine_run_id ORDER BY seq), 0) THEN seq - 1
+                ELSE 0 END AS shown
+    FROM events_outbox
+)
+GROUP BY engine_run_id
+HAVING MAX(shown) > 0;
+
 -- +goose Down
 DROP TABLE outbox_progress;
 DROP INDEX events_outbox_announce_key;

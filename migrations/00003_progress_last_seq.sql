@@ -4,6 +4,10 @@
 -- a number: the reader would take the second line under a seq it already has as a conflict. A run's
 -- progress row is kept for the life of the book from then on, one small row per run.
 ALTER TABLE outbox_progress ADD COLUMN last_seq INTEGER NOT NULL DEFAULT 0 CHECK (last_seq >= 0);
+-- A book migrated down past this version lost what it recorded here. A run was given at least every
+-- seq it projected, so its position is the highest seq it can be proved to have reached: a run
+-- forgotten up to its position then never gives those numbers again.
+UPDATE outbox_progress SET last_seq = projected WHERE projected > 0;
 
 -- Large lines live outside the clustered table. events_outbox is WITHOUT ROWID, so its b-tree holds
 -- whole rows, in interior pages too, and SQLite reads a cell that overflows its page whole to compare

@@ -8,6 +8,13 @@
 //
 // The version table is the module's own ([TableName]), never goose's default, so the outbox's
 // migrations and the host program's cannot mistake each other's history.
+//
+// Rolling back can lose what a later version records: how far the relay projected each run
+// (version 2) and the highest seq of a forgotten run (version 3). `outbox migrate down` refuses such
+// a step without --force; goose down does not ask. Either way, migrating up again rebuilds every
+// position the rows still prove (a forgotten row and a ledger row were projected, and so was every
+// line before them), so recovery never meets a hole below a run's position; the lines after it are
+// sent to the sink again, which holds them as duplicates, or refuses one whose predecessor it lacks.
 package migrations
 
 import (

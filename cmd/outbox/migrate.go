@@ -36,13 +36,16 @@ that this outbox does not know; version prints the book's current version.
 
 The version table is ` + migrations.TableName + `, the one the library and the goose CLI (-table) use.
 up and down take the book's writer lock, so they refuse to run beside an engine. down refuses a
-step that would drop stored events or once keys, saying how many, unless --force is given.
+step that would drop stored events or once keys, or the record of how far the sink has each run,
+saying how many, unless --force is given. A book rolled back with --force and migrated up again
+can still be recovered (outbox relay): up rebuilds every position the rows prove, and the lines
+after it are sent to the sink again, which skips the copies it holds as duplicates.
 status and version only read: they write nothing and create no file beside the database.`
 
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("migrate", "outbox migrate up|down|status|version --db FILE [--force]", migrateAbout)
 	dbPath := fs.String("db", "", "the database `file`")
-	force := fs.Bool("force", false, "with down: roll back even a step that drops stored events or once keys")
+	force := fs.Bool("force", false, "with down: roll back even a step that drops stored events, once keys or positions")
 	pos, code, done := parseFlags(fs, args, stderr)
 	if done {
 		return code
@@ -277,11 +280,31 @@ func (e *lossError) Error() string {
 	return fmt.Sprintf("rolling back version %d would drop %s; nothing was changed (give --force to roll back anyway)", e.version, e.what)
 }
 
+// positionsLost counts the runs whose projected position is higher than the one migration 00002's
+// up step rebuilds from the rows (its query, kept in step with it), and the stored lines between
+// the two, which recovery would send again.
+const positionsLost = `WITH shown AS (
+	SELECT engine_run_id, MAX(shown) AS projected
+	FROM (
+		SELECT engine_run_id,
+		       CASE WHEN once_key <> '' THEN seq
+		            WHEN seq - 1 > COALESCE(LAG(seq) OVER (PARTITION BY engine_run_id ORDER BY seq), 0) THEN seq - 1
+		            ELSE 0 END AS shown
+		FROM events_outbox
+	)
+	GROUP BY engine_run_id
+)
+SELECT count(*), COALESCE(SUM((SELECT count(*) FROM events_outbox AS e
+	WHERE e.engine_run_id = p.engine_run_id AND e.seq > COALESCE(s.projected, 0) AND e.seq <= p.projected)), 0)
+FROM outbox_progress AS p LEFT JOIN shown AS s ON s.engine_run_id = p.engine_run_id
+WHERE p.projected > COALESCE(s.projected, 0)`
+
 // checkLoss refuses rolling back the book's current version when that drops stored events or once
 // keys: version 1 drops the table of events and the ledger with it; version 2 drops the once keys of
-// lines not yet projected, which would then never reach the ledger; version 3 drops the record of
-// how far forgotten runs went; version 4 drops the record of runs whose projection stopped on the
-// sink's refusal.
+// lines not yet projected, which would then never reach the ledger, and the positions the relay
+// recorded, of which migrating up again rebuilds only what the rows prove; version 3 drops the
+// record of how far forgotten runs went; version 4 drops the record of runs whose projection
+// stopped on the sink's refusal.
 func checkLoss(ctx context.Context, d *sql.DB, p interface {
 	GetDBVersion(context.Context) (int64, error)
 }) error {
@@ -312,8 +335,21 @@ func checkLoss(ctx context.Context, d *sql.DB, p interface {
 		if err != nil {
 			return err
 		}
+		var lost []string
 		if keys > 0 {
-			return &lossError{v, fmt.Sprintf("the once keys of %d events not yet projected", keys)}
+			lost = append(lost, fmt.Sprintf("the once keys of %d events not yet projected", keys))
+		}
+		var runs, resent int64
+		if err := d.QueryRowContext(ctx, positionsLost).Scan(&runs, &resent); err != nil {
+			return err
+		}
+		if runs > 0 {
+			lost = append(lost, fmt.Sprintf("the projected positions of %d runs, beyond what their rows show: "+
+				"%d stored lines the sink has would be sent to it again, and a run whose last lines were "+
+				"forgotten could give their seqs again", runs, resent))
+		}
+		if len(lost) > 0 {
+			return &lossError{v, strings.Join(lost, ", and ")}
 		}
 	case 3:
 		// Without last_seq, a run whose rows were forgotten starts again below its highest seq.
