@@ -25,6 +25,7 @@ type located struct {
 	cur  *journalFile
 	pos  FilePosition
 	next *journalFile // nil: cur is the path's file, or the path names no file
+	why  string       // what happened to the file since p, for the log; "" when nothing did
 }
 
 func (l located) close() {
@@ -82,9 +83,11 @@ func locate(path string, p *FilePosition, open *journalFile) (l located, err err
 		}
 		if c != nil {
 			opened = append(opened, c)
-			return located{cur: c, pos: at(c, *p), next: pf}, nil
+			return located{cur: c, pos: at(c, *p), next: pf,
+				why: "the journal was cut under its position; reading the rest of a copy of it first, then the journal from its start"}, nil
 		}
-		return located{cur: pf, pos: pf.start()}, nil
+		return located{cur: pf, pos: pf.start(),
+			why: "the journal no longer holds what was read of it (truncated or rewritten); reading it again from its start"}, nil
 	}
 	old, err := findByID(path, *p, open)
 	if err == nil && old == nil {
@@ -95,7 +98,8 @@ func locate(path string, p *FilePosition, open *journalFile) (l located, err err
 	}
 	if old != nil {
 		opened = append(opened, old)
-		return located{cur: old, pos: at(old, *p), next: pf}, nil
+		return located{cur: old, pos: at(old, *p), next: pf,
+			why: "the path names another file (rotated or replaced), or none; reading the file it named to its end first"}, nil
 	}
 	if pf != nil {
 		ok, err := pf.holds(*p)
@@ -103,7 +107,7 @@ func locate(path string, p *FilePosition, open *journalFile) (l located, err err
 			return located{}, err
 		}
 		if ok {
-			return located{cur: pf, pos: pf.start()}, nil
+			return located{cur: pf, pos: pf.start(), why: "the journal was replaced by a copy of itself; reading it again from its start"}, nil
 		}
 	}
 	return located{}, fmt.Errorf("%w: %s was being read from %s, read to byte %d (device %d, inode %d), and no file in %s is it any more",
