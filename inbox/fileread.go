@@ -17,6 +17,17 @@ type journalFile struct {
 	f        *os.File
 	name     string // the absolute name it was opened under
 	dev, ino uint64
+	meanLine int // the mean length of the last batch's lines (with their newlines), to size the next read
+}
+
+// readSize is how many bytes to read for the next batch: enough for its lines at the last batch's
+// mean length, with a margin, so that a batch of short lines does not read (and allocate) the whole
+// byte bound only to use a part of it.
+func (jf *journalFile) readSize(b batchBounds) int {
+	if jf.meanLine == 0 {
+		return b.bytes
+	}
+	return max(64<<10, b.lines*jf.meanLine+b.lines*jf.meanLine/4)
 }
 
 // openJournalFile opens name for reading. It refuses a file that is not a regular file or not a
@@ -145,7 +156,7 @@ func (jf *journalFile) readBatch(p FilePosition, end int64, b batchBounds) ([][]
 	if avail <= 0 {
 		return nil, p, nil
 	}
-	want := int(min(avail, int64(b.bytes)))
+	want := int(min(avail, int64(b.bytes), int64(jf.readSize(b))))
 	buf := make([]byte, want)
 	if err := jf.readAll(buf, p.Offset); err != nil {
 		return nil, p, err
@@ -155,6 +166,17 @@ func (jf *journalFile) readBatch(p FilePosition, end int64, b batchBounds) ([][]
 		if int64(want) == avail && want <= b.maxLine {
 			return nil, p, nil // only a line without its newline
 		}
+		if want < b.bytes && int64(want) < avail && want <= b.maxLine {
+			jf.meanLine = 0 // lines longer than the guess: the next read takes a whole batch's bytes
+			want = int(min(avail, int64(b.bytes)))
+			buf = make([]byte, want)
+			if err := jf.readAll(buf, p.Offset); err != nil {
+				return nil, p, err
+			}
+			cut = bytes.LastIndexByte(buf, '\n')
+		}
+	}
+	if cut < 0 {
 		// A line as long as a whole batch: read it alone, up to the limit and its newline.
 		long := int(min(avail, int64(b.maxLine)+1))
 		if long > want {
@@ -187,6 +209,7 @@ func (jf *journalFile) readBatch(p FilePosition, end int64, b batchBounds) ([][]
 		lines = append(lines, data[used:used+i:used+i])
 		used += i + 1
 	}
+	jf.meanLine = used / len(lines)
 	last := lines[len(lines)-1]
 	next := p
 	next.Path = jf.name

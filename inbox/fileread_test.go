@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -46,6 +47,23 @@ func TestLinesAreSplitAndTakenExactlyAsVerifyDoes(t *testing.T) {
 		if err != nil || rep.Lines != len(got) || !rep.TornTail {
 			t.Fatalf("Verify: %+v, %v; the source read %d lines", rep, err, len(got))
 		}
+	}
+}
+
+// Lines far longer than the ones before them are read whole, however the read was sized.
+func TestALongLineAfterShortOnesIsReadWhole(t *testing.T) {
+	path := journalPath(t)
+	var b bytes.Buffer
+	for i := 1; i <= 100; i++ {
+		fmt.Fprintf(&b, "{\"engine_run_id\":\"a\",\"seq\":%d}\n", i)
+	}
+	fmt.Fprintf(&b, "{\"engine_run_id\":\"a\",\"seq\":101,\"pad\":%q}\n", strings.Repeat("x", 200<<10))
+	fmt.Fprintf(&b, "{\"engine_run_id\":\"a\",\"seq\":102}\n")
+	os.WriteFile(path, b.Bytes(), 0o644)
+	jf := openTest(t, path)
+	got, _ := readToEnd(t, jf, jf.start(), batchBounds{lines: 10, bytes: 1 << 20, maxLine: 1 << 20})
+	if diff := cmp.Diff(fileLines(b.Bytes()), got); diff != "" {
+		t.Fatalf("lines (-want +got):\n%s", diff)
 	}
 }
 
