@@ -232,11 +232,14 @@ func (s *fileSource) commit(ctx context.Context, to FilePosition, lines [][]byte
 		}
 		var le *LineError
 		if errors.As(err, &le) && le.Index >= 0 && le.Index < len(lines) {
-			off := s.l.pos.Offset
-			for _, l := range lines[:le.Index] {
-				off += int64(len(l)) + 1
+			// The lines before the malformed one are applied, so that the position stops exactly at
+			// it: where an operator looks, and where the next call stops again.
+			if le.Index > 0 {
+				if perr := s.commit(ctx, advance(s.l.pos, s.l.cur.name, lines[:le.Index]), lines[:le.Index]); perr != nil {
+					return perr
+				}
 			}
-			return wrapf(err, "%s, the line at byte %d", quotePath(s.l.cur.name), off)
+			return wrapf(le, "%s, the line at byte %d", quotePath(s.l.cur.name), s.l.pos.Offset)
 		}
 		return wrapf(err, "%s, the batch of %d lines from byte %d", quotePath(s.l.cur.name), len(lines), s.l.pos.Offset)
 	}

@@ -45,8 +45,11 @@ func (l located) close() {
 //     is in the directory; then the file from its start.
 //   - The path names another file or none (a rotation, a file replaced): p's file, found by its
 //     device and inode or as a copy in the directory, is read to its end, then the path's file from
-//     its start. When the path's file itself holds what p describes (the same journal under another
-//     inode) it is read from its start. Otherwise ErrFileLost.
+//     its start. When the path's file begins as p's did (the same journal under another inode:
+//     restored, or an edited copy moved over it) it is read from its start. Otherwise ErrFileLost.
+//
+// A file deleted and another created under its name that gets the same inode number cannot be told
+// from a truncation: it is read from its start.
 func locate(path string, p *FilePosition, open *journalFile) (l located, err error) {
 	opened := []*journalFile{open}
 	defer func() {
@@ -102,12 +105,12 @@ func locate(path string, p *FilePosition, open *journalFile) (l located, err err
 			why: "the path names another file (rotated or replaced), or none; reading the file it named to its end first"}, nil
 	}
 	if pf != nil {
-		ok, err := pf.holds(*p)
+		ok, err := pf.sameJournal(*p)
 		if err != nil {
 			return located{}, err
 		}
 		if ok {
-			return located{cur: pf, pos: pf.start(), why: "the journal was replaced by a copy of itself; reading it again from its start"}, nil
+			return located{cur: pf, pos: pf.start(), why: "the journal was replaced by another copy of itself; reading it again from its start"}, nil
 		}
 	}
 	return located{}, fmt.Errorf("%w: %s was being read from %s, read to byte %d (device %d, inode %d), and no file in %s is it any more",

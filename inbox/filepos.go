@@ -24,14 +24,15 @@ type FilePosition struct {
 	Inode  uint64
 	Offset int64 // bytes consumed: every complete line before Offset was given to the inbox
 
-	FingerprintLen int               // how many of the file's first bytes Fingerprint covers: min(Offset, 4096)
-	Fingerprint    [sha256.Size]byte // SHA-256 of them
+	FingerprintLen int               // how many of the file's first bytes Fingerprint covers: its first line, up to 4096
+	Fingerprint    [sha256.Size]byte // SHA-256 of them: which journal this is, whatever its inode
 	LastLineLen    int               // the length of the line that ends at Offset, without its newline
 	LastLine       [sha256.Size]byte // its SHA-256; zero when Offset is 0
 }
 
-// fingerprintSize is how many of a file's first bytes identify it. The first line of a journal holds
-// its run's id and a timestamp in nanoseconds, so two journals differ well within it.
+// fingerprintSize is the most of a file's first line that identifies it. The first line of a journal
+// holds its run's id and a timestamp in nanoseconds, so two journals differ well within it, and a
+// copy of a journal edited further on (or grown) is still known as that journal.
 const fingerprintSize = 4096
 
 // filePositionVersion is the first byte of an encoded position; a decoder refuses any other.
@@ -83,7 +84,7 @@ func ParseFilePosition(pos []byte) (FilePosition, error) {
 	switch {
 	case off > math.MaxInt64:
 		return FilePosition{}, fmt.Errorf("%w: offset %d out of range", errBadPosition, off)
-	case fpLen != uint64(min(off, fingerprintSize)):
+	case fpLen > uint64(min(off, fingerprintSize)) || (off > 0) != (fpLen > 0):
 		return FilePosition{}, fmt.Errorf("%w: a fingerprint of %d bytes at offset %d", errBadPosition, fpLen, off)
 	case off == 0 && (lastLen != 0 || p.LastLine != [sha256.Size]byte{}):
 		return FilePosition{}, fmt.Errorf("%w: a last line at offset 0", errBadPosition)

@@ -44,7 +44,9 @@ func TestParseFilePositionRefusesWhatIsNotAPosition(t *testing.T) {
 		{Path: "j/journal.jsonl"},
 		{Path: "/j/../journal.jsonl"},
 		{Path: "/j/jour\x00nal"},
-		{Path: "/j", Offset: 10, FingerprintLen: 5},
+		{Path: "/j", Offset: 10, FingerprintLen: 11},
+		{Path: "/j", Offset: 10000, FingerprintLen: fingerprintSize + 1},
+		{Path: "/j", Offset: 10},
 		{Path: "/j", Offset: 10, FingerprintLen: 10, LastLineLen: 10},
 		{Path: "/j", LastLineLen: 1},
 		{Path: "/j", LastLine: sha256.Sum256(nil)},
@@ -82,7 +84,7 @@ func FuzzParseFilePosition(f *testing.F) {
 		if !bytes.Equal(p.encode(), b) {
 			t.Fatalf("%x decodes to %+v, which encodes to %x", b, p, p.encode())
 		}
-		if p.Offset < 0 || p.FingerprintLen != int(min(p.Offset, fingerprintSize)) || (p.Offset > 0 && int64(p.LastLineLen) >= p.Offset) {
+		if p.Offset < 0 || p.FingerprintLen > int(min(p.Offset, fingerprintSize)) || (p.Offset > 0) != (p.FingerprintLen > 0) || (p.Offset > 0 && int64(p.LastLineLen) >= p.Offset) {
 			t.Fatalf("%x decodes to a position that contradicts itself: %+v", b, p)
 		}
 		_ = p.String()

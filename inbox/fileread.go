@@ -83,14 +83,8 @@ func (jf *journalFile) holds(p FilePosition) (bool, error) {
 	if err != nil || size < p.Offset {
 		return false, err
 	}
-	if p.FingerprintLen > 0 {
-		buf := make([]byte, p.FingerprintLen)
-		if ok, err := jf.readFull(buf, 0); !ok || err != nil {
-			return false, err
-		}
-		if sha256.Sum256(buf) != p.Fingerprint {
-			return false, nil
-		}
+	if ok, err := jf.sameJournal(p); !ok || err != nil {
+		return false, err
 	}
 	if p.Offset == 0 {
 		return true, nil
@@ -210,34 +204,47 @@ func (jf *journalFile) readBatch(p FilePosition, end int64, b batchBounds) ([][]
 		used += i + 1
 	}
 	jf.meanLine = used / len(lines)
-	last := lines[len(lines)-1]
-	next := p
-	next.Path = jf.name
-	next.Offset = p.Offset + int64(used)
-	next.LastLineLen = len(last)
-	next.LastLine = sha256.Sum256(last)
-	if err := jf.fingerprint(&next, buf[:used], p.Offset); err != nil {
-		return nil, p, err
-	}
-	return lines, next, nil
+	return lines, advance(p, jf.name, lines), nil
 }
 
-// fingerprint brings p's fingerprint up to the first min(p.Offset, fingerprintSize) bytes; read holds
-// the bytes from at, which often cover them.
-func (jf *journalFile) fingerprint(p *FilePosition, read []byte, at int64) error {
-	n := int(min(p.Offset, fingerprintSize))
-	if n == p.FingerprintLen {
-		return nil
+// advance is p moved past lines, the next lines of the file named name: the offset after them, the
+// last of them, and, from the first line of the file, the fingerprint.
+func advance(p FilePosition, name string, lines [][]byte) FilePosition {
+	if len(lines) == 0 {
+		return p
 	}
-	var first []byte
-	if at == 0 && len(read) >= n {
-		first = read[:n]
-	} else {
-		first = make([]byte, n)
-		if err := jf.readAll(first, 0); err != nil {
-			return err
+	next := p
+	next.Path = name
+	if p.Offset == 0 {
+		first := lines[0]
+		h := sha256.New()
+		if len(first) >= fingerprintSize {
+			h.Write(first[:fingerprintSize])
+			next.FingerprintLen = fingerprintSize
+		} else {
+			h.Write(first)
+			h.Write([]byte{'\n'})
+			next.FingerprintLen = len(first) + 1
 		}
+		h.Sum(next.Fingerprint[:0])
 	}
-	p.FingerprintLen, p.Fingerprint = n, sha256.Sum256(first)
-	return nil
+	for _, l := range lines {
+		next.Offset += int64(len(l)) + 1
+	}
+	last := lines[len(lines)-1]
+	next.LastLineLen, next.LastLine = len(last), sha256.Sum256(last)
+	return next
+}
+
+// sameJournal reports whether the file begins as the one p was taken in: the same journal, though
+// perhaps another copy of it, edited or cut further on.
+func (jf *journalFile) sameJournal(p FilePosition) (bool, error) {
+	if p.FingerprintLen == 0 {
+		return true, nil
+	}
+	buf := make([]byte, p.FingerprintLen)
+	if ok, err := jf.readFull(buf, 0); !ok || err != nil {
+		return false, err
+	}
+	return sha256.Sum256(buf) == p.Fingerprint, nil
 }

@@ -158,7 +158,7 @@ func TestThePositionHoldsTheIdentityTheFingerprintAndTheLastLine(t *testing.T) {
 	dev, ino := fileID(st)
 	want := FilePosition{
 		Path: path, Device: dev, Inode: ino, Offset: int64(len(content)),
-		FingerprintLen: min(len(content), fingerprintSize), Fingerprint: sha256.Sum256(content[:min(len(content), fingerprintSize)]),
+		FingerprintLen: len(lines[0]) + 1, Fingerprint: sha256.Sum256(content[:len(lines[0])+1]),
 		LastLineLen: len(lines[2]), LastLine: sha256.Sum256(lines[2]),
 	}
 	if p != want {
@@ -175,7 +175,7 @@ func TestThePositionHoldsTheIdentityTheFingerprintAndTheLastLine(t *testing.T) {
 func TestAPositionIsCheckedAgainstTheFileBeforeItIsTrusted(t *testing.T) {
 	path := journalPath(t)
 	rj := newRelayJournal(t, path)
-	rj.add("a", 60) // past the fingerprint's bytes, so that the last line is checked on its own
+	rj.add("a", 60)
 	rj.j.Close()
 	content := readAllFile(t, path)
 	jf := openTest(t, path)
@@ -183,7 +183,7 @@ func TestAPositionIsCheckedAgainstTheFileBeforeItIsTrusted(t *testing.T) {
 	lines := fileLines(content)
 	last := len(lines) - 1
 	keep := bytes.IndexByte(content[fingerprintSize:], '\n') + fingerprintSize + 1
-	if p.FingerprintLen != fingerprintSize || keep >= len(content) {
+	if p.FingerprintLen != len(lines[0])+1 || keep >= len(content) {
 		t.Fatalf("the journal is too short for the test: %d bytes", len(content))
 	}
 
