@@ -163,7 +163,10 @@ func TestAHandlerThatCommitsOrRollsBackTheTxOrCallsTheInboxIsRefused(t *testing.
 			return func(ctx context.Context, tx *sql.Tx, ev inbox.Event) error { return in.Release(ctx, "r") }
 		},
 		"Position": func(in *inbox.Inbox) inbox.Handler {
-			return func(ctx context.Context, tx *sql.Tx, ev inbox.Event) error { _, err := in.Position(ctx, "r"); return err }
+			return func(ctx context.Context, tx *sql.Tx, ev inbox.Event) error {
+				_, err := in.Position(ctx, "r")
+				return err
+			}
 		},
 		"WriteTx": func(in *inbox.Inbox) inbox.Handler {
 			return func(ctx context.Context, tx *sql.Tx, ev inbox.Event) error {
