@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -359,6 +361,40 @@ func TestInboxReadOnlyCommandsWriteNothing(t *testing.T) {
 			if diff := cmp.Diff(before, dirstate.Snapshot(t, dir)); diff != "" {
 				t.Fatalf("%v changed the directory (-before +after):\n%s", args, diff)
 			}
+		}
+	})
+	t.Run("in a directory the user cannot write", func(t *testing.T) {
+		base, err := os.MkdirTemp("", "outbox-cli-inbox-ro-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := filepath.Join(base, "consumer")
+		t.Cleanup(func() { os.Chmod(dir, 0o755); os.RemoveAll(base) })
+		srcDB, _ := consumerDB(t)
+		os.Mkdir(dir, 0o755)
+		dbPath := filepath.Join(dir, "consumer.db")
+		dirstate.CopyFile(t, srcDB, dbPath, 0o444)
+		os.Chmod(dir, 0o555)
+		exe, err := os.Executable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		bin := filepath.Join(base, "outbox")
+		os.Chmod(base, 0o755)
+		dirstate.CopyFile(t, exe, bin, 0o755)
+		before := dirstate.Snapshot(t, dir)
+		for _, args := range inboxReadOnlyRuns(dbPath) {
+			cmd := exec.Command(bin, args...)
+			cmd.Env = append(os.Environ(), asOutbox+"=1")
+			if os.Geteuid() == 0 { // permissions do not bind root: read as nobody
+				cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+			}
+			if code, _, errOut := runCmd(t, cmd); code != exitOK {
+				t.Errorf("%v: exit %d: %s", args, code, errOut)
+			}
+		}
+		if diff := cmp.Diff(before, dirstate.Snapshot(t, dir)); diff != "" {
+			t.Errorf("the directory changed (-before +after):\n%s", diff)
 		}
 	})
 	t.Run("beside a running consumer", func(t *testing.T) {
