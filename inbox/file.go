@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -77,6 +78,28 @@ func (in *Inbox) FollowFile(ctx context.Context, path string, h Handler) error {
 	return err
 }
 
+// ForgetFile gives up the position stored for the file source of path, so that the next ApplyFile
+// or FollowFile reads the file the path names from its start. It is the operator's way past
+// ErrFileLost when the lost file cannot be put back: the lines that were only in it are then
+// missing, and the next line of each of their runs is a gap (the run is quarantined), not skipped.
+// Nothing else changes; a path with no stored position is left as it is.
+func (in *Inbox) ForgetFile(ctx context.Context, path string) error {
+	s, err := in.newFileSource(path, func(context.Context, *sql.Tx, Event) error { return nil }, false)
+	if err != nil {
+		return err
+	}
+	for {
+		pos, err := in.SourcePosition(ctx, s.name)
+		if err != nil || pos == nil {
+			return err
+		}
+		_, err = in.ApplyFrom(ctx, s.name, pos, nil, nil, s.h)
+		if !errors.Is(err, ErrSourceMoved) {
+			return err
+		}
+	}
+}
+
 // fileSource is one call of ApplyFile or FollowFile.
 type fileSource struct {
 	in     *Inbox
@@ -88,7 +111,7 @@ type fileSource struct {
 
 	stored []byte  // the position the inbox holds, exactly as stored (nil: none)
 	l      located // where reading goes on; no cur: waiting for the file
-	ends   map[[2]uint64]int64
+	ends   map[fileKey]int64
 	rep    Report
 	why    string // what the last look found had happened, logged once
 }
@@ -112,7 +135,7 @@ func (in *Inbox) newFileSource(path string, h Handler, follow bool) (*fileSource
 		return nil, err
 	}
 	return &fileSource{in: in, path: abs, name: FileSourcePrefix + abs, h: h, follow: follow,
-		bounds: batchBounds{lines: in.batchLines(), bytes: in.batchBytes(), maxLine: in.maxLineSize()}, ends: map[[2]uint64]int64{}}, nil
+		bounds: batchBounds{lines: in.batchLines(), bytes: in.batchBytes(), maxLine: in.maxLineSize()}, ends: map[fileKey]int64{}}, nil
 }
 
 func (s *fileSource) close() { s.l.close() }
@@ -161,6 +184,12 @@ func (s *fileSource) relocate(p *FilePosition) error {
 	return nil
 }
 
+// fileKey tells files apart, by their name too where the system gives no inode.
+type fileKey struct {
+	name     string
+	dev, ino uint64
+}
+
 // end is where reading stops in jf: for ApplyFile, the file's end when the call first saw it; for
 // FollowFile, its end now.
 func (s *fileSource) end(jf *journalFile) (int64, error) {
@@ -168,7 +197,7 @@ func (s *fileSource) end(jf *journalFile) (int64, error) {
 	if err != nil || s.follow {
 		return size, err
 	}
-	key := [2]uint64{jf.dev, jf.ino}
+	key := fileKey{jf.name, jf.dev, jf.ino}
 	if e, ok := s.ends[key]; ok {
 		return min(e, size), nil
 	}

@@ -251,6 +251,35 @@ func TestARotatedFileThatCannotBeFoundStopsWithAnErrorNamingIt(t *testing.T) {
 	wantApplied(t, c.applied(), map[string]int64{"a": 3})
 }
 
+// ForgetFile is the way past ErrFileLost: the position is given up, the new file read from its start;
+// the lost lines are not pretended to be there.
+func TestForgetFileGivesUpTheLostFilesPosition(t *testing.T) {
+	rj := newRelayJournal(t, journalPath(t))
+	rj.add("a", 3)
+	c := newConsumer(t)
+	c.applyFile(rj.path)
+	rj.j.Close()
+	os.Rename(rj.path, rj.path+".old")
+	rj.open()
+	rj.add("b", 2)
+	os.Remove(rj.path + ".old")
+	if _, err := c.in.ApplyFile(context.Background(), rj.path, record); !errors.Is(err, ErrFileLost) {
+		t.Fatalf("%v, want ErrFileLost", err)
+	}
+	if err := c.in.ForgetFile(context.Background(), rj.path); err != nil {
+		t.Fatal(err)
+	}
+	if c.position(rj.path) != nil {
+		t.Fatal("the position is still stored")
+	}
+	if rep := c.applyFile(rj.path); rep != (Report{Applied: 2}) {
+		t.Fatalf("after ForgetFile: %+v", rep)
+	}
+	if err := c.in.ForgetFile(context.Background(), journalPath(t)); err != nil {
+		t.Fatalf("a path never read: %v", err)
+	}
+}
+
 // A journal replaced by another file holding it (restored, or copied over): read again from its
 // start, what was applied counted as duplicates, the rest applied.
 func TestAReplacedJournalIsReadAgainFromItsStart(t *testing.T) {
