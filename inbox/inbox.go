@@ -295,6 +295,7 @@ func (in *Inbox) write(ctx context.Context, fn func(t *txn) error) error {
 		}
 	}()
 	t := newTxn(ctx, in, tx, raw)
+	defer t.close()
 	if err := fn(t); err != nil {
 		return err
 	}
