@@ -192,7 +192,7 @@ func TestOpenRefusesADatabaseOfANewerInboxSchema(t *testing.T) {
 	in, path := setup(t)
 	in.Close()
 	d := rawDBRW(t, path)
-	if _, err := d.Exec(`INSERT INTO `+migrations.TableName+` (version_id, is_applied) VALUES (99, 1)`); err != nil {
+	if _, err := d.Exec(`INSERT INTO ` + migrations.TableName + ` (version_id, is_applied) VALUES (99, 1)`); err != nil {
 		t.Fatal(err)
 	}
 	d.Close()
