@@ -228,17 +228,23 @@ func (in *Inbox) exit() { in.ops.Done() }
 
 // WriteTx runs fn in one write transaction of the inbox (BEGIN IMMEDIATE on its writer connection)
 // and commits it when fn returns nil: the consumer's own schema and writes, outside any line. fn's
-// error is returned as it is; if fn panics, the transaction is rolled back and the panic goes on. fn
-// must not commit or roll back tx (ErrTxEnded) nor call the inbox.
+// error is returned as it is (wrapped in ErrTxEnded if fn also ended the transaction); if fn panics,
+// the transaction is rolled back and the panic goes on. fn must not commit or roll back tx
+// (ErrTxEnded), nor call the inbox's write methods: the inbox has one writer, which fn holds, so such
+// a call waits until its own context ends.
 func (in *Inbox) WriteTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	if fn == nil {
 		return errors.New("inbox: WriteTx with a nil function")
 	}
 	return in.write(ctx, func(t *txn) error {
-		if err := fn(t.tx); err != nil {
-			return err
+		err := fn(t.tx)
+		if aerr := t.alive(); aerr != nil {
+			if err != nil {
+				return fmt.Errorf("%w (the function returned: %w)", aerr, err)
+			}
+			return aerr
 		}
-		return t.alive()
+		return err
 	})
 }
 
@@ -289,6 +295,7 @@ func (in *Inbox) write(ctx context.Context, fn func(t *txn) error) error {
 		}
 	}()
 	t := newTxn(ctx, in, tx, raw)
+	defer t.close()
 	if err := fn(t); err != nil {
 		return err
 	}
