@@ -171,6 +171,22 @@ func TestATruncateAndRegrowPastTheOldSizeIsReadAgainFromItsStart(t *testing.T) {
 	wantApplied(t, c.applied(), map[string]int64{"a": 60, "b": lastB})
 }
 
+// A copytruncate under a writer that goes on at its old offset leaves NUL bytes where the journal
+// was: not a journal (journal.ErrNotJournal), and nothing more is applied.
+func TestATruncationThatLeftNULBytesIsErrNotJournal(t *testing.T) {
+	rj := newRelayJournal(t, journalPath(t))
+	rj.add("a", 3)
+	c := newConsumer(t)
+	c.applyFile(rj.path)
+	rj.j.Close()
+	size := len(readAllFile(t, rj.path))
+	rewrite(t, rj.path, append(make([]byte, size+10), []byte("{\"engine_run_id\":\"b\",\"seq\":1}\n")...))
+	rep, err := c.in.ApplyFile(context.Background(), rj.path, record)
+	if !errors.Is(err, journal.ErrNotJournal) || rep != (Report{}) {
+		t.Fatalf("%+v, %v; want journal.ErrNotJournal", rep, err)
+	}
+}
+
 // A copytruncate (the journal copied to journal.jsonl.1, then cut to nothing): the lines the cut
 // took before the source read them are read from the copy, then the cut journal from its start.
 func TestACopytruncateLosesNoLine(t *testing.T) {
