@@ -21,11 +21,13 @@ const FileSourcePrefix = "file:"
 // crash costs at most the batch in flight, which is read again.
 //
 // The stored position is checked against the file before it is trusted (its device and inode, a
-// fingerprint of its first bytes, and the line that ends at the offset). A file that no longer holds
+// fingerprint of its first line, and the line that ends at the offset; see FilePosition). A file that no longer holds
 // what was read of it (truncated, cut by a copytruncate, rewritten past its old size) is read again
 // from its start, after the rest of a copy of it (journal.jsonl.1) when there is one; a path that
 // now names another file (a rotation) has the file it named read to its end first, found in the
-// same directory by its device and inode, then the new one from its start. Reading again is safe:
+// same directory by its device and inode, then the new one from its start; a path that names
+// another copy of the same journal (one that begins with the same line) is read from its start.
+// Reading again is safe:
 // lines already applied are Duplicates. Lines are split as journal.Verify splits them, a '\r' before
 // the newline kept in the line, and a last line without its newline is not taken.
 //
@@ -33,9 +35,9 @@ const FileSourcePrefix = "file:"
 // they applied; the line where it stopped and those after it are not applied. A file that is not a
 // journal is journal.ErrNotJournal and nothing is applied; a path that names no file (and has no
 // stored position) is an error wrapping fs.ErrNotExist; a file the stored position was taken in that
-// can no longer be found is ErrFileLost.
+// can no longer be found is ErrFileLost (see ForgetFile).
 func (in *Inbox) ApplyFile(ctx context.Context, path string, h Handler) (Report, error) {
-	s, err := in.newFileSource(path, h, false)
+	s, err := in.newFileSource("ApplyFile", path, h)
 	if err != nil {
 		return Report{}, err
 	}
@@ -52,10 +54,12 @@ func (in *Inbox) ApplyFile(ctx context.Context, path string, h Handler) (Report,
 // waits for a file that does not exist yet. It wakes on file notifications (the directory is
 // watched, so that creation and rotation are seen) and at the poll interval whatever happens, so a
 // lost notification, or a queue of them that overflowed, costs latency, not lines. A rotation (the
-// path now names another file) is followed: the old file is read to its end, then the new one from
-// its start. Any other error ends it as it ends ApplyFile.
+// path now names another file) is followed: the old file, held open, is read to its end, then the
+// new one from its start. Each wake-up also reads the stored position, so that after a Release,
+// which rewinds the sources, the file is read again from its start though no new line has come.
+// Any other error ends it as it ends ApplyFile.
 func (in *Inbox) FollowFile(ctx context.Context, path string, h Handler) error {
-	s, err := in.newFileSource(path, h, true)
+	s, err := in.newFileSource("FollowFile", path, h)
 	if err != nil {
 		return err
 	}
@@ -84,7 +88,7 @@ func (in *Inbox) FollowFile(ctx context.Context, path string, h Handler) error {
 // missing, and the next line of each of their runs is a gap (the run is quarantined), not skipped.
 // Nothing else changes; a path with no stored position is left as it is.
 func (in *Inbox) ForgetFile(ctx context.Context, path string) error {
-	s, err := in.newFileSource(path, func(context.Context, *sql.Tx, Event) error { return nil }, false)
+	s, err := in.newFileSource("ForgetFile", path, func(context.Context, *sql.Tx, Event) error { return nil })
 	if err != nil {
 		return err
 	}
@@ -116,11 +120,8 @@ type fileSource struct {
 	why    string // what the last look found had happened, logged once
 }
 
-func (in *Inbox) newFileSource(path string, h Handler, follow bool) (*fileSource, error) {
-	call := "ApplyFile"
-	if follow {
-		call = "FollowFile"
-	}
+func (in *Inbox) newFileSource(call, path string, h Handler) (*fileSource, error) {
+	follow := call == "FollowFile"
 	if h == nil {
 		return nil, fmt.Errorf("inbox: %s with a nil handler", call)
 	}
