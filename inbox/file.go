@@ -182,6 +182,15 @@ func (s *fileSource) relocate(p *FilePosition) error {
 	}
 	s.why = l.why
 	s.l = l
+	// Each file's end is taken when the call first sees it: the path's file too, though it is read
+	// only after a rotated one.
+	for _, jf := range []*journalFile{l.cur, l.next} {
+		if jf != nil {
+			if _, err := s.end(jf); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
 }
 
