@@ -9,5 +9,5 @@ import (
 // TestMain lets a test re-execute this binary as a child process in a role, so that the lock is
 // tested across real processes.
 func TestMain(m *testing.M) {
-	crashtest.Main(m, map[string]func() int{"hold-inbox": holdInbox})
+	crashtest.Main(m, map[string]func() int{"hold-inbox": holdInbox, "crash-consumer": crashConsumer})
 }

@@ -3,6 +3,7 @@ package inbox_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -73,33 +74,60 @@ func TestARunIdlePastTheRetentionKeepsOnlyItsHighWaterMarkAndLastDigest(t *testi
 
 func TestRetentionTrimmingIsBoundedPerCall(t *testing.T) {
 	t.Parallel()
-	in, path := setup(t, inbox.WithDigestRetention(time.Nanosecond), inbox.WithDurability(outbox.DurabilityNormal))
-	const runs, each = 10, 600
-	var all [][]byte
-	for r := range runs {
-		all = append(all, lines(fmt.Sprint("run", r), 1, each)...)
+	ctx := context.Background()
+	in, path := setup(t)
+	in.Close()
+	// Runs idle for decades, each with a full window of digests, written straight into the tables.
+	// Fewer under the race detector, which slows SQLite (compiled to Go) some 70 times here.
+	runs, each := 10, 2000
+	if outboxtest.RaceEnabled {
+		runs, each = 4, 1100
 	}
-	mustApply(t, in, all) // one call: no run is idle before it ends
+	w := rawDBRW(t, path)
+	for r := range runs {
+		run := fmt.Sprint("run", r)
+		last := sha256.Sum256(line(run, int64(each)))
+		for _, q := range []struct {
+			sql  string
+			args []any
+		}{
+			{`INSERT INTO inbox_runs (engine_run_id, hwm, applied_at) VALUES (?, ?, 0)`, []any{run, each}},
+			{`WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?)
+			  INSERT INTO inbox_digests SELECT ?, i, zeroblob(32) FROM n`, []any{each - 1, run}},
+			{`INSERT INTO inbox_digests VALUES (?, ?, ?)`, []any{run, each, last[:]}},
+		} {
+			if _, err := w.Exec(q.sql, q.args...); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	w.Close()
+	in, err := inbox.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
 	d := rawDB(t, path)
+	idle := func() int { return count(t, d, `SELECT count(*) FROM inbox_digests WHERE engine_run_id LIKE 'run%'`) }
 	calls := 0
-	for ; calls < 100; calls++ {
-		if idle := count(t, d, `SELECT count(*) FROM inbox_digests WHERE engine_run_id LIKE 'run%'`); idle == runs {
-			break // each idle run keeps its last line's
-		}
-		before := count(t, d, `SELECT count(*) FROM inbox_digests`)
-		time.Sleep(time.Millisecond)
+	for ; idle() > runs && calls < 100; calls++ {
+		before := idle()
 		mustApply(t, in, lines("active", int64(calls)+1, int64(calls)+1))
-		after := count(t, d, `SELECT count(*) FROM inbox_digests`)
-		if dropped := before + 1 - after; dropped > 4096 {
-			t.Errorf("call %d dropped %d digests at once", calls, dropped)
+		if dropped := before - idle(); dropped > 4096 || dropped < 1 {
+			t.Errorf("call %d dropped %d digests", calls, dropped)
 		}
 	}
-	if calls < 2 || calls == 100 {
-		t.Errorf("trimming took %d calls", calls)
+	// At most 4 runs and 4,096 digests a call.
+	if least := max((runs+3)/4, (runs*(each-1)+4095)/4096); calls < least || calls == 100 {
+		t.Errorf("trimming took %d calls, at least %d", calls, least)
 	}
 	for r := range runs {
-		if rep := mustApply(t, in, [][]byte{line(fmt.Sprint("run", r), each)}); rep.Duplicates != 1 {
-			t.Errorf("run %d: its last line after the trim: %+v", r, rep)
+		run := fmt.Sprint("run", r)
+		if n := count(t, d, `SELECT count(*) FROM inbox_digests WHERE engine_run_id = ? AND seq = ?`, run, each); n != 1 {
+			t.Errorf("run %s lost its last line's digest", run)
+		}
+		if rep := mustApply(t, in, [][]byte{line(run, int64(each))}); rep.Duplicates != 1 {
+			t.Errorf("run %s: its last line after the trim: %+v", run, rep)
 		}
 	}
 }
