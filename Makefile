@@ -18,7 +18,7 @@ FUZZTIME ?= 60000x
 ## benchmark once (-short, small prefills) so that none of them rots.
 test: fmt-check vet check-generated
 	go test -race -count=1 $(MODULES)
-	go test -count=1 -run 'HundredThousand' ./outbox/
+	go test -count=1 -run 'HundredThousand' ./outbox/ ./inbox/
 	go test -count=1 -tags purego ./journal/
 	go test -short -run '^$$' -bench . -benchtime 1x $(MODULES)
 	$(MAKE) fuzz
@@ -35,6 +35,8 @@ fuzz:
 	go test -run '^$$' -fuzz '^FuzzTerminalSafeText$$' -fuzztime $(FUZZTIME) ./cmd/outbox/
 	go test -run '^$$' -fuzz '^FuzzToken$$' -fuzztime $(FUZZTIME) ./jetstream/
 	go test -run '^$$' -fuzz '^FuzzOpenFile$$' -fuzztime $(FUZZTIME) ./journal/
+	go test -run '^$$' -fuzz '^FuzzApply$$' -fuzztime $(FUZZTIME) ./inbox/
+	go test -run '^$$' -fuzz '^FuzzParseFilePosition$$' -fuzztime $(FUZZTIME) ./inbox/
 
 ## reliability: the long form of the fault campaigns: many crash seeds, longer fuzzing.
 reliability:
@@ -47,6 +49,7 @@ reliability:
 	OUTBOX_HEAVY=1 go test -count=1 -run 'LargestLimit|WALShrinks' -v ./outbox/
 	OUTBOX_RELAY_MEMORY_LINES=200 go test -count=1 -run 'RelayMemory' -v ./outbox/
 	OUTBOX_RELAY_CLOSE_ROUNDS=300 go test -race -count=1 -run 'CloseAtAnyMoment' -v ./outbox/
+	OUTBOX_INBOX_FILE_LINES=1000000 go test -count=1 -run 'ApplyFileKeepsABoundedHeap' -v ./inbox/
 	$(MAKE) fuzz FUZZTIME=1000000x
 
 fmt-check:

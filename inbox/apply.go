@@ -207,7 +207,7 @@ func (t *txn) line(hctx context.Context, k *key, line []byte, h Handler, rep *Re
 // applyLine runs the handler for the run's next line inside a savepoint, so that a handler that
 // quarantines its run undoes its own writes for the line and nothing else.
 func (t *txn) applyLine(hctx context.Context, r *runTx, k *key, line []byte, h Handler, rep *Report) error {
-	if err := t.raw.Exec(`SAVEPOINT inbox_line`); err != nil {
+	if err := t.savepoint(spBegin); err != nil {
 		return fmt.Errorf("inbox: run %q seq %d: savepoint: %w", r.id, k.seq, err)
 	}
 	herr := h(hctx, t.tx, Event{RunID: k.run, Seq: k.seq, Line: bytes.Clone(line)})
@@ -219,7 +219,7 @@ func (t *txn) applyLine(hctx context.Context, r *runTx, k *key, line []byte, h H
 	}
 	switch {
 	case herr == nil:
-		if err := t.raw.Exec(`RELEASE inbox_line`); err != nil {
+		if err := t.savepoint(spRelease); err != nil {
 			return fmt.Errorf("inbox: run %q seq %d: release the savepoint: %w", r.id, k.seq, err)
 		}
 		r.hwm = k.seq
@@ -227,7 +227,7 @@ func (t *txn) applyLine(hctx context.Context, r *runTx, k *key, line []byte, h H
 		rep.Applied++
 		return nil
 	case errors.Is(herr, ErrQuarantine):
-		if err := t.raw.Exec(`ROLLBACK TO inbox_line; RELEASE inbox_line`); err != nil {
+		if err := errors.Join(t.savepoint(spUndo), t.savepoint(spRelease)); err != nil {
 			return fmt.Errorf("inbox: run %q seq %d: undo the handler's writes: %w", r.id, k.seq, err)
 		}
 		rep.Quarantined++

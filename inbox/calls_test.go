@@ -4,10 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/ncruces/go-sqlite3/vfs"
 
@@ -23,7 +24,7 @@ func syncCounter(t testing.TB) (string, *atomic.Int64) {
 	v := faultvfs.New()
 	var n atomic.Int64
 	v.BeforeSync = func(string) { n.Add(1) }
-	name := "inbox-count-" + time.Now().Format("150405.000000000") + "-" + string(rune('a'+vfsSeq.Add(1)%26))
+	name := fmt.Sprintf("inbox-count-%d-%d", os.Getpid(), vfsSeq.Add(1))
 	vfs.Register(name, v)
 	return name, &n
 }

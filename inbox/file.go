@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -20,11 +21,13 @@ const FileSourcePrefix = "file:"
 // crash costs at most the batch in flight, which is read again.
 //
 // The stored position is checked against the file before it is trusted (its device and inode, a
-// fingerprint of its first bytes, and the line that ends at the offset). A file that no longer holds
+// fingerprint of its first line, and the line that ends at the offset; see FilePosition). A file that no longer holds
 // what was read of it (truncated, cut by a copytruncate, rewritten past its old size) is read again
 // from its start, after the rest of a copy of it (journal.jsonl.1) when there is one; a path that
 // now names another file (a rotation) has the file it named read to its end first, found in the
-// same directory by its device and inode, then the new one from its start. Reading again is safe:
+// same directory by its device and inode, then the new one from its start; a path that names
+// another copy of the same journal (one that begins with the same line) is read from its start.
+// Reading again is safe:
 // lines already applied are Duplicates. Lines are split as journal.Verify splits them, a '\r' before
 // the newline kept in the line, and a last line without its newline is not taken.
 //
@@ -32,9 +35,9 @@ const FileSourcePrefix = "file:"
 // they applied; the line where it stopped and those after it are not applied. A file that is not a
 // journal is journal.ErrNotJournal and nothing is applied; a path that names no file (and has no
 // stored position) is an error wrapping fs.ErrNotExist; a file the stored position was taken in that
-// can no longer be found is ErrFileLost.
+// can no longer be found is ErrFileLost (see ForgetFile).
 func (in *Inbox) ApplyFile(ctx context.Context, path string, h Handler) (Report, error) {
-	s, err := in.newFileSource(path, h, false)
+	s, err := in.newFileSource("ApplyFile", path, h)
 	if err != nil {
 		return Report{}, err
 	}
@@ -51,10 +54,12 @@ func (in *Inbox) ApplyFile(ctx context.Context, path string, h Handler) (Report,
 // waits for a file that does not exist yet. It wakes on file notifications (the directory is
 // watched, so that creation and rotation are seen) and at the poll interval whatever happens, so a
 // lost notification, or a queue of them that overflowed, costs latency, not lines. A rotation (the
-// path now names another file) is followed: the old file is read to its end, then the new one from
-// its start. Any other error ends it as it ends ApplyFile.
+// path now names another file) is followed: the old file, held open, is read to its end, then the
+// new one from its start. Each wake-up also reads the stored position, so that after a Release,
+// which rewinds the sources, the file is read again from its start though no new line has come.
+// Any other error ends it as it ends ApplyFile.
 func (in *Inbox) FollowFile(ctx context.Context, path string, h Handler) error {
-	s, err := in.newFileSource(path, h, true)
+	s, err := in.newFileSource("FollowFile", path, h)
 	if err != nil {
 		return err
 	}
@@ -77,6 +82,28 @@ func (in *Inbox) FollowFile(ctx context.Context, path string, h Handler) error {
 	return err
 }
 
+// ForgetFile gives up the position stored for the file source of path, so that the next ApplyFile
+// or FollowFile reads the file the path names from its start. It is the operator's way past
+// ErrFileLost when the lost file cannot be put back: the lines that were only in it are then
+// missing, and the next line of each of their runs is a gap (the run is quarantined), not skipped.
+// Nothing else changes; a path with no stored position is left as it is.
+func (in *Inbox) ForgetFile(ctx context.Context, path string) error {
+	s, err := in.newFileSource("ForgetFile", path, func(context.Context, *sql.Tx, Event) error { return nil })
+	if err != nil {
+		return err
+	}
+	for {
+		pos, err := in.SourcePosition(ctx, s.name)
+		if err != nil || pos == nil {
+			return err
+		}
+		_, err = in.ApplyFrom(ctx, s.name, pos, nil, nil, s.h)
+		if !errors.Is(err, ErrSourceMoved) {
+			return err
+		}
+	}
+}
+
 // fileSource is one call of ApplyFile or FollowFile.
 type fileSource struct {
 	in     *Inbox
@@ -88,16 +115,13 @@ type fileSource struct {
 
 	stored []byte  // the position the inbox holds, exactly as stored (nil: none)
 	l      located // where reading goes on; no cur: waiting for the file
-	ends   map[[2]uint64]int64
+	ends   map[fileKey]int64
 	rep    Report
 	why    string // what the last look found had happened, logged once
 }
 
-func (in *Inbox) newFileSource(path string, h Handler, follow bool) (*fileSource, error) {
-	call := "ApplyFile"
-	if follow {
-		call = "FollowFile"
-	}
+func (in *Inbox) newFileSource(call, path string, h Handler) (*fileSource, error) {
+	follow := call == "FollowFile"
 	if h == nil {
 		return nil, fmt.Errorf("inbox: %s with a nil handler", call)
 	}
@@ -112,7 +136,7 @@ func (in *Inbox) newFileSource(path string, h Handler, follow bool) (*fileSource
 		return nil, err
 	}
 	return &fileSource{in: in, path: abs, name: FileSourcePrefix + abs, h: h, follow: follow,
-		bounds: batchBounds{lines: in.batchLines(), bytes: in.batchBytes(), maxLine: in.maxLineSize()}, ends: map[[2]uint64]int64{}}, nil
+		bounds: batchBounds{lines: in.batchLines(), bytes: in.batchBytes(), maxLine: in.maxLineSize()}, ends: map[fileKey]int64{}}, nil
 }
 
 func (s *fileSource) close() { s.l.close() }
@@ -158,7 +182,22 @@ func (s *fileSource) relocate(p *FilePosition) error {
 	}
 	s.why = l.why
 	s.l = l
+	// Each file's end is taken when the call first sees it: the path's file too, though it is read
+	// only after a rotated one.
+	for _, jf := range []*journalFile{l.cur, l.next} {
+		if jf != nil {
+			if _, err := s.end(jf); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
+}
+
+// fileKey tells files apart, by their name too where the system gives no inode.
+type fileKey struct {
+	name     string
+	dev, ino uint64
 }
 
 // end is where reading stops in jf: for ApplyFile, the file's end when the call first saw it; for
@@ -168,7 +207,7 @@ func (s *fileSource) end(jf *journalFile) (int64, error) {
 	if err != nil || s.follow {
 		return size, err
 	}
-	key := [2]uint64{jf.dev, jf.ino}
+	key := fileKey{jf.name, jf.dev, jf.ino}
 	if e, ok := s.ends[key]; ok {
 		return min(e, size), nil
 	}
@@ -249,8 +288,15 @@ func (s *fileSource) commit(ctx context.Context, to FilePosition, lines [][]byte
 	s.rep.Quarantined += rep.Quarantined
 	s.stored = enc
 	s.l.pos = to
+	if afterFileCommit != nil {
+		afterFileCommit(s.name, to)
+	}
 	return nil
 }
+
+// afterFileCommit, when set, is called after each batch a file source commits: benchmarks time the
+// way from the writer's append to the commit with it.
+var afterFileCommit func(source string, to FilePosition)
 
 // look is FollowFile's check after each wake-up: the stored position is still the one this call
 // stored (a Release may have rewound it), the path still names the file being read, and that file

@@ -89,6 +89,11 @@ func locate(path string, p *FilePosition, open *journalFile) (l located, err err
 			return located{cur: c, pos: at(c, *p), next: pf,
 				why: "the journal was cut under its position; reading the rest of a copy of it first, then the journal from its start"}, nil
 		}
+		// Looked at again as a whole: what it holds now may not be a journal (NUL bytes where a
+		// writer went on at its old offset after a truncation).
+		if err := journal.Inspect(pf.f); err != nil {
+			return located{}, err
+		}
 		return located{cur: pf, pos: pf.start(),
 			why: "the journal no longer holds what was read of it (truncated or rewritten); reading it again from its start"}, nil
 	}

@@ -171,6 +171,22 @@ func TestATruncateAndRegrowPastTheOldSizeIsReadAgainFromItsStart(t *testing.T) {
 	wantApplied(t, c.applied(), map[string]int64{"a": 60, "b": lastB})
 }
 
+// A copytruncate under a writer that goes on at its old offset leaves NUL bytes where the journal
+// was: not a journal (journal.ErrNotJournal), and nothing more is applied.
+func TestATruncationThatLeftNULBytesIsErrNotJournal(t *testing.T) {
+	rj := newRelayJournal(t, journalPath(t))
+	rj.add("a", 3)
+	c := newConsumer(t)
+	c.applyFile(rj.path)
+	rj.j.Close()
+	size := len(readAllFile(t, rj.path))
+	rewrite(t, rj.path, append(make([]byte, size+10), []byte("{\"engine_run_id\":\"b\",\"seq\":1}\n")...))
+	rep, err := c.in.ApplyFile(context.Background(), rj.path, record)
+	if !errors.Is(err, journal.ErrNotJournal) || rep != (Report{}) {
+		t.Fatalf("%+v, %v; want journal.ErrNotJournal", rep, err)
+	}
+}
+
 // A copytruncate (the journal copied to journal.jsonl.1, then cut to nothing): the lines the cut
 // took before the source read them are read from the copy, then the cut journal from its start.
 func TestACopytruncateLosesNoLine(t *testing.T) {
@@ -249,6 +265,35 @@ func TestARotatedFileThatCannotBeFoundStopsWithAnErrorNamingIt(t *testing.T) {
 		t.Fatalf("report %+v", rep)
 	}
 	wantApplied(t, c.applied(), map[string]int64{"a": 3})
+}
+
+// ForgetFile is the way past ErrFileLost: the position is given up, the new file read from its start;
+// the lost lines are not pretended to be there.
+func TestForgetFileGivesUpTheLostFilesPosition(t *testing.T) {
+	rj := newRelayJournal(t, journalPath(t))
+	rj.add("a", 3)
+	c := newConsumer(t)
+	c.applyFile(rj.path)
+	rj.j.Close()
+	os.Rename(rj.path, rj.path+".old")
+	rj.open()
+	rj.add("b", 2)
+	os.Remove(rj.path + ".old")
+	if _, err := c.in.ApplyFile(context.Background(), rj.path, record); !errors.Is(err, ErrFileLost) {
+		t.Fatalf("%v, want ErrFileLost", err)
+	}
+	if err := c.in.ForgetFile(context.Background(), rj.path); err != nil {
+		t.Fatal(err)
+	}
+	if c.position(rj.path) != nil {
+		t.Fatal("the position is still stored")
+	}
+	if rep := c.applyFile(rj.path); rep != (Report{Applied: 2}) {
+		t.Fatalf("after ForgetFile: %+v", rep)
+	}
+	if err := c.in.ForgetFile(context.Background(), journalPath(t)); err != nil {
+		t.Fatalf("a path never read: %v", err)
+	}
 }
 
 // A journal replaced by another file holding it (restored, or copied over): read again from its

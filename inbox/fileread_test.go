@@ -62,8 +62,14 @@ func TestALongLineAfterShortOnesIsReadWhole(t *testing.T) {
 	os.WriteFile(path, b.Bytes(), 0o644)
 	jf := openTest(t, path)
 	got, _ := readToEnd(t, jf, jf.start(), batchBounds{lines: 10, bytes: 1 << 20, maxLine: 1 << 20})
-	if diff := cmp.Diff(fileLines(b.Bytes()), got); diff != "" {
-		t.Fatalf("lines (-want +got):\n%s", diff)
+	want := fileLines(b.Bytes())
+	if len(got) != len(want) {
+		t.Fatalf("%d lines, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if !bytes.Equal(got[i], want[i]) {
+			t.Fatalf("line %d: %d bytes %.40q, want %d bytes %.40q", i, len(got[i]), got[i], len(want[i]), want[i])
+		}
 	}
 }
 

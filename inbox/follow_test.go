@@ -282,3 +282,33 @@ func TestFollowFileStopsAtAHandlerError(t *testing.T) {
 	}
 	wantApplied(t, c.applied(), map[string]int64{"a": 2})
 }
+
+// ApplyFile called again and again while a relay appends (a line may be half-written at any call's
+// end): every line is applied once, none before its newline, none skipped.
+func TestApplyFileWhileARelayAppendsAppliesEachLineOnce(t *testing.T) {
+	rj := newRelayJournal(t, journalPath(t))
+	rj.add("a", 1)
+	c := newConsumer(t, WithBatchLines(5))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		enqueueRelayed(t, rj, "a", 150)
+	}()
+	total := 0
+	for finished := false; !finished; {
+		select {
+		case <-done:
+			finished = true
+		default:
+		}
+		rep, err := c.in.ApplyFile(context.Background(), rj.path, record)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += rep.Applied
+	}
+	if total != 151 {
+		t.Fatalf("applied %d in all, want 151", total)
+	}
+	wantApplied(t, c.applied(), map[string]int64{"a": 151})
+}

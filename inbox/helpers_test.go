@@ -93,3 +93,16 @@ func position(t testing.TB, in *inbox.Inbox, run string) int64 {
 	}
 	return p
 }
+
+func insertNothing(context.Context, *sql.Tx, inbox.Event) error { return nil }
+
+// rawDBRW opens the consumer database for writing, for a test that changes it behind the inbox.
+func rawDBRW(t testing.TB, path string) *sql.DB {
+	t.Helper()
+	d, err := driver.Open("file:" + path + "?_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}

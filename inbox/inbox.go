@@ -19,6 +19,7 @@ import (
 	"github.com/textmachine/outbox/inbox/db"
 	"github.com/textmachine/outbox/inbox/migrations"
 	"github.com/textmachine/outbox/internal/dirsync"
+	"github.com/textmachine/outbox/internal/faultpoint"
 	"github.com/textmachine/outbox/outbox"
 )
 
@@ -295,6 +296,7 @@ func (in *Inbox) write(ctx context.Context, fn func(t *txn) error) error {
 		}
 	}()
 	t := newTxn(ctx, in, tx, raw)
+	defer t.close()
 	if err := fn(t); err != nil {
 		return err
 	}
@@ -304,6 +306,7 @@ func (in *Inbox) write(ctx context.Context, fn func(t *txn) error) error {
 	if err := t.alive(); err != nil {
 		return err
 	}
+	faultpoint.Hit(faultpoint.InboxBeforeCommit)
 	in.committing.Store(true)
 	err = tx.Commit()
 	in.committing.Store(false)
@@ -311,6 +314,7 @@ func (in *Inbox) write(ctx context.Context, fn func(t *txn) error) error {
 	if err != nil {
 		return fmt.Errorf("inbox: commit: %w", err)
 	}
+	faultpoint.Hit(faultpoint.InboxAfterCommit)
 	return nil
 }
 

@@ -24,6 +24,44 @@ type txn struct {
 	bound [numStmts]prepared
 	runs  map[string]*runTx
 	order []*runTx // in the order first seen, so that every call writes in one order
+	sp    [numSavepointStmts]*sqlite3.Stmt
+}
+
+// The statements of the savepoint around each handler call, prepared once per transaction on the
+// driver's own connection: as text they would be prepared again for every line.
+const (
+	spBegin = iota
+	spRelease
+	spUndo
+	numSavepointStmts
+)
+
+var savepointSQL = [numSavepointStmts]string{
+	spBegin:   `SAVEPOINT inbox_line`,
+	spRelease: `RELEASE inbox_line`,
+	spUndo:    `ROLLBACK TO inbox_line`,
+}
+
+// savepoint runs one of the savepoint statements.
+func (t *txn) savepoint(which int) error {
+	st := t.sp[which]
+	if st == nil {
+		var err error
+		if st, _, err = t.raw.Prepare(savepointSQL[which]); err != nil {
+			return err
+		}
+		t.sp[which] = st
+	}
+	return st.Exec()
+}
+
+// close finalizes the transaction's own statements.
+func (t *txn) close() {
+	for _, st := range t.sp {
+		if st != nil {
+			st.Close()
+		}
+	}
 }
 
 // runTx is one run as a transaction sees it.
