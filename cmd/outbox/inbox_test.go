@@ -511,3 +511,42 @@ func TestInboxCommandsRefuseWhatIsNotAConsumersDatabaseAndChangeNothing(t *testi
 		}
 	}
 }
+
+func TestInboxStatsShowsAnotherSourcesPositionAsStoredAndAMissingFilesDistanceAsUnknown(t *testing.T) {
+	ctx := context.Background()
+	dbPath, jPath := consumerDB(t)
+	in, err := inbox.Open(ctx, dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.ApplyFrom(ctx, "nats:EVENTS", nil, []byte{1, 2, 0xff}, nil, consumerHandler); err != nil {
+		t.Fatal(err)
+	}
+	in.Close()
+	if err := os.Remove(jPath); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := cli(t, "inbox", "stats", "--db", dbPath, "--json")
+	if code != exitOK {
+		t.Fatalf("exit %d, %s", code, errOut)
+	}
+	var rep inboxStatsReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Sources) != 2 {
+		t.Fatalf("sources: %+v", rep.Sources)
+	}
+	file, stream := rep.Sources[0], rep.Sources[1]
+	if file.File == nil || file.BehindBytes != nil || !strings.Contains(file.BehindError, "the file being read cannot be found") {
+		t.Errorf("a missing file's source: %+v", file)
+	}
+	if stream.Name != "nats:EVENTS" || stream.PositionHex != "0102ff" || stream.File != nil || stream.BehindBytes != nil || stream.BehindError != "" {
+		t.Errorf("a stream's source: %+v", stream)
+	}
+	code, out, _ = cli(t, "inbox", "stats", "--db", dbPath)
+	if code != exitOK || !strings.Contains(out, "opaque, 3 bytes") || !strings.Contains(out, "unknown: ") {
+		t.Errorf("inbox stats: exit %d\n%s", code, out)
+	}
+	checkTerminalSafe(t, "inbox stats", out)
+}
