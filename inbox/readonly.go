@@ -25,7 +25,8 @@ var (
 
 // OpenReadOnly opens an existing inbox database for reading only, for the tools that watch a
 // consumer: Position, Quarantined, Sources, SourcePosition, AcceptedGaps, AllRuns and RunCount work;
-// every write returns ErrReadOnly. It takes no lock that an Inbox would meet: beside a running
+// every write returns ErrReadOnly before it begins (ApplyFile and FollowFile at their first batch to
+// commit: FollowFile on a file with nothing to read waits as it always does). It takes no lock that an Inbox would meet: beside a running
 // consumer (an Inbox open, FollowFile running) it reads what the consumer has committed, through its
 // WAL. On a database that no Inbox holds open it writes nothing and creates no file beside it (no
 // -wal, no -shm), so it also works where the caller cannot write. It reads the database the way
