@@ -222,6 +222,18 @@ func (s *fileSource) drain(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		// Checked before every batch, not only at each wake-up: a journal cut and written again past
+		// the position between two batches would otherwise be read from the middle of a line.
+		ok, err := s.l.cur.holds(s.l.pos)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			if err := s.relocate(&s.l.pos); err != nil {
+				return err
+			}
+			continue
+		}
 		end, err := s.end(s.l.cur)
 		if err != nil {
 			return err
