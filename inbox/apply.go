@@ -67,8 +67,15 @@ func (in *Inbox) ApplyFrom(ctx context.Context, source string, from, to []byte, 
 	if err := checkName("source name", source, MaxSourceNameLen); err != nil {
 		return Report{}, err
 	}
+	if len(from) > MaxPositionLen || len(to) > MaxPositionLen {
+		return Report{}, fmt.Errorf("inbox: source %q: a position of %d bytes, at most %d", source, max(len(from), len(to)), MaxPositionLen)
+	}
 	return in.apply(ctx, &move{source, from, to}, lines, h)
 }
+
+// MaxPositionLen bounds a source's position, in bytes: a position says where to read next, not what
+// was read.
+const MaxPositionLen = 64 << 10
 
 // move is a source's position before and after a call of ApplyFrom.
 type move struct {
