@@ -21,8 +21,9 @@ type Event struct {
 
 // Handler applies one event inside the inbox's transaction: its writes through tx commit together
 // with the inbox's record of the line, or not at all. It must not commit or roll back tx, nor call
-// the inbox (both are refused where they can be detected: ErrTxEnded, ErrInHandler). Its effects
-// outside tx are not covered by the inbox's guarantee.
+// the inbox (both are refused where they can be detected: ErrTxEnded, and ErrInHandler for a call
+// given the handler's context; Close, which waits for the call in progress, would wait for ever).
+// Its effects outside tx are not covered by the inbox's guarantee.
 //
 // A nil error applies the line. An error wrapping ErrQuarantine parks the line's run: the line's
 // writes are undone and the call goes on with the other runs. Any other error stops the call, and
