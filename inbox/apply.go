@@ -21,8 +21,9 @@ type Event struct {
 
 // Handler applies one event inside the inbox's transaction: its writes through tx commit together
 // with the inbox's record of the line, or not at all. It must not commit or roll back tx, nor call
-// the inbox (both are refused where they can be detected: ErrTxEnded, ErrInHandler). Its effects
-// outside tx are not covered by the inbox's guarantee.
+// the inbox (both are refused where they can be detected: ErrTxEnded, and ErrInHandler for a call
+// given the handler's context; Close, which waits for the call in progress, would wait for ever).
+// Its effects outside tx are not covered by the inbox's guarantee.
 //
 // A nil error applies the line. An error wrapping ErrQuarantine parks the line's run: the line's
 // writes are undone and the call goes on with the other runs. Any other error stops the call, and
@@ -67,8 +68,15 @@ func (in *Inbox) ApplyFrom(ctx context.Context, source string, from, to []byte, 
 	if err := checkName("source name", source, MaxSourceNameLen); err != nil {
 		return Report{}, err
 	}
+	if len(from) > MaxPositionLen || len(to) > MaxPositionLen {
+		return Report{}, fmt.Errorf("inbox: source %q: a position of %d bytes, at most %d", source, max(len(from), len(to)), MaxPositionLen)
+	}
 	return in.apply(ctx, &move{source, from, to}, lines, h)
 }
+
+// MaxPositionLen bounds a source's position, in bytes: a position says where to read next, not what
+// was read.
+const MaxPositionLen = 64 << 10
 
 // move is a source's position before and after a call of ApplyFrom.
 type move struct {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/ncruces/go-sqlite3/driver"
 
@@ -38,7 +39,53 @@ func BenchmarkApply(b *testing.B) {
 				}
 			})
 		})
+		b.Run(fmt.Sprintf("batch=%d/ratio", batch), func(b *testing.B) { benchRatio(b, batch) })
 	}
+}
+
+// benchRatio applies each batch with the inbox and with the hand-written loop back to back, each
+// first in turn, so that both see the same disk: its speed drifts by a factor of several within a
+// minute on these shared machines, which in separate benchmarks moves the ratio of their medians more
+// than the difference measured. The ratio is the inbox's rate over the loop's (1 is parity).
+func benchRatio(b *testing.B, batch int) {
+	in, _ := setup(b)
+	h := newHandwritten(b)
+	ctx := context.Background()
+	var inInbox, inHand time.Duration
+	viaInbox := func(ls [][]byte) {
+		t0 := time.Now()
+		if rep, err := in.Apply(ctx, ls, insertHandler); err != nil || rep.Applied != len(ls) {
+			b.Fatal(rep, err)
+		}
+		inInbox += time.Since(t0)
+	}
+	viaHand := func(ls [][]byte) {
+		t0 := time.Now()
+		if n := h.apply(b, ls); n != len(ls) {
+			b.Fatalf("applied %d of %d", n, len(ls))
+		}
+		inHand += time.Since(t0)
+	}
+	next := int64(1)
+	i := 0
+	for b.Loop() {
+		ls := make([][]byte, batch)
+		for j := range ls {
+			ls[j] = line("r", next, "a unit of work of about a hundred bytes, as an engine's spend event carries")
+			next++
+		}
+		if i++; i%2 == 0 {
+			viaInbox(ls)
+			viaHand(ls)
+		} else {
+			viaHand(ls)
+			viaInbox(ls)
+		}
+	}
+	lines := float64(b.N * batch)
+	b.ReportMetric(lines/inInbox.Seconds(), "inbox-lines/s")
+	b.ReportMetric(lines/inHand.Seconds(), "handwritten-lines/s")
+	b.ReportMetric(inHand.Seconds()/inInbox.Seconds(), "ratio")
 }
 
 // benchBatches renders b.N lines of one run, of about 150 bytes, and applies them batch by batch.

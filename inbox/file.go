@@ -222,6 +222,18 @@ func (s *fileSource) drain(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		// Checked before every batch, not only at each wake-up: a journal cut and written again past
+		// the position between two batches would otherwise be read from the middle of a line.
+		ok, err := s.l.cur.holds(s.l.pos)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			if err := s.relocate(&s.l.pos); err != nil {
+				return err
+			}
+			continue
+		}
 		end, err := s.end(s.l.cur)
 		if err != nil {
 			return err
@@ -274,8 +286,12 @@ func (s *fileSource) commit(ctx context.Context, to FilePosition, lines [][]byte
 			// The lines before the malformed one are applied, so that the position stops exactly at
 			// it: where an operator looks, and where the next call stops again.
 			if le.Index > 0 {
-				if perr := s.commit(ctx, advance(s.l.pos, s.l.cur.name, lines[:le.Index]), lines[:le.Index]); perr != nil {
+				before := advance(s.l.pos, s.l.cur.name, lines[:le.Index])
+				if perr := s.commit(ctx, before, lines[:le.Index]); perr != nil {
 					return perr
+				}
+				if s.l.pos != before {
+					return nil // the position moved meanwhile and was read again: read on from it
 				}
 			}
 			return wrapf(le, "%s, the line at byte %d", quotePath(s.l.cur.name), s.l.pos.Offset)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"testing"
 )
 
@@ -108,4 +109,36 @@ func TestApplyFileRefusesBadArguments(t *testing.T) {
 	if srcs, _ := c.in.Sources(context.Background()); len(srcs) != 0 {
 		t.Fatalf("sources stored: %+v", srcs)
 	}
+}
+
+// The journal cut and written again past the position between two batches of one call: the next
+// batch finds the line at the position gone and reads the file again from its start, skipping none
+// of the new lines.
+func TestAJournalRewrittenBetweenTwoBatchesIsReadAgainFromItsStart(t *testing.T) {
+	rj := newRelayJournal(t, journalPath(t))
+	rj.add("a", 6)
+	rj.j.Close()
+	var b []byte
+	for seq := 1; seq <= 40; seq++ {
+		b = fmt.Appendf(b, "{\"engine_run_id\":\"b\",\"seq\":%d}\n", seq)
+	}
+	c := newConsumer(t, WithBatchLines(2))
+	done := false
+	afterFileCommit = func(string, FilePosition) {
+		if !done {
+			done = true
+			rewrite(t, rj.path, b)
+		}
+	}
+	defer func() { afterFileCommit = nil }()
+	rep, err := c.in.ApplyFile(context.Background(), rj.path, record)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := c.applied()
+	if got["a"] != 2 || rep.Quarantined != 0 || got["b"] < 1 {
+		t.Fatalf("%+v, applied %v", rep, got)
+	}
+	c.applyFile(rj.path)
+	wantApplied(t, c.applied(), map[string]int64{"a": 2, "b": 40})
 }

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/textmachine/outbox/journal"
 )
@@ -258,8 +260,11 @@ func isNotJournal(err error) bool { return errors.Is(err, journal.ErrNotJournal)
 
 // quotePath is a path as it goes into a message: as it is when it is printable, quoted when not.
 func quotePath(p string) string {
+	if !utf8.ValidString(p) {
+		return fmt.Sprintf("%q", p)
+	}
 	for _, r := range p {
-		if r < 0x20 || r == 0x7f || r == 0xfffd {
+		if r < 0x20 || (r >= 0x7f && r < 0xa0) || r == 0xfffd || unicode.Is(unicode.Bidi_Control, r) {
 			return fmt.Sprintf("%q", p)
 		}
 	}

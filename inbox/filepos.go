@@ -9,7 +9,6 @@ import (
 	"math"
 	"path/filepath"
 	"strings"
-	"unicode/utf8"
 )
 
 // FilePosition is where a file source stands in a journal file, as ApplyFile and FollowFile store it
@@ -19,7 +18,7 @@ import (
 // the position was taken in only if it has the same Device and Inode, begins with the bytes the
 // Fingerprint was taken of, and holds at Offset the end of a line whose SHA-256 is LastLine.
 type FilePosition struct {
-	Path   string // the absolute name the file had when it was last read (a rotated file's own name)
+	Path   string // the absolute name the file was opened under when it was last read; a rotation may have renamed it since: Device and Inode say which file it is
 	Device uint64 // the file's device and inode (0 where the system has none)
 	Inode  uint64
 	Offset int64 // bytes consumed: every complete line before Offset was given to the inbox
@@ -149,9 +148,5 @@ func (r *posReader) digest(d *[sha256.Size]byte, what string) {
 
 // String is the position for a person: where, how far, which file.
 func (p FilePosition) String() string {
-	path := p.Path
-	if !utf8.ValidString(path) {
-		path = fmt.Sprintf("%q", path)
-	}
-	return fmt.Sprintf("%s at byte %d (device %d, inode %d)", path, p.Offset, p.Device, p.Inode)
+	return fmt.Sprintf("%s at byte %d (device %d, inode %d)", quotePath(p.Path), p.Offset, p.Device, p.Inode)
 }

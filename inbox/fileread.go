@@ -33,6 +33,12 @@ func (jf *journalFile) readSize(b batchBounds) int {
 // openJournalFile opens name for reading. It refuses a file that is not a regular file or not a
 // journal (journal.ErrNotJournal), with the journal package's own rules.
 func openJournalFile(name string) (*journalFile, error) {
+	// Looked at before it is opened: opening a FIFO would wait for a writer.
+	if st, err := os.Stat(name); err != nil {
+		return nil, err
+	} else if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%w: %s: not a regular file (%s)", journal.ErrNotJournal, name, st.Mode().Type())
+	}
 	f, err := os.Open(name)
 	if err != nil {
 		return nil, err

@@ -43,6 +43,9 @@ type Inbox struct {
 	// through: the writer connection's commit hook turns any other (a handler's tx.Commit) into a
 	// rollback.
 	guarded, committing atomic.Bool
+	// nextTrim is when a run can next have become idle past the retention (unix nanoseconds); kept
+	// under the writer.
+	nextTrim int64
 
 	mu     sync.Mutex
 	closed bool
@@ -314,6 +317,7 @@ func (in *Inbox) write(ctx context.Context, fn func(t *txn) error) error {
 	if err != nil {
 		return fmt.Errorf("inbox: commit: %w", err)
 	}
+	t.committed()
 	faultpoint.Hit(faultpoint.InboxAfterCommit)
 	return nil
 }

@@ -95,3 +95,31 @@ func TestCloseWaitsForTheCallInProgress(t *testing.T) {
 		t.Errorf("%d rows", n)
 	}
 }
+
+func TestTheWriterSyncsAtTheDurabilityAskedOnEveryConnection(t *testing.T) {
+	t.Parallel()
+	for d, want := range map[outbox.Durability]int{outbox.DurabilityFull: 2, outbox.DurabilityNormal: 1} {
+		t.Run(d.String(), func(t *testing.T) {
+			t.Parallel()
+			in, path := setup(t, inbox.WithDurability(d))
+			for round := range 2 {
+				if round == 1 {
+					// A new connection to the existing WAL database, as after a restart.
+					in.Close()
+					var err error
+					if in, err = inbox.Open(context.Background(), path, inbox.WithDurability(d)); err != nil {
+						t.Fatal(err)
+					}
+					defer in.Close()
+				}
+				var got int
+				err := in.WriteTx(context.Background(), func(tx *sql.Tx) error {
+					return tx.QueryRow(`PRAGMA synchronous`).Scan(&got)
+				})
+				if err != nil || got != want {
+					t.Errorf("round %d: synchronous = %d (%v), want %d", round, got, err, want)
+				}
+			}
+		})
+	}
+}

@@ -24,9 +24,10 @@ var queryPlans = map[string]struct {
 	"RunState": {db.RunState, []string{
 		"SEARCH r USING PRIMARY KEY (engine_run_id=?)",
 		"SEARCH q USING PRIMARY KEY (engine_run_id=?)"}, ""},
-	"RunPosition":    {db.RunPosition, []string{"SEARCH inbox_runs USING PRIMARY KEY (engine_run_id=?)"}, ""},
-	"RunSet":         {db.RunSet, nil, ""},
-	"RunsIdle":       {db.RunsIdle, []string{"SEARCH inbox_runs USING INDEX inbox_runs_untrimmed (applied_at<?)"}, ""},
+	"RunPosition": {db.RunPosition, []string{"SEARCH inbox_runs USING PRIMARY KEY (engine_run_id=?)"}, ""},
+	"RunSet":      {db.RunSet, nil, ""},
+	"RunsUntrimmed": {db.RunsUntrimmed, []string{"SCAN inbox_runs USING INDEX inbox_runs_untrimmed"},
+		"walks the partial index of untrimmed runs from its oldest, for at most LIMIT entries"},
 	"RunMarkTrimmed": {db.RunMarkTrimmed, []string{"SEARCH inbox_runs USING PRIMARY KEY (engine_run_id=?)"}, ""},
 	"DigestGet":      {db.DigestGet, []string{"SEARCH inbox_digests USING PRIMARY KEY (engine_run_id=? AND seq=?)"}, ""},
 	"DigestsInsert": {db.DigestsInsert, []string{"SCAN j VIRTUAL TABLE INDEX"},

@@ -122,6 +122,7 @@ func (in *Inbox) AcceptGap(ctx context.Context, runID, reason string) error {
 		if err := in.q.RunSet(t.ctx, t.tx, db.RunSetParams{EngineRunID: runID, Hwm: q.Got - 1, AppliedAt: t.now}); err != nil {
 			return err
 		}
+		t.touch()
 		if _, err := in.q.QuarantineDelete(t.ctx, t.tx, runID); err != nil {
 			return err
 		}

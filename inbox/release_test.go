@@ -237,6 +237,9 @@ func TestApplyFromRefusesASourceNameNoSourceHas(t *testing.T) {
 			t.Errorf("source %q accepted", name)
 		}
 	}
+	if _, err := in.ApplyFrom(context.Background(), "file:/x", nil, make([]byte, inbox.MaxPositionLen+1), lines("r", 1, 1), insertHandler); err == nil {
+		t.Error("a position over the limit accepted")
+	}
 	if p := position(t, in, "r"); p != 0 {
 		t.Errorf("position %d", p)
 	}

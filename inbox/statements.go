@@ -20,7 +20,7 @@ const (
 	stmtDigestGet
 	stmtDigestsInsert
 	stmtDigestsDrop
-	stmtRunsIdle
+	stmtRunsUntrimmed
 	stmtSourceGet
 	stmtSourceSet
 	numStmts
@@ -32,7 +32,7 @@ var stmtSQL = [numStmts]string{
 	stmtDigestGet:     db.DigestGet,
 	stmtDigestsInsert: db.DigestsInsert,
 	stmtDigestsDrop:   db.DigestsDropThrough,
-	stmtRunsIdle:      db.RunsIdle,
+	stmtRunsUntrimmed: db.RunsUntrimmed,
 	stmtSourceGet:     db.SourceGet,
 	stmtSourceSet:     db.SourceSet,
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/ncruces/go-sqlite3"
 
@@ -25,6 +26,9 @@ type txn struct {
 	runs  map[string]*runTx
 	order []*runTx // in the order first seen, so that every call writes in one order
 	sp    [numSavepointStmts]*sqlite3.Stmt
+
+	touched  bool   // a run's applied_at was set to now
+	trimNext *int64 // when trimIdle looked: when to look again
 }
 
 // The statements of the savepoint around each handler call, prepared once per transaction on the
@@ -161,6 +165,7 @@ func (t *txn) flush() error {
 		if err := t.in.q.RunSet(t.ctx, t.on(stmtRunSet), db.RunSetParams{EngineRunID: r.id, Hwm: r.hwm, AppliedAt: t.now}); err != nil {
 			return fmt.Errorf("inbox: store the high-water mark of run %q: %w", r.id, err)
 		}
+		t.touch()
 		if through := r.hwm - t.in.cfg.window; through >= 1 {
 			if err := t.in.q.DigestsDropThrough(t.ctx, t.on(stmtDigestsDrop), db.DigestsDropThroughParams{EngineRunID: r.id, Through: through}); err != nil {
 				return fmt.Errorf("inbox: drop the old digests of run %q: %w", r.id, err)
@@ -192,26 +197,54 @@ const (
 	trimRows = 4096
 )
 
-// trimIdle drops the digests of runs idle past the retention, but each run's last line's.
+// trimIdle drops the digests of runs idle past the retention, but each run's last line's. It looks
+// only once a run can have become idle (Inbox.nextTrim), so that a busy inbox pays one comparison a
+// call for it.
 func (t *txn) trimIdle() error {
-	idle, err := t.in.q.RunsIdle(t.ctx, t.on(stmtRunsIdle), db.RunsIdleParams{
-		IdleBefore: t.now - int64(t.in.cfg.retention), MaxRuns: trimRuns,
-	})
+	if t.now < t.in.nextTrim {
+		return nil
+	}
+	runs, err := t.in.q.RunsUntrimmed(t.ctx, t.on(stmtRunsUntrimmed), trimRuns)
 	if err != nil {
 		return fmt.Errorf("inbox: find idle runs: %w", err)
 	}
+	retention := int64(t.in.cfg.retention)
+	next := int64(math.MaxInt64) // no run left to trim: none until one applies
+	if len(runs) == trimRuns {
+		next = t.now // perhaps more idle runs after these
+	}
 	budget := int64(trimRows)
-	for _, r := range idle {
+	for _, r := range runs {
+		if r.AppliedAt >= t.now-retention {
+			next = r.AppliedAt + retention // the longest idle is not idle yet
+			break
+		}
 		n, err := t.in.q.DigestsTrim(t.ctx, t.tx, db.DigestsTrimParams{EngineRunID: r.EngineRunID, Below: r.Hwm, MaxRows: budget})
 		if err != nil {
 			return fmt.Errorf("inbox: trim the digests of idle run %q: %w", r.EngineRunID, err)
 		}
 		if budget -= n; budget <= 0 {
-			return nil // the run may hold more: the next call goes on with it
+			next = t.now // the run may hold more: the next call goes on with it
+			break
 		}
 		if err := t.in.q.RunMarkTrimmed(t.ctx, t.tx, r.EngineRunID); err != nil {
 			return fmt.Errorf("inbox: trim idle run %q: %w", r.EngineRunID, err)
 		}
 	}
+	t.trimNext = &next
 	return nil
+}
+
+// touch records that the transaction made a run active now: it can be idle a retention later.
+func (t *txn) touch() { t.touched = true }
+
+// committed carries what the inbox keeps in memory about its tables over to the next transaction,
+// once this one has committed.
+func (t *txn) committed() {
+	if t.trimNext != nil {
+		t.in.nextTrim = *t.trimNext
+	}
+	if t.touched {
+		t.in.nextTrim = min(t.in.nextTrim, t.now+int64(t.in.cfg.retention))
+	}
 }

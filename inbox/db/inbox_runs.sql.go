@@ -67,35 +67,31 @@ func (q *Queries) RunState(ctx context.Context, db DBTX, engineRunID string) (Ru
 	return i, err
 }
 
-const RunsIdle = `-- name: RunsIdle :many
-SELECT engine_run_id, hwm
+const RunsUntrimmed = `-- name: RunsUntrimmed :many
+SELECT engine_run_id, hwm, applied_at
 FROM inbox_runs
-WHERE trimmed = 0 AND applied_at < ?1
+WHERE trimmed = 0
 ORDER BY applied_at
-LIMIT ?2
+LIMIT ?1
 `
 
-type RunsIdleParams struct {
-	IdleBefore int64
-	MaxRuns    int64
-}
-
-type RunsIdleRow struct {
+type RunsUntrimmedRow struct {
 	EngineRunID string
 	Hwm         int64
+	AppliedAt   int64
 }
 
-// The runs idle since before a time whose digests are still to be trimmed, oldest first.
-func (q *Queries) RunsIdle(ctx context.Context, db DBTX, arg RunsIdleParams) ([]RunsIdleRow, error) {
-	rows, err := db.QueryContext(ctx, RunsIdle, arg.IdleBefore, arg.MaxRuns)
+// The runs whose digests are still to be trimmed once they are idle, longest idle first.
+func (q *Queries) RunsUntrimmed(ctx context.Context, db DBTX, maxRuns int64) ([]RunsUntrimmedRow, error) {
+	rows, err := db.QueryContext(ctx, RunsUntrimmed, maxRuns)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []RunsIdleRow
+	var items []RunsUntrimmedRow
 	for rows.Next() {
-		var i RunsIdleRow
-		if err := rows.Scan(&i.EngineRunID, &i.Hwm); err != nil {
+		var i RunsUntrimmedRow
+		if err := rows.Scan(&i.EngineRunID, &i.Hwm, &i.AppliedAt); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

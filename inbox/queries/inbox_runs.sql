@@ -14,11 +14,11 @@ INSERT INTO inbox_runs (engine_run_id, hwm, applied_at)
 VALUES (sqlc.arg(engine_run_id), sqlc.arg(hwm), sqlc.arg(applied_at))
 ON CONFLICT (engine_run_id) DO UPDATE SET hwm = max(hwm, excluded.hwm), applied_at = excluded.applied_at, trimmed = 0;
 
--- name: RunsIdle :many
--- The runs idle since before a time whose digests are still to be trimmed, oldest first.
-SELECT engine_run_id, hwm
+-- name: RunsUntrimmed :many
+-- The runs whose digests are still to be trimmed once they are idle, longest idle first.
+SELECT engine_run_id, hwm, applied_at
 FROM inbox_runs
-WHERE trimmed = 0 AND applied_at < sqlc.arg(idle_before)
+WHERE trimmed = 0
 ORDER BY applied_at
 LIMIT sqlc.arg(max_runs);
 
