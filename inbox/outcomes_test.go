@@ -271,7 +271,7 @@ func TestEachLineCountsInExactlyOneReportField(t *testing.T) {
 		line("parked", 1), // a run quarantined before
 	}
 	rep := mustApply(t, in, call)
-	if diff := cmp.Diff(inbox.Report{Applied: 2, Duplicates: 2, Stale: 2, Quarantined: 6}, rep); diff != "" {
+	if diff := cmp.Diff(inbox.Report{Applied: 2, Duplicates: 2, Stale: 2, Quarantined: 5}, rep); diff != "" {
 		t.Error(diff)
 	}
 	if sum := rep.Applied + rep.Duplicates + rep.Stale + rep.Quarantined; sum != len(call) {
