@@ -254,3 +254,27 @@ func TestInterleavedRunsAreEachAppliedInOrder(t *testing.T) {
 		t.Errorf("%d rows", n)
 	}
 }
+
+func TestEachLineCountsInExactlyOneReportField(t *testing.T) {
+	t.Parallel()
+	in, _ := setup(t, inbox.WithDigestWindow(2))
+	mustApply(t, in, lines("old", 1, 5))
+	mustApply(t, in, lines("dup", 1, 2))
+	mustApply(t, in, lines("con", 1, 2))
+	mustApply(t, in, [][]byte{line("parked", 2)})
+	call := [][]byte{
+		line("new", 1), line("new", 2), // applied
+		line("dup", 1), line("dup", 2), // duplicates
+		line("old", 1), line("old", 3), // stale: seq ≤ 5 − 2
+		line("con", 2, "x"), line("con", 3), // the conflict that quarantines, then a line of the run
+		line("gap", 3), line("gap", 1), // the gap that quarantines, then a line of the run
+		line("parked", 1), // a run quarantined before
+	}
+	rep := mustApply(t, in, call)
+	if diff := cmp.Diff(inbox.Report{Applied: 2, Duplicates: 2, Stale: 2, Quarantined: 5}, rep); diff != "" {
+		t.Error(diff)
+	}
+	if sum := rep.Applied + rep.Duplicates + rep.Stale + rep.Quarantined; sum != len(call) {
+		t.Errorf("%d counted for %d lines", sum, len(call))
+	}
+}
