@@ -18,7 +18,6 @@ import (
 	"github.com/textmachine/outbox/inbox/db"
 	"github.com/textmachine/outbox/inbox/migrations"
 	"github.com/textmachine/outbox/internal/dirstate"
-	"github.com/textmachine/outbox/journal"
 	"github.com/textmachine/outbox/outbox"
 )
 
@@ -310,76 +309,5 @@ func TestAllRunsListsEveryRunInPages(t *testing.T) {
 		if n++; n == 3 {
 			break
 		}
-	}
-}
-
-func TestFileBehindCountsTheBytesNotYetRead(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	in, dbPath := setup(t)
-	jPath := filepath.Join(filepath.Dir(dbPath), "journal.jsonl")
-	name := inbox.FileSourcePrefix + jPath
-	writeJournal(t, jPath, lines("a", 1, 3))
-	size := func(p string) int64 {
-		st, err := os.Stat(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st.Size()
-	}
-	behind := func() int64 {
-		t.Helper()
-		pos, err := in.SourcePosition(ctx, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		n, err := inbox.FileBehind(name, pos)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	if got := behind(); got != size(jPath) {
-		t.Errorf("before any read: %d behind, want the whole file, %d", got, size(jPath))
-	}
-	if _, err := in.ApplyFile(ctx, jPath, insertHandler); err != nil {
-		t.Fatal(err)
-	}
-	if got := behind(); got != 0 {
-		t.Errorf("read to its end: %d behind", got)
-	}
-	tail := append(line("a", 4), '\n')
-	torn := []byte(`{"engine_run_id":"a","seq":5`)
-	f, _ := os.OpenFile(jPath, os.O_APPEND|os.O_WRONLY, 0)
-	f.Write(append(append([]byte{}, tail...), torn...))
-	f.Close()
-	if got, want := behind(), int64(len(tail)+len(torn)); got != want {
-		t.Errorf("after an append and a torn line: %d behind, want %d", got, want)
-	}
-	// A rotation: the rest of the old file, then all of the new one.
-	if err := os.Rename(jPath, jPath+".1"); err != nil {
-		t.Fatal(err)
-	}
-	writeJournal(t, jPath, lines("b", 1, 2))
-	if got, want := behind(), int64(len(tail)+len(torn))+size(jPath); got != want {
-		t.Errorf("after a rotation: %d behind, want %d", got, want)
-	}
-	// No file at the path and none stored: fs.ErrNotExist.
-	missing := inbox.FileSourcePrefix + filepath.Join(t.TempDir(), "none.jsonl")
-	if _, err := inbox.FileBehind(missing, nil); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("a missing file: %v, want fs.ErrNotExist", err)
-	}
-	for _, bad := range []struct {
-		name string
-		pos  []byte
-	}{{"nats:EVENTS", nil}, {"file:relative/j.jsonl", nil}, {name, []byte("garbage")}} {
-		if _, err := inbox.FileBehind(bad.name, bad.pos); err == nil {
-			t.Errorf("FileBehind(%q, %q) succeeded", bad.name, bad.pos)
-		}
-	}
-	notJournal := filepath.Join(t.TempDir(), "db")
-	os.WriteFile(notJournal, []byte("SQLite format 3\x00"), 0o644)
-	if _, err := inbox.FileBehind(inbox.FileSourcePrefix+notJournal, nil); !errors.Is(err, journal.ErrNotJournal) {
-		t.Errorf("a file that is not a journal: %v, want journal.ErrNotJournal", err)
 	}
 }

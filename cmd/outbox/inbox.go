@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -231,21 +232,34 @@ func sourceRow(s inbox.Source) inboxSourceRow {
 		}
 		return row
 	}
-	if s.Position != nil {
-		p, err := inbox.ParseFilePosition(s.Position)
+	path := strings.TrimPrefix(s.Name, inbox.FileSourcePrefix)
+	if s.Position == nil {
+		// Rewound: the whole file is read again.
+		st, err := os.Stat(path)
 		if err != nil {
-			row.PositionHex = hex.EncodeToString(s.Position)
 			row.BehindError = message(err)
 			return row
 		}
-		row.File = &inboxFilePosition{Path: p.Path, PathEscaped: escapedIfInvalid(p.Path), Offset: p.Offset, Device: p.Device, Inode: p.Inode}
+		behind := st.Size()
+		row.BehindBytes = &behind
+		return row
 	}
-	behind, err := inbox.FileBehind(s.Name, s.Position)
+	p, err := inbox.ParseFilePosition(s.Position)
 	if err != nil {
+		row.PositionHex = hex.EncodeToString(s.Position)
 		row.BehindError = message(err)
 		return row
 	}
-	row.BehindBytes = &behind
+	row.File = &inboxFilePosition{Path: p.Path, PathEscaped: escapedIfInvalid(p.Path), Offset: p.Offset, Device: p.Device, Inode: p.Inode}
+	behind, found, err := inbox.FileBehind(path, p)
+	switch {
+	case err != nil:
+		row.BehindError = message(err)
+	case !found:
+		row.BehindError = fmt.Sprintf("the file it was reading (%s, device %d, inode %d) is not in its directory any more", quote(p.Path), p.Device, p.Inode)
+	default:
+		row.BehindBytes = &behind
+	}
 	return row
 }
 

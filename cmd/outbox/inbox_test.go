@@ -538,7 +538,7 @@ func TestInboxStatsShowsAnotherSourcesPositionAsStoredAndAMissingFilesDistanceAs
 		t.Fatalf("sources: %+v", rep.Sources)
 	}
 	file, stream := rep.Sources[0], rep.Sources[1]
-	if file.File == nil || file.BehindBytes != nil || !strings.Contains(file.BehindError, "the file being read cannot be found") {
+	if file.File == nil || file.BehindBytes != nil || !strings.Contains(file.BehindError, "is not in its directory any more") {
 		t.Errorf("a missing file's source: %+v", file)
 	}
 	if stream.Name != "nats:EVENTS" || stream.PositionHex != "0102ff" || stream.File != nil || stream.BehindBytes != nil || stream.BehindError != "" {
