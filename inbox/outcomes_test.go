@@ -100,6 +100,14 @@ func TestALineWithinTheWindowWithOtherBytesQuarantinesTheRunAsAConflict(t *testi
 	if p := position(t, in, "s"); p != 1 {
 		t.Errorf("run s at %d, want 1: other runs go on", p)
 	}
+	runs, err := in.Runs(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]inbox.Run{{RunID: "r", Position: 3}, {RunID: "s", Position: 1}}, runs,
+		cmpopts.IgnoreFields(inbox.Run{}, "LastApply")); diff != "" {
+		t.Errorf("Runs: %s", diff)
+	}
 }
 
 func TestALineOlderThanTheWindowIsStaleAndNeverApplied(t *testing.T) {

@@ -28,6 +28,7 @@ var queryPlans = map[string]struct {
 	"RunSet":      {db.RunSet, nil, ""},
 	"RunsUntrimmed": {db.RunsUntrimmed, []string{"SCAN inbox_runs USING INDEX inbox_runs_untrimmed"},
 		"walks the partial index of untrimmed runs from its oldest, for at most LIMIT entries"},
+	"RunsAfter":      {db.RunsAfter, []string{"SEARCH inbox_runs USING PRIMARY KEY (engine_run_id>?)"}, ""},
 	"RunMarkTrimmed": {db.RunMarkTrimmed, []string{"SEARCH inbox_runs USING PRIMARY KEY (engine_run_id=?)"}, ""},
 	"DigestGet":      {db.DigestGet, []string{"SEARCH inbox_digests USING PRIMARY KEY (engine_run_id=? AND seq=?)"}, ""},
 	"DigestsInsert": {db.DigestsInsert, []string{"SCAN j VIRTUAL TABLE INDEX"},

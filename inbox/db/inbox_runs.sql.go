@@ -67,6 +67,49 @@ func (q *Queries) RunState(ctx context.Context, db DBTX, engineRunID string) (Ru
 	return i, err
 }
 
+const RunsAfter = `-- name: RunsAfter :many
+SELECT engine_run_id, hwm, applied_at
+FROM inbox_runs
+WHERE engine_run_id > ?1
+ORDER BY engine_run_id
+LIMIT ?2
+`
+
+type RunsAfterParams struct {
+	After   string
+	MaxRows int64
+}
+
+type RunsAfterRow struct {
+	EngineRunID string
+	Hwm         int64
+	AppliedAt   int64
+}
+
+// A page of the runs, in run id order after a run id.
+func (q *Queries) RunsAfter(ctx context.Context, db DBTX, arg RunsAfterParams) ([]RunsAfterRow, error) {
+	rows, err := db.QueryContext(ctx, RunsAfter, arg.After, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []RunsAfterRow
+	for rows.Next() {
+		var i RunsAfterRow
+		if err := rows.Scan(&i.EngineRunID, &i.Hwm, &i.AppliedAt); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const RunsUntrimmed = `-- name: RunsUntrimmed :many
 SELECT engine_run_id, hwm, applied_at
 FROM inbox_runs

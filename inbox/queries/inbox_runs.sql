@@ -24,3 +24,11 @@ LIMIT sqlc.arg(max_runs);
 
 -- name: RunMarkTrimmed :exec
 UPDATE inbox_runs SET trimmed = 1 WHERE engine_run_id = sqlc.arg(engine_run_id);
+
+-- name: RunsAfter :many
+-- A page of the runs, in run id order after a run id.
+SELECT engine_run_id, hwm, applied_at
+FROM inbox_runs
+WHERE engine_run_id > sqlc.arg(after)
+ORDER BY engine_run_id
+LIMIT sqlc.arg(max_rows);
