@@ -24,11 +24,11 @@ var (
 )
 
 // OpenReadOnly opens an existing inbox database for reading only, for the tools that watch a
-// consumer: Position, Quarantined, Sources, SourcePosition, AcceptedGaps, AllRuns and RunCount work;
-// every write returns ErrReadOnly before it begins (ApplyFile and FollowFile at their first batch to
-// commit: FollowFile on a file with nothing to read waits as it always does). It takes no lock that an Inbox would meet: beside a running
-// consumer (an Inbox open, FollowFile running) it reads what the consumer has committed, through its
-// WAL. On a database that no Inbox holds open it writes nothing and creates no file beside it (no
+// consumer: Position, Quarantined, Sources, SourcePosition, AcceptedGaps, Runs, AllRuns and RunCount
+// work; every write returns ErrReadOnly before it begins (ApplyFile and FollowFile at their first
+// batch to commit: FollowFile on a file with nothing to read waits as it always does). It takes no
+// lock that an Inbox would meet: beside a running consumer (an Inbox open, FollowFile running) it
+// reads what the consumer has committed, through its WAL. On a database that no Inbox holds open it writes nothing and creates no file beside it (no
 // -wal, no -shm), so it also works where the caller cannot write. It reads the database the way
 // outbox.OpenReadOnlyDB reads a book, with the same failure model: a read that meets a consumer
 // opening the database meanwhile fails with an error wrapping outbox.ErrBookOpened, and the same
@@ -105,16 +105,10 @@ type readOnlyDriver struct{}
 
 func (readOnlyDriver) Open(string) (driver.Conn, error) { return nil, ErrReadOnly }
 
-// Run is a run's state as the inbox holds it.
-type Run struct {
-	RunID    string
-	Position int64     // the high-water mark: the last seq applied (or given up by AcceptGap)
-	Applied  time.Time // when the run last applied a line
-}
-
-// AllRuns yields every run the inbox holds a high-water mark for, in run id order, read in pages so
-// that memory stays bounded however many runs there are. A run quarantined before it applied any
-// line has no high-water mark and is listed by Quarantined only. An error ends the sequence.
+// AllRuns yields what Runs lists, every run the inbox holds a high-water mark for in run id order,
+// one page at a time, so that memory stays bounded however many runs there are. A run quarantined
+// before it applied any line has no high-water mark and is listed by Quarantined only. An error ends
+// the sequence.
 func (in *Inbox) AllRuns(ctx context.Context) iter.Seq2[Run, error] {
 	return func(yield func(Run, error) bool) {
 		after := ""
@@ -129,7 +123,7 @@ func (in *Inbox) AllRuns(ctx context.Context) iter.Seq2[Run, error] {
 				return
 			}
 			for _, r := range rows {
-				if !yield(Run{RunID: r.EngineRunID, Position: r.Hwm, Applied: time.Unix(0, r.AppliedAt)}, nil) {
+				if !yield(Run{RunID: r.EngineRunID, Position: r.Hwm, LastApply: time.Unix(0, r.AppliedAt)}, nil) {
 					return
 				}
 			}

@@ -22,11 +22,6 @@ import (
 )
 
 func init() {
-	queryPlans["RunsAfter"] = struct {
-		sql    string
-		want   []string
-		reason string
-	}{db.RunsAfter, []string{"SEARCH inbox_runs USING PRIMARY KEY (engine_run_id>?)"}, ""}
 	queryPlans["RunsCount"] = struct {
 		sql    string
 		want   []string
@@ -296,7 +291,7 @@ func TestAllRunsListsEveryRunInPages(t *testing.T) {
 		t.Fatalf("AllRuns listed %d runs, want %d", len(runs), len(ls))
 	}
 	for i, r := range runs {
-		if want := fmt.Sprintf("run-%05d", i); r.RunID != want || r.Position != 1 || r.Applied.IsZero() {
+		if want := fmt.Sprintf("run-%05d", i); r.RunID != want || r.Position != 1 || r.LastApply.IsZero() {
 			t.Fatalf("run %d: %+v, want %s at 1", i, r, want)
 		}
 	}

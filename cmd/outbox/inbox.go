@@ -196,7 +196,7 @@ func readInboxStats(ctx context.Context, in *inbox.Inbox, path string) (inboxSta
 		}
 		flush(r.RunID, false)
 		row := inboxRunRow{RunID: r.RunID, RunEscaped: escapedIfInvalid(r.RunID), Position: r.Position}
-		applied := r.Applied.UTC()
+		applied := r.LastApply.UTC()
 		row.LastApplied = &applied
 		if next < len(qs) && qs[next].RunID == r.RunID {
 			row.Quarantine = quarantineRow(qs[next], false)

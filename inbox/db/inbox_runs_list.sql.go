@@ -9,50 +9,6 @@ import (
 	"context"
 )
 
-const RunsAfter = `-- name: RunsAfter :many
-SELECT engine_run_id, hwm, applied_at
-FROM inbox_runs
-WHERE engine_run_id > ?1
-ORDER BY engine_run_id
-LIMIT ?2
-`
-
-type RunsAfterParams struct {
-	After   string
-	MaxRows int64
-}
-
-type RunsAfterRow struct {
-	EngineRunID string
-	Hwm         int64
-	AppliedAt   int64
-}
-
-// A page of the runs, in run id order after a run id: each run's high-water mark and when it last
-// applied a line (for stats).
-func (q *Queries) RunsAfter(ctx context.Context, db DBTX, arg RunsAfterParams) ([]RunsAfterRow, error) {
-	rows, err := db.QueryContext(ctx, RunsAfter, arg.After, arg.MaxRows)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []RunsAfterRow
-	for rows.Next() {
-		var i RunsAfterRow
-		if err := rows.Scan(&i.EngineRunID, &i.Hwm, &i.AppliedAt); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Close(); err != nil {
-		return nil, err
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const RunsCount = `-- name: RunsCount :one
 SELECT count(*) AS runs FROM inbox_runs
 `
