@@ -20,7 +20,7 @@ INDEX_FUZZTIME ?= 10000x
 ## benchmark once (-short, small prefills) so that none of them rots.
 test: fmt-check vet check-generated
 	go test -race -count=1 $(MODULES)
-	go test -count=1 -run 'HundredThousand' ./outbox/
+	go test -count=1 -run 'HundredThousand' ./outbox/ ./inbox/
 	go test -count=1 -tags purego ./journal/
 	go test -short -run '^$$' -bench . -benchtime 1x $(MODULES)
 	$(MAKE) fuzz
@@ -39,6 +39,8 @@ fuzz:
 	go test -run '^$$' -fuzz '^FuzzToken$$' -fuzztime $(FUZZTIME) ./jetstream/
 	go test -run '^$$' -fuzz '^FuzzOpenFile$$' -fuzztime $(FUZZTIME) ./journal/
 	go test -run '^$$' -fuzz '^FuzzTheIndexAgreesWithTheLinesOfTheFile$$' -fuzztime $(INDEX_FUZZTIME) ./journal/
+	go test -run '^$$' -fuzz '^FuzzApply$$' -fuzztime $(FUZZTIME) ./inbox/
+	go test -run '^$$' -fuzz '^FuzzParseFilePosition$$' -fuzztime $(FUZZTIME) ./inbox/
 
 ## reliability: the long form of the fault campaigns: many crash seeds, longer fuzzing.
 reliability:
@@ -52,6 +54,7 @@ reliability:
 	OUTBOX_HEAVY=1 go test -race -count=1 -run 'LongLineAnywhere' -v ./journal/
 	OUTBOX_RELAY_MEMORY_LINES=200 go test -count=1 -run 'RelayMemory' -v ./outbox/
 	OUTBOX_RELAY_CLOSE_ROUNDS=300 go test -race -count=1 -run 'CloseAtAnyMoment' -v ./outbox/
+	OUTBOX_INBOX_FILE_LINES=1000000 go test -count=1 -run 'ApplyFileKeepsABoundedHeap' -v ./inbox/
 	$(MAKE) fuzz FUZZTIME=1000000x INDEX_FUZZTIME=200000x
 
 fmt-check:

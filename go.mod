@@ -3,6 +3,7 @@ module github.com/textmachine/outbox
 go 1.26.8
 
 require (
+	github.com/fsnotify/fsnotify v1.10.1
 	github.com/google/go-cmp v0.7.0
 	github.com/ncruces/go-sqlite3 v0.37.0
 	github.com/pressly/goose/v3 v3.30.0

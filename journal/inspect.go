@@ -18,6 +18,18 @@ type fileEnd struct {
 	tail           []byte // the last bytes of the complete content (up to tailLen)
 }
 
+// Inspect tells whether f, open for reading, is a journal by OpenFile's rules (see ErrNotJournal),
+// without locking or changing it: nil for a journal (an empty file is one), an error wrapping
+// ErrNotJournal that names the file and why for anything else, or the error of reading it. It reads
+// a few lines' worth at the file's ends, whatever its length. A reader of a journal another process
+// is appending to uses it to refuse a wrong file before taking any of its lines.
+func Inspect(f *os.File) error {
+	if _, err := inspect(f); err != nil {
+		return inspectError(f.Name(), err)
+	}
+	return nil
+}
+
 // inspect reads the first and the last complete line of f and what follows the last newline, and
 // refuses (a *notJournal) a file that is not a journal. It reads at most a few lines' worth, whatever
 // the file's length: each line it looks for is found within outbox.DefaultMaxLineSize bytes, or the

@@ -137,7 +137,7 @@ func message(err error) string {
 	parts := strings.Split(err.Error(), ": ")
 	out := parts[:0]
 	for _, p := range parts {
-		for _, prefix := range []string{"outbox", "journal", "migrations", "sqlite3"} {
+		for _, prefix := range []string{"outbox", "inbox", "journal", "migrations", "sqlite3"} {
 			if p == prefix && len(parts) > 1 {
 				p = ""
 			}

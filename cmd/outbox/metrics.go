@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -24,34 +25,54 @@ func init() {
 }
 
 const metricsAbout = `
-Serves Prometheus metrics at http://ADDR/metrics until interrupted, read from the database at each
-scrape: per run the highest seq, the seq projected up to, the lines not yet projected and the age
-of the oldest of them, and whether its projection stopped on the sink's refusal (outbox_run_stopped); the ledger's size; the sizes of the database and its WAL. It opens the
-database read-only, as stats does: it runs beside an engine, keeps working when an engine starts
-or stops, and on a book no engine holds open leaves the directory as it found it.
+Serves Prometheus metrics at http://ADDR/metrics until interrupted, read from the databases at each
+scrape. With --db, the book's: per run the highest seq, the seq projected up to, the lines not yet
+projected and the age of the oldest of them, and whether its projection stopped on the sink's
+refusal (outbox_run_stopped); the ledger's size; the sizes of the database and its
+WAL. With --inbox, a consumer's inbox: how many runs it has applied, each quarantined run (one
+series per quarantined run, none for a healthy one) with its high-water mark, and per file source
+the bytes still to be read to the file's end. Give either or both. It opens each database
+read-only, as stats does: it runs beside an engine and a consumer, keeps working when one starts
+or stops, and on a database no process holds open leaves the directory as it found it.
 
 What only the engine's process knows (sink errors, retries, batch sizes) comes from the relay's
 hooks in that process; the README shows how. Prints the address it listens on, then serves.`
 
 func runMetrics(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("metrics", "outbox metrics --db FILE --listen ADDR", metricsAbout)
-	dbPath := fs.String("db", "", "the database `file`")
+	fs := newFlags("metrics", "outbox metrics (--db FILE | --inbox FILE | --db FILE --inbox FILE) --listen ADDR", metricsAbout)
+	dbPath := fs.String("db", "", "the book's database `file`")
+	inboxPath := fs.String("inbox", "", "a consumer's database `file`, holding its inbox")
 	listen := fs.String("listen", "", "listen on `addr`, such as localhost:9464 (port 0: any free port)")
 	pos, code, done := parseFlags(fs, args, stderr)
 	if done {
 		return code
 	}
-	if len(pos) != 0 || *dbPath == "" || *listen == "" {
-		return usageError(stderr, "outbox metrics", "need --db FILE and --listen ADDR")
+	if len(pos) != 0 || (*dbPath == "" && *inboxPath == "") || *listen == "" {
+		return usageError(stderr, "outbox metrics", "need --db FILE or --inbox FILE (or both) and --listen ADDR")
 	}
-	s, err := openReadOnly(ctx, *dbPath)
-	if err != nil {
-		return failErr(stderr, exitUsage, "metrics", err)
-	}
-	defer s.Close()
 	reg := prometheus.NewPedanticRegistry()
-	if err := reg.Register(&bookCollector{s: s, stderr: stderr}); err != nil {
-		return failErr(stderr, exitUsage, "metrics", err)
+	var served []string
+	if *dbPath != "" {
+		s, err := openReadOnly(ctx, *dbPath)
+		if err != nil {
+			return failErr(stderr, exitUsage, "metrics", err)
+		}
+		defer s.Close()
+		if err := reg.Register(&bookCollector{s: s, stderr: stderr}); err != nil {
+			return failErr(stderr, exitUsage, "metrics", err)
+		}
+		served = append(served, quote(*dbPath))
+	}
+	if *inboxPath != "" {
+		in, err := openInboxReadOnly(ctx, *inboxPath)
+		if err != nil {
+			return failErr(stderr, exitUsage, "metrics", err)
+		}
+		defer in.Close()
+		if err := reg.Register(&inboxCollector{in: in, path: *inboxPath, stderr: stderr}); err != nil {
+			return failErr(stderr, exitUsage, "metrics", err)
+		}
+		served = append(served, "the inbox of "+quote(*inboxPath))
 	}
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
@@ -60,11 +81,11 @@ func runMetrics(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	fmt.Fprintf(stdout, "serving metrics of %s at http://%s/metrics\n", quote(*dbPath), ln.Addr())
+	errs := make(chan error, 1)
+	go func() { errs <- srv.Serve(ln) }()
+	fmt.Fprintf(stdout, "serving metrics of %s at http://%s/metrics\n", strings.Join(served, " and "), ln.Addr())
 	select {
-	case err := <-served:
+	case err := <-errs:
 		return failErr(stderr, exitUsage, "metrics", err)
 	case <-ctx.Done():
 	}

@@ -15,6 +15,8 @@ const (
 	RelayAfterAppend    = "relay.after_append"    // the sink has the batch, progress not yet recorded
 	RecoverBeforeForget = "recover.before_forget" // earlier runs projected, their rows not yet dropped
 	RecoverAfterForget  = "recover.after_forget"  // earlier runs' rows dropped
+	InboxBeforeCommit   = "inbox.before_commit"   // an inbox call's transaction is complete but not committed
+	InboxAfterCommit    = "inbox.after_commit"    // committed, the caller not yet told
 )
 
 var hook atomic.Pointer[func(string)]

@@ -1,0 +1,245 @@
+package inbox
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/textmachine/outbox/inbox/db"
+	"github.com/textmachine/outbox/journal"
+)
+
+// Event is one journal line as a handler gets it.
+type Event struct {
+	RunID string
+	Seq   int64
+	Line  []byte // the exact bytes of the journal line, without its newline; the handler's to keep
+}
+
+// Handler applies one event inside the inbox's transaction: its writes through tx commit together
+// with the inbox's record of the line, or not at all. It must not commit or roll back tx, nor call
+// the inbox (both are refused where they can be detected: ErrTxEnded, and ErrInHandler for a call
+// given the handler's context; Close, which waits for the call in progress, would wait for ever).
+// Its effects outside tx are not covered by the inbox's guarantee.
+//
+// A nil error applies the line. An error wrapping ErrQuarantine parks the line's run: the line's
+// writes are undone and the call goes on with the other runs. Any other error stops the call, and
+// nothing of it is committed.
+type Handler func(ctx context.Context, tx *sql.Tx, ev Event) error
+
+// Report counts what a call did with its lines; each line counts in exactly one field.
+type Report struct {
+	Applied     int // lines whose handler ran and committed
+	Duplicates  int // lines at or below their run's high-water mark, with the bytes that were applied
+	Stale       int // lines at or below the high-water mark but older than the digest window: not applied
+	Quarantined int // lines not applied because their run is quarantined (including runs quarantined by this call)
+}
+
+// Apply applies lines, each a journal line without its newline, in one transaction and one WAL sync.
+// Each line's key is read with journal.LineKey; for its run:
+//
+//   - seq == high-water mark + 1: the handler runs, and its effects, the new high-water mark and the
+//     line's digest commit together;
+//   - seq ≤ high-water mark with the bytes that were applied: Duplicates, the handler is not called;
+//   - seq ≤ high-water mark within the digest window with other bytes: the run is quarantined
+//     ("conflict");
+//   - seq ≤ high-water mark − window, or a digest not kept: Stale, never applied;
+//   - seq > high-water mark + 1: the run is quarantined ("gap");
+//   - a line of a quarantined run: Quarantined, nothing else changes.
+//
+// Every line is parsed before anything is written: a line that is not a journal line (no key, not
+// UTF-8, a lone-surrogate run id, longer than the limit, holding a newline) returns a *LineError
+// wrapping journal.ErrMalformed, and nothing is applied. A handler error stops the call with nothing
+// committed, wrapped with the line's run and seq; a handler's panic rolls the call back and goes on
+// as the same panic. Any error means nothing of the call is stored, and the Report is zero.
+func (in *Inbox) Apply(ctx context.Context, lines [][]byte, h Handler) (Report, error) {
+	return in.apply(ctx, nil, lines, h)
+}
+
+// ApplyFrom is Apply for a source that keeps its position in the inbox's database. It applies lines
+// as Apply does and, in the same transaction, stores to as source's position, but only if the
+// position stored now is from (nil: none stored). Otherwise nothing is applied or stored and the
+// error is ErrSourceMoved: the source must read its position again (SourcePosition) and re-read.
+// With no lines it only checks, or stores a first position. A position of no bytes is none.
+func (in *Inbox) ApplyFrom(ctx context.Context, source string, from, to []byte, lines [][]byte, h Handler) (Report, error) {
+	if err := checkName("source name", source, MaxSourceNameLen); err != nil {
+		return Report{}, err
+	}
+	if len(from) > MaxPositionLen || len(to) > MaxPositionLen {
+		return Report{}, fmt.Errorf("inbox: source %q: a position of %d bytes, at most %d", source, max(len(from), len(to)), MaxPositionLen)
+	}
+	return in.apply(ctx, &move{source, from, to}, lines, h)
+}
+
+// MaxPositionLen bounds a source's position, in bytes: a position says where to read next, not what
+// was read.
+const MaxPositionLen = 64 << 10
+
+// move is a source's position before and after a call of ApplyFrom.
+type move struct {
+	source   string
+	from, to []byte
+}
+
+// key is a line's (run, seq) and digest, parsed before anything is written.
+type key struct {
+	run    string
+	seq    int64
+	digest [sha256.Size]byte
+}
+
+func (in *Inbox) apply(ctx context.Context, m *move, lines [][]byte, h Handler) (Report, error) {
+	if h == nil {
+		return Report{}, errors.New("inbox: nil handler")
+	}
+	if ctx.Value(handlerKey{}) == in {
+		return Report{}, ErrInHandler
+	}
+	keys, err := in.parse(lines)
+	if err != nil {
+		return Report{}, err
+	}
+	if m == nil && len(lines) == 0 {
+		return Report{}, in.read(ctx, func() error { return nil })
+	}
+	var rep Report
+	err = in.write(ctx, func(t *txn) error {
+		rep = Report{}
+		if m != nil {
+			if err := t.checkSource(m); err != nil {
+				return err
+			}
+		}
+		hctx := context.WithValue(ctx, handlerKey{}, in)
+		for i := range keys {
+			if err := t.line(hctx, &keys[i], lines[i], h, &rep); err != nil {
+				return err
+			}
+		}
+		if err := t.flush(); err != nil {
+			return err
+		}
+		if m != nil {
+			if err := t.in.q.SourceSet(t.ctx, t.on(stmtSourceSet), db.SourceSetParams{
+				Name: m.source, Position: position(m.to), UpdatedAt: t.now,
+			}); err != nil {
+				return fmt.Errorf("inbox: store the position of source %q: %w", m.source, err)
+			}
+		}
+		return t.trimIdle()
+	})
+	if err != nil {
+		return Report{}, err
+	}
+	return rep, nil
+}
+
+// position is how a position is stored: none (NULL) when it has no bytes.
+func position(p []byte) []byte {
+	if len(p) == 0 {
+		return nil
+	}
+	return p
+}
+
+// parse reads every line's key with the journal's rules, before anything is written.
+func (in *Inbox) parse(lines [][]byte) ([]key, error) {
+	keys := make([]key, len(lines))
+	for i, l := range lines {
+		switch {
+		case len(l) > in.cfg.maxLine:
+			return nil, &LineError{i, fmt.Errorf("%w: line too long (%d bytes; the limit is %d)", journal.ErrMalformed, len(l), in.cfg.maxLine)}
+		case bytes.IndexByte(l, '\n') >= 0:
+			return nil, &LineError{i, fmt.Errorf("%w: the line holds a newline", journal.ErrMalformed)}
+		}
+		run, seq, err := journal.LineKey(l)
+		if err != nil {
+			return nil, &LineError{i, err}
+		}
+		keys[i] = key{run: run, seq: seq, digest: sha256.Sum256(l)}
+	}
+	return keys, nil
+}
+
+// checkSource refuses the call when the source's stored position is not the one it started from.
+func (t *txn) checkSource(m *move) error {
+	cur, err := t.in.q.SourceGet(t.ctx, t.on(stmtSourceGet), m.source)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("inbox: read the position of source %q: %w", m.source, err)
+	}
+	if !bytes.Equal(cur, m.from) {
+		return fmt.Errorf("%w: source %q", ErrSourceMoved, m.source)
+	}
+	return nil
+}
+
+// line decides one line's outcome and, for the run's next line, runs the handler.
+func (t *txn) line(hctx context.Context, k *key, line []byte, h Handler, rep *Report) error {
+	r, err := t.run(k.run)
+	if err != nil {
+		return err
+	}
+	switch {
+	case r.quarantined:
+		rep.Quarantined++
+		return nil
+	case k.seq-1 == r.hwm:
+		return t.applyLine(hctx, r, k, line, h, rep)
+	case k.seq-1 > r.hwm:
+		rep.Quarantined++
+		return t.quarantine(r, "gap", r.hwm+1, k.seq,
+			fmt.Sprintf("seq %d came when the run needed seq %d: seqs %d to %d are missing", k.seq, r.hwm+1, r.hwm+1, k.seq-1))
+	case k.seq <= r.hwm-t.in.cfg.window:
+		rep.Stale++
+		return nil
+	}
+	d, ok, err := t.digest(r, k.seq)
+	switch {
+	case err != nil:
+		return err
+	case !ok:
+		rep.Stale++
+		return nil
+	case d == k.digest:
+		rep.Duplicates++
+		return nil
+	}
+	rep.Quarantined++
+	return t.quarantine(r, "conflict", r.hwm+1, k.seq,
+		fmt.Sprintf("seq %d came again with other bytes: applied sha256 %x, got sha256 %x", k.seq, d, k.digest))
+}
+
+// applyLine runs the handler for the run's next line inside a savepoint, so that a handler that
+// quarantines its run undoes its own writes for the line and nothing else.
+func (t *txn) applyLine(hctx context.Context, r *runTx, k *key, line []byte, h Handler, rep *Report) error {
+	if err := t.savepoint(spBegin); err != nil {
+		return fmt.Errorf("inbox: run %q seq %d: savepoint: %w", r.id, k.seq, err)
+	}
+	herr := h(hctx, t.tx, Event{RunID: k.run, Seq: k.seq, Line: bytes.Clone(line)})
+	if err := t.alive(); err != nil {
+		if herr != nil {
+			err = fmt.Errorf("%w (the handler returned: %w)", err, herr)
+		}
+		return wrapf(err, "run %q seq %d", r.id, k.seq)
+	}
+	switch {
+	case herr == nil:
+		if err := t.savepoint(spRelease); err != nil {
+			return fmt.Errorf("inbox: run %q seq %d: release the savepoint: %w", r.id, k.seq, err)
+		}
+		r.hwm = k.seq
+		r.digests = append(r.digests, k.digest)
+		rep.Applied++
+		return nil
+	case errors.Is(herr, ErrQuarantine):
+		if err := errors.Join(t.savepoint(spUndo), t.savepoint(spRelease)); err != nil {
+			return fmt.Errorf("inbox: run %q seq %d: undo the handler's writes: %w", r.id, k.seq, err)
+		}
+		rep.Quarantined++
+		return t.quarantine(r, "handler", k.seq, k.seq, herr.Error())
+	}
+	return fmt.Errorf("inbox: run %q seq %d: handler: %w", r.id, k.seq, herr)
+}

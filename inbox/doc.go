@@ -1,0 +1,74 @@
+// Package inbox applies the lines of an outbox's journal exactly once into the consumer's own SQLite
+// database: the other end of the seam, where a platform reads what an engine's relay projected.
+//
+// An Inbox lives in the consumer's database (never the book: Open refuses a database that holds an
+// outbox's tables), beside the consumer's own tables, so that one SQLite transaction holds a line's
+// effects and the inbox's record of it:
+//
+//	in, err := inbox.Open(ctx, "platform.db")
+//	rep, err := in.Apply(ctx, lines, func(ctx context.Context, tx *sql.Tx, ev inbox.Event) error {
+//		_, err := tx.ExecContext(ctx, `INSERT INTO spend (run, seq, cents) VALUES (?, ?, ?)`, ev.RunID, ev.Seq, cents(ev.Line))
+//		return err
+//	})
+//
+// # What it keeps
+//
+// Per run (engine_run_id): the high-water mark, the last seq applied; the SHA-256 digests of the last
+// lines applied (4,096 by default, WithDigestWindow), so that a re-delivered line is recognised by
+// its bytes; and a quarantine, if the run has one. Nothing per line beyond the window: the tables
+// grow with the runs, not with the journal. A run that has received nothing for the digest retention
+// (24 hours by default, WithDigestRetention) keeps only its high-water mark and its last line's
+// digest, trimmed a bounded amount per call. Sources that read the journal for the inbox (a file, a
+// stream) keep their position in the same database, stored by ApplyFrom in the same transaction as
+// the effects of the lines they read.
+//
+// # Guarantees
+//
+//   - Exactly once into this database. A run's line seq is applied only when seq is its high-water
+//     mark + 1, and the handler's writes, the new mark and the line's digest commit together or not
+//     at all. Continuity is checked on each line's own (run, seq), never on a position in a file or
+//     a stream.
+//   - Nothing skipped. A line above the next seq quarantines its run ("gap"); a line within the
+//     window with other bytes than those applied quarantines it ("conflict"); a handler returning an
+//     error wrapping ErrQuarantine quarantines it ("handler"). A quarantine is a row committed with
+//     the call, durable; the run's later lines are counted Quarantined and not applied, while other
+//     runs go on. Only an operator lifts it: Release (the run goes on from its mark + 1, and every
+//     source reads again from its start, which deduplication makes safe) or, for a gap that cannot
+//     be filled, AcceptGap, which records who gave up which seqs, when and why.
+//   - Nothing applied twice. A line at or below the mark with the bytes applied is a duplicate; one
+//     older than the window, or whose digest is no longer kept, is Stale: never applied, never
+//     trusted as a duplicate either.
+//   - Fail-stop. A line that is not a journal line (journal.LineKey's rules, a newline inside, over
+//     the line limit) stops the call before anything is written (*LineError, wrapping
+//     journal.ErrMalformed): the inbox never skips what it cannot attribute to a run. A handler's
+//     error stops the call with nothing of it committed; calling again gives the same outcome. A
+//     handler's panic rolls the call back and reaches the caller as the same panic.
+//   - One transaction and one WAL sync per call, whatever the number of lines (at the default
+//     outbox.DurabilityFull, durable on return; outbox.DurabilityNormal can lose the last calls to a
+//     power failure, and the sources then read their lines again). A cancelled or expired context
+//     costs its own call only: an error means nothing of the call was committed, and the Report
+//     beside it is zero.
+//   - One writer. Open holds an exclusive lock on the database file; a second Inbox, in this process
+//     or another, fails at once with ErrLocked. Calls that write are serialized; Position,
+//     Quarantined, SourcePosition and Sources read on a pool of their own (WAL mode) and never wait
+//     for a running Apply.
+//
+// # Failure model
+//
+// Exactly once covers the inbox's own database: what a handler writes through the transaction it is
+// given. A handler's effects outside that transaction (a message sent, a file written, a call to
+// another service) are not covered: after a crash, or a call that fails after the handler ran, the
+// line is applied again and those effects happen again. Make them idempotent, or record them in the
+// transaction and act on them afterwards (an outbox of the consumer's own).
+//
+// A handler must not commit or roll back the transaction, nor call the inbox: the first is refused
+// (ErrTxEnded: the writer connection's commit hook turns a foreign commit into a rollback, and the
+// inbox checks after each handler that its transaction is still open), the second is refused when
+// the handler passes on the context it was given (ErrInHandler). A call with another context would
+// wait for the writer the handler holds until that context ends.
+//
+// A crash at any moment leaves each call committed whole or not at all (SQLite's WAL); a source then
+// resumes from the position committed with the last effects. Power loss is covered at
+// DurabilityFull. Two names for one database file (a hard link) are refused, since SQLite would give
+// each its own WAL. Network file systems are not supported.
+package inbox

@@ -1,0 +1,340 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// FileSourcePrefix begins the name of a file source's stored position (Source.Name): the rest is
+// the followed file's absolute path.
+const FileSourcePrefix = "file:"
+
+// ApplyFile applies the journal file at path to the end it had when the call began, then returns.
+// It reads on from the position stored for the path (its source name is "file:" followed by the
+// absolute path), in batches bounded in lines and bytes, and commits each batch's effects with the
+// position after it (ApplyFrom), so that memory stays bounded whatever the journal's length and a
+// crash costs at most the batch in flight, which is read again.
+//
+// The stored position is checked against the file before it is trusted (its device and inode, a
+// fingerprint of its first line, and the line that ends at the offset; see FilePosition). A file that no longer holds
+// what was read of it (truncated, cut by a copytruncate, rewritten past its old size) is read again
+// from its start, after the rest of a copy of it (journal.jsonl.1) when there is one; a path that
+// now names another file (a rotation) has the file it named read to its end first, found in the
+// same directory by its device and inode, then the new one from its start; a path that names
+// another copy of the same journal (one that begins with the same line) is read from its start.
+// Reading again is safe:
+// lines already applied are Duplicates. Lines are split as journal.Verify splits them, a '\r' before
+// the newline kept in the line, and a last line without its newline is not taken.
+//
+// On an error, the batches before it are committed with their position and the Report says what
+// they applied; the line where it stopped and those after it are not applied. A file that is not a
+// journal is journal.ErrNotJournal and nothing is applied; a path that names no file (and has no
+// stored position) is an error wrapping fs.ErrNotExist; a file the stored position was taken in that
+// can no longer be found is ErrFileLost (see ForgetFile).
+func (in *Inbox) ApplyFile(ctx context.Context, path string, h Handler) (Report, error) {
+	s, err := in.newFileSource("ApplyFile", path, h)
+	if err != nil {
+		return Report{}, err
+	}
+	defer s.close()
+	if err := s.load(ctx); err != nil {
+		return s.rep, err
+	}
+	err = s.drain(ctx)
+	return s.rep, err
+}
+
+// FollowFile applies the journal file at path as ApplyFile does, then goes on applying what is
+// appended to it until ctx ends, and returns ctx.Err() with everything it applied committed. It
+// waits for a file that does not exist yet. It wakes on file notifications (the directory is
+// watched, so that creation and rotation are seen) and at the poll interval whatever happens, so a
+// lost notification, or a queue of them that overflowed, costs latency, not lines. A rotation (the
+// path now names another file) is followed: the old file, held open, is read to its end, then the
+// new one from its start. Each wake-up also reads the stored position, so that after a Release,
+// which rewinds the sources, the file is read again from its start though no new line has come.
+// Any other error ends it as it ends ApplyFile.
+func (in *Inbox) FollowFile(ctx context.Context, path string, h Handler) error {
+	s, err := in.newFileSource("FollowFile", path, h)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	k := newWaker(s.path, in.pollInterval(), in.logger())
+	defer k.close()
+	err = s.load(ctx)
+	for err == nil {
+		if err = s.drain(ctx); err != nil {
+			break
+		}
+		if err = k.wait(ctx); err != nil {
+			break
+		}
+		err = s.look(ctx)
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}
+
+// ForgetFile gives up the position stored for the file source of path, so that the next ApplyFile
+// or FollowFile reads the file the path names from its start. It is the operator's way past
+// ErrFileLost when the lost file cannot be put back: the lines that were only in it are then
+// missing, and the next line of each of their runs is a gap (the run is quarantined), not skipped.
+// Nothing else changes; a path with no stored position is left as it is.
+func (in *Inbox) ForgetFile(ctx context.Context, path string) error {
+	s, err := in.newFileSource("ForgetFile", path, func(context.Context, *sql.Tx, Event) error { return nil })
+	if err != nil {
+		return err
+	}
+	for {
+		pos, err := in.SourcePosition(ctx, s.name)
+		if err != nil || pos == nil {
+			return err
+		}
+		_, err = in.ApplyFrom(ctx, s.name, pos, nil, nil, s.h)
+		if !errors.Is(err, ErrSourceMoved) {
+			return err
+		}
+	}
+}
+
+// fileSource is one call of ApplyFile or FollowFile.
+type fileSource struct {
+	in     *Inbox
+	path   string // absolute and clean
+	name   string // FileSourcePrefix + path
+	h      Handler
+	follow bool
+	bounds batchBounds
+
+	stored []byte  // the position the inbox holds, exactly as stored (nil: none)
+	l      located // where reading goes on; no cur: waiting for the file
+	ends   map[fileKey]int64
+	rep    Report
+	why    string // what the last look found had happened, logged once
+}
+
+func (in *Inbox) newFileSource(call, path string, h Handler) (*fileSource, error) {
+	follow := call == "FollowFile"
+	if h == nil {
+		return nil, fmt.Errorf("inbox: %s with a nil handler", call)
+	}
+	if path == "" {
+		return nil, fmt.Errorf("inbox: %s with an empty path", call)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: %s: %w", call, err)
+	}
+	if err := checkName(call+" path", abs, MaxSourceNameLen-len(FileSourcePrefix)); err != nil {
+		return nil, err
+	}
+	return &fileSource{in: in, path: abs, name: FileSourcePrefix + abs, h: h, follow: follow,
+		bounds: batchBounds{lines: in.batchLines(), bytes: in.batchBytes(), maxLine: in.maxLineSize()}, ends: map[fileKey]int64{}}, nil
+}
+
+func (s *fileSource) close() { s.l.close() }
+
+// load reads the stored position and finds where to read on from it.
+func (s *fileSource) load(ctx context.Context) error {
+	pos, err := s.in.SourcePosition(ctx, s.name)
+	if err != nil {
+		return err
+	}
+	s.stored = pos
+	var p *FilePosition
+	if pos != nil {
+		fp, err := ParseFilePosition(pos)
+		if err != nil {
+			return fmt.Errorf("%w (the position stored for %s)", err, quotePath(s.path))
+		}
+		p = &fp
+	}
+	return s.relocate(p)
+}
+
+// relocate finds where to read on from p, reusing the file being read when it is the one needed.
+func (s *fileSource) relocate(p *FilePosition) error {
+	if p != nil {
+		c := *p // p may point into s.l, which is cleared
+		p = &c
+	}
+	open := s.l.cur
+	if s.l.next != nil && s.l.next != open {
+		s.l.next.close()
+	}
+	s.l = located{}
+	l, err := locate(s.path, p, open)
+	if err != nil {
+		if p == nil && s.follow && errors.Is(err, fs.ErrNotExist) {
+			return nil // FollowFile waits for the file
+		}
+		return err
+	}
+	if l.why != "" && l.why != s.why {
+		s.in.logger().Info("inbox: "+l.why, "path", s.path, "reading", l.cur.name, "from", l.pos.Offset)
+	}
+	s.why = l.why
+	s.l = l
+	// Each file's end is taken when the call first sees it: the path's file too, though it is read
+	// only after a rotated one.
+	for _, jf := range []*journalFile{l.cur, l.next} {
+		if jf != nil {
+			if _, err := s.end(jf); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// fileKey tells files apart, by their name too where the system gives no inode.
+type fileKey struct {
+	name     string
+	dev, ino uint64
+}
+
+// end is where reading stops in jf: for ApplyFile, the file's end when the call first saw it; for
+// FollowFile, its end now.
+func (s *fileSource) end(jf *journalFile) (int64, error) {
+	size, err := jf.size()
+	if err != nil || s.follow {
+		return size, err
+	}
+	key := fileKey{jf.name, jf.dev, jf.ino}
+	if e, ok := s.ends[key]; ok {
+		return min(e, size), nil
+	}
+	s.ends[key] = size
+	return size, nil
+}
+
+// drain applies batch after batch until no complete line is left to read, going on to the path's
+// file once a rotated one is read to its end.
+func (s *fileSource) drain(ctx context.Context) error {
+	for s.l.cur != nil {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		// Checked before every batch, not only at each wake-up: a journal cut and written again past
+		// the position between two batches would otherwise be read from the middle of a line.
+		ok, err := s.l.cur.holds(s.l.pos)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			if err := s.relocate(&s.l.pos); err != nil {
+				return err
+			}
+			continue
+		}
+		end, err := s.end(s.l.cur)
+		if err != nil {
+			return err
+		}
+		lines, next, err := s.l.cur.readBatch(s.l.pos, end, s.bounds)
+		if errors.Is(err, errCutUnder) {
+			if err := s.relocate(&s.l.pos); err != nil {
+				return err
+			}
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if len(lines) > 0 {
+			if err := s.commit(ctx, next, lines); err != nil {
+				return err
+			}
+			continue
+		}
+		if s.l.next == nil {
+			return nil
+		}
+		// The rotated file is read to its end: go on to the path's file, and say so in the database
+		// at once, so that the old file is not needed again even if it is deleted now.
+		nf := s.l.next
+		s.l.cur.close()
+		s.l = located{cur: nf, pos: nf.start()}
+		if err := s.commit(ctx, s.l.pos, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// commit applies lines and stores to as the position after them, in one transaction. When the
+// stored position moved (a Release rewound it), it reads it again and finds where to go on from it.
+func (s *fileSource) commit(ctx context.Context, to FilePosition, lines [][]byte) error {
+	enc := to.encode()
+	rep, err := s.in.ApplyFrom(ctx, s.name, s.stored, enc, lines, s.h)
+	if errors.Is(err, ErrSourceMoved) {
+		return s.load(ctx)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return err
+		}
+		var le *LineError
+		if errors.As(err, &le) && le.Index >= 0 && le.Index < len(lines) {
+			// The lines before the malformed one are applied, so that the position stops exactly at
+			// it: where an operator looks, and where the next call stops again.
+			if le.Index > 0 {
+				before := advance(s.l.pos, s.l.cur.name, lines[:le.Index])
+				if perr := s.commit(ctx, before, lines[:le.Index]); perr != nil {
+					return perr
+				}
+				if s.l.pos != before {
+					return nil // the position moved meanwhile and was read again: read on from it
+				}
+			}
+			return wrapf(le, "%s, the line at byte %d", quotePath(s.l.cur.name), s.l.pos.Offset)
+		}
+		return wrapf(err, "%s, the batch of %d lines from byte %d", quotePath(s.l.cur.name), len(lines), s.l.pos.Offset)
+	}
+	s.rep.Applied += rep.Applied
+	s.rep.Duplicates += rep.Duplicates
+	s.rep.Stale += rep.Stale
+	s.rep.Quarantined += rep.Quarantined
+	s.stored = enc
+	s.l.pos = to
+	if afterFileCommit != nil {
+		afterFileCommit(s.name, to)
+	}
+	return nil
+}
+
+// afterFileCommit, when set, is called after each batch a file source commits: benchmarks time the
+// way from the writer's append to the commit with it.
+var afterFileCommit func(source string, to FilePosition)
+
+// look is FollowFile's check after each wake-up: the stored position is still the one this call
+// stored (a Release may have rewound it), the path still names the file being read, and that file
+// still holds what was read of it. Anything else is a new look for where to read on.
+func (s *fileSource) look(ctx context.Context) error {
+	pos, err := s.in.SourcePosition(ctx, s.name)
+	if err != nil {
+		return err
+	}
+	if string(pos) != string(s.stored) || s.l.cur == nil {
+		return s.load(ctx)
+	}
+	if s.l.next != nil {
+		return nil // already going on to the path's file
+	}
+	st, err := os.Stat(s.path)
+	if err == nil && s.l.cur.sameID(st) {
+		ok, err := s.l.cur.holds(s.l.pos)
+		if err != nil || ok {
+			return err
+		}
+	}
+	p := s.l.pos
+	return s.relocate(&p)
+}

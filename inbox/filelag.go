@@ -1,0 +1,52 @@
+package inbox
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// FileBehind returns how many bytes of the journal at path a file source standing at pos has not
+// read: what follows pos in the file it was reading, plus the whole of the file the path names now
+// when that is another one (a rotation not yet followed). A file now shorter than pos counts whole,
+// since it is read again from its start. It looks at the files' sizes and identities only, never
+// at their content or the inbox's database, so it is cheap enough for every scrape of a metric. The
+// file pos was taken in is looked for in path's directory by its device and inode; when it is not
+// there, only the path's file counts, and found is false.
+func FileBehind(path string, pos FilePosition) (behind int64, found bool, err error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return 0, false, err
+	}
+	rest := func(st fs.FileInfo) int64 {
+		if st.Size() < pos.Offset {
+			return st.Size()
+		}
+		return st.Size() - pos.Offset
+	}
+	st, err := os.Stat(abs)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return 0, false, err
+	}
+	if err == nil {
+		if dev, ino := fileID(st); dev == pos.Device && ino == pos.Inode {
+			return rest(st), true, nil
+		}
+		behind = st.Size()
+	}
+	names, err := dirNames(filepath.Dir(abs))
+	if err != nil {
+		return behind, false, err
+	}
+	for _, n := range names {
+		ost, err := os.Lstat(n)
+		if err != nil || n == abs || !ost.Mode().IsRegular() {
+			continue
+		}
+		if dev, ino := fileID(ost); dev == pos.Device && ino == pos.Inode {
+			return behind + rest(ost), true, nil
+		}
+	}
+	return behind, false, nil
+}

@@ -1,0 +1,335 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/ncruces/go-sqlite3"
+	"github.com/ncruces/go-sqlite3/driver"
+
+	"github.com/textmachine/outbox/inbox/db"
+	"github.com/textmachine/outbox/inbox/migrations"
+	"github.com/textmachine/outbox/internal/dirsync"
+	"github.com/textmachine/outbox/internal/faultpoint"
+	"github.com/textmachine/outbox/outbox"
+)
+
+// Inbox applies journal lines exactly once into the consumer's own SQLite database. It is the
+// database's only writer: it holds an exclusive lock on the file while open, writes through one
+// connection, one transaction per call, and reads through a separate pool that never waits for the
+// writer. All methods are safe for concurrent use; write calls are serialized.
+type Inbox struct {
+	path string
+	cfg  config
+	q    *db.Queries
+	w    *sql.DB // one connection
+	r    *sql.DB // the read pool
+	lock *os.File
+	st   *statements
+
+	// writer is held by the one write transaction in progress; waiting for it honours the caller's
+	// context.
+	writer chan struct{}
+	// While a write transaction is open (guarded), only the inbox's own commit (committing) may go
+	// through: the writer connection's commit hook turns any other (a handler's tx.Commit) into a
+	// rollback.
+	guarded, committing atomic.Bool
+	// nextTrim is when a run can next have become idle past the retention (unix nanoseconds); kept
+	// under the writer.
+	nextTrim int64
+
+	mu     sync.Mutex
+	closed bool
+	ops    sync.WaitGroup
+}
+
+// Open opens the consumer's database at path, creating the file if it is missing and applying the
+// inbox's migrations (its own goose version table, inbox_db_version). It fails with ErrLocked, at
+// once, when another Inbox in this or another process has the database open; with
+// ErrOutboxDatabase for a database that holds an outbox's tables; with ErrHardLinked for a file with
+// more than one name. The database is put in WAL mode.
+func Open(ctx context.Context, path string, opts ...Option) (*Inbox, error) {
+	if path == "" {
+		return nil, errors.New("inbox: empty database path")
+	}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("inbox: open %s: %w", path, err)
+	}
+	if cfg.operator == "" {
+		cfg.operator = osUser()
+	}
+	in := &Inbox{path: path, cfg: cfg, q: db.New(), writer: make(chan struct{}, 1)}
+	_, statErr := os.Stat(path)
+	created := errors.Is(statErr, os.ErrNotExist)
+	if in.lock, err = lockFile(path); err != nil {
+		return nil, err
+	}
+	if created {
+		// A new file's directory entry is durable only once its directory is synced.
+		if err := dirsync.Sync(filepath.Dir(path)); err != nil {
+			in.release()
+			return nil, fmt.Errorf("inbox: %w", err)
+		}
+	}
+	if err := in.openWriter(ctx); err != nil {
+		in.release()
+		return nil, fmt.Errorf("inbox: open %s: %w", path, err)
+	}
+	if in.r, err = in.openDB(in.readerQuery(), nil); err != nil {
+		in.release()
+		return nil, fmt.Errorf("inbox: open %s: %w", path, err)
+	}
+	in.r.SetMaxOpenConns(cfg.readPool)
+	in.r.SetMaxIdleConns(cfg.readPool)
+	cfg.logger.Debug("inbox: opened", "path", path, "durability", cfg.durability)
+	return in, nil
+}
+
+func (in *Inbox) openWriter(ctx context.Context) error {
+	var err error
+	in.w, err = in.openDB(in.writerQuery(), func(c *sqlite3.Conn) error {
+		// Only the inbox commits on its writer connection: a handler's tx.Commit would commit
+		// part of a call. Such a commit becomes a rollback, which the inbox then reports.
+		c.CommitHook(func() bool { return !in.guarded.Load() || in.committing.Load() })
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	in.w.SetMaxOpenConns(1)
+	in.w.SetMaxIdleConns(1)
+	in.w.SetConnMaxLifetime(0)
+	in.w.SetConnMaxIdleTime(0)
+	if err := in.w.PingContext(ctx); err != nil {
+		return err
+	}
+	var n int
+	if err := in.w.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema
+		WHERE type = 'table' AND name IN ('events_outbox', 'outbox_progress', ?)`, outboxVersionTable).Scan(&n); err != nil {
+		return err
+	}
+	if n > 0 {
+		return fmt.Errorf("%w: it is a book; give the inbox a database of its own", ErrOutboxDatabase)
+	}
+	if err := migrations.Up(ctx, in.w); err != nil {
+		return err
+	}
+	in.st, err = prepareStatements(ctx, in.w)
+	return err
+}
+
+// outboxVersionTable is the outbox's goose version table, which a book has from its first migration.
+const outboxVersionTable = "outbox_db_version"
+
+// writerQuery and readerQuery are the DSN parameters of the two pools. The driver reads a DSN's
+// parameters only after a "file:" prefix; any _pragma turns off its default busy timeout, so
+// busy_timeout comes first; synchronous is set on every connection, since SQLite gives a connection
+// to an existing WAL database NORMAL whatever the one that created it had; _txlock=immediate takes
+// the write lock at BEGIN, so a transaction that read cannot fail at its first write.
+func (in *Inbox) writerQuery() string {
+	sync := "full"
+	if in.cfg.durability == outbox.DurabilityNormal {
+		sync = "normal"
+	}
+	return in.pragmas() + "&_pragma=journal_mode(wal)&_pragma=synchronous(" + sync + ")&_txlock=immediate"
+}
+
+// readerQuery opens read-only connections: they never create the file or write to it, and as the
+// last to close do not checkpoint.
+func (in *Inbox) readerQuery() string {
+	return "mode=ro&" + in.pragmas() + "&_pragma=synchronous(full)&_pragma=query_only(1)&_txlock=deferred"
+}
+
+func (in *Inbox) pragmas() string {
+	q := "_pragma=busy_timeout(" + strconv.FormatInt(in.cfg.busyTimeout.Milliseconds(), 10) + ")"
+	if in.cfg.vfs != "" {
+		q += "&vfs=" + url.QueryEscape(in.cfg.vfs)
+	}
+	return q
+}
+
+func (in *Inbox) openDB(query string, init func(*sqlite3.Conn) error) (*sql.DB, error) {
+	u := url.URL{Scheme: "file", OmitHost: true, Path: in.path, RawQuery: query}
+	return driver.Open(u.String(), init)
+}
+
+// osUser names the operating system's user, for the record of an accepted gap.
+func osUser() string {
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return u.Username
+	}
+	return "uid " + strconv.Itoa(os.Getuid())
+}
+
+// Close waits for the calls in progress, closes the database and releases the lock. Calls after
+// Close return ErrClosed; Close itself may be called again and returns nil.
+func (in *Inbox) Close() error {
+	in.mu.Lock()
+	if in.closed {
+		in.mu.Unlock()
+		return nil
+	}
+	in.closed = true
+	in.mu.Unlock()
+	in.ops.Wait()
+	return in.release()
+}
+
+// release closes what the inbox holds, the lock last, so that the next Open cannot meet one of its
+// connections still open.
+func (in *Inbox) release() error {
+	var errs []error
+	if in.st != nil {
+		in.st.close()
+	}
+	if in.r != nil {
+		errs = append(errs, in.r.Close())
+	}
+	if in.w != nil {
+		errs = append(errs, in.w.Close())
+	}
+	if in.lock != nil {
+		errs = append(errs, unlockFile(in.lock))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("inbox: close %s: %w", in.path, err)
+	}
+	return nil
+}
+
+// handlerKey marks the context a handler is given, so that its calls back into the inbox are refused
+// rather than left waiting for the writer it holds.
+type handlerKey struct{}
+
+// enter registers a call so that Close waits for it.
+func (in *Inbox) enter(ctx context.Context) error {
+	if ctx.Value(handlerKey{}) == in {
+		return ErrInHandler
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.closed {
+		return ErrClosed
+	}
+	in.ops.Add(1)
+	return nil
+}
+
+func (in *Inbox) exit() { in.ops.Done() }
+
+// WriteTx runs fn in one write transaction of the inbox (BEGIN IMMEDIATE on its writer connection)
+// and commits it when fn returns nil: the consumer's own schema and writes, outside any line. fn's
+// error is returned as it is (wrapped in ErrTxEnded if fn also ended the transaction); if fn panics,
+// the transaction is rolled back and the panic goes on. fn must not commit or roll back tx
+// (ErrTxEnded), nor call the inbox's write methods: the inbox has one writer, which fn holds, so such
+// a call waits until its own context ends.
+func (in *Inbox) WriteTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	if fn == nil {
+		return errors.New("inbox: WriteTx with a nil function")
+	}
+	return in.write(ctx, func(t *txn) error {
+		err := fn(t.tx)
+		if aerr := t.alive(); aerr != nil {
+			if err != nil {
+				return fmt.Errorf("%w (the function returned: %w)", aerr, err)
+			}
+			return aerr
+		}
+		return err
+	})
+}
+
+// write runs fn in the write transaction and commits it. The caller's context bounds the wait for
+// the writer and every statement, never the transaction itself: database/sql closes a transaction's
+// connection when the transaction's context ends mid-way, and the inbox keeps its one writer
+// connection. So the transaction is begun without cancellation and the context is checked before
+// COMMIT; once COMMIT has begun, the call's outcome is the commit's.
+func (in *Inbox) write(ctx context.Context, fn func(t *txn) error) error {
+	if err := in.enter(ctx); err != nil {
+		return err
+	}
+	defer in.exit()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	select {
+	case in.writer <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-in.writer }()
+	conn, err := in.w.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("inbox: wait for the writer: %w", err)
+	}
+	defer conn.Close()
+	var raw *sqlite3.Conn
+	if err := conn.Raw(func(dc any) error {
+		raw = dc.(driver.Conn).Raw()
+		return nil
+	}); err != nil {
+		return fmt.Errorf("inbox: the writer connection: %w", err)
+	}
+	tx, err := conn.BeginTx(context.WithoutCancel(ctx), nil)
+	if err != nil {
+		return fmt.Errorf("inbox: begin: %w", err)
+	}
+	in.guarded.Store(true)
+	defer in.guarded.Store(false)
+	done := false
+	defer func() {
+		// Also on a panic, which then goes on: nothing of the call is stored.
+		if !done {
+			if err := tx.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
+				in.cfg.logger.Warn("inbox: rollback failed", "err", err)
+			}
+		}
+	}()
+	t := newTxn(ctx, in, tx, raw)
+	defer t.close()
+	if err := fn(t); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := t.alive(); err != nil {
+		return err
+	}
+	faultpoint.Hit(faultpoint.InboxBeforeCommit)
+	in.committing.Store(true)
+	err = tx.Commit()
+	in.committing.Store(false)
+	done = true
+	if err != nil {
+		return fmt.Errorf("inbox: commit: %w", err)
+	}
+	t.committed()
+	faultpoint.Hit(faultpoint.InboxAfterCommit)
+	return nil
+}
+
+// read runs fn on the read pool.
+func (in *Inbox) read(ctx context.Context, fn func() error) error {
+	if err := in.enter(ctx); err != nil {
+		return err
+	}
+	defer in.exit()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return fn()
+}

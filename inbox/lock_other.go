@@ -1,0 +1,15 @@
+//go:build !unix
+
+package inbox
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+)
+
+func lockFile(path string) (*os.File, error) {
+	return nil, fmt.Errorf("inbox: the database lock is not implemented on %s", runtime.GOOS)
+}
+
+func unlockFile(f *os.File) error { return f.Close() }

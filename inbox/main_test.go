@@ -1,0 +1,13 @@
+package inbox_test
+
+import (
+	"testing"
+
+	"github.com/textmachine/outbox/internal/crashtest"
+)
+
+// TestMain lets a test re-execute this binary as a child process in a role, so that the lock is
+// tested across real processes.
+func TestMain(m *testing.M) {
+	crashtest.Main(m, map[string]func() int{"hold-inbox": holdInbox, "crash-consumer": crashConsumer})
+}

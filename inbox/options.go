@@ -1,0 +1,241 @@
+package inbox
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/textmachine/outbox/outbox"
+)
+
+// Defaults, chosen so that an inbox needs no options.
+const (
+	// DefaultDigestWindow is how many of a run's last lines keep their digest: more than any
+	// re-delivery a relay makes (at most the batch in flight at a crash).
+	DefaultDigestWindow = 4096
+	// DefaultDigestRetention is how long a run may receive nothing before it keeps only its last
+	// line's digest.
+	DefaultDigestRetention = 24 * time.Hour
+	DefaultBusyTimeout     = 5 * time.Second
+	DefaultReadPoolSize    = 4
+	// DefaultMaxLineSize is the journal's own limit on a line.
+	DefaultMaxLineSize = outbox.DefaultMaxLineSize
+	// DefaultBatchLines and DefaultBatchBytes bound one batch a source reads and applies in one
+	// transaction; DefaultPollInterval is how often a follower looks at its source when nothing woke
+	// it.
+	DefaultBatchLines   = 1024
+	DefaultBatchBytes   = 4 << 20
+	DefaultPollInterval = time.Second
+)
+
+// Limits of the options.
+const (
+	MaxDigestWindow  = 1 << 20
+	MaxLineSizeLimit = outbox.MaxLineSizeLimit
+)
+
+type config struct {
+	window      int64
+	retention   time.Duration
+	durability  outbox.Durability
+	busyTimeout time.Duration
+	readPool    int
+	logger      *slog.Logger
+	maxLine     int
+	batchLines  int
+	batchBytes  int
+	poll        time.Duration
+	operator    string
+	vfs         string
+	now         func() time.Time
+}
+
+func newConfig(opts []Option) (config, error) {
+	c := config{
+		window:      DefaultDigestWindow,
+		retention:   DefaultDigestRetention,
+		durability:  outbox.DurabilityFull,
+		busyTimeout: DefaultBusyTimeout,
+		readPool:    DefaultReadPoolSize,
+		logger:      slog.New(slog.DiscardHandler),
+		maxLine:     DefaultMaxLineSize,
+		batchLines:  DefaultBatchLines,
+		batchBytes:  DefaultBatchBytes,
+		poll:        DefaultPollInterval,
+		now:         time.Now,
+	}
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(&c); err != nil {
+			return config{}, err
+		}
+	}
+	if c.batchBytes < c.maxLine {
+		// A batch must be able to hold the longest line, or a source could never pass it.
+		c.batchBytes = c.maxLine
+	}
+	return c, nil
+}
+
+// Option configures Open. An option given an invalid value makes Open fail.
+type Option func(*config) error
+
+// WithDigestWindow sets how many of each run's last applied lines keep their SHA-256 digest (the
+// default is DefaultDigestWindow, 4,096; 1 to MaxDigestWindow). A line at or below the high-water
+// mark within the window is a duplicate with the same bytes and a conflict with others; one older
+// than the window (seq ≤ high-water mark − n) is Stale. Raising it across a reopen leaves the seqs
+// whose digests were already dropped Stale.
+func WithDigestWindow(n int) Option {
+	return func(c *config) error {
+		if n < 1 || n > MaxDigestWindow {
+			return fmt.Errorf("inbox: digest window %d, need 1 to %d", n, MaxDigestWindow)
+		}
+		c.window = int64(n)
+		return nil
+	}
+}
+
+// WithDigestRetention sets how long a run may receive nothing before its digests are dropped but its
+// last line's (the default is DefaultDigestRetention, 24 hours): the tables then grow with the runs
+// that are active, not with every run ever seen. The trimming is done a bounded amount per call.
+func WithDigestRetention(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("inbox: digest retention %v, need more than 0", d)
+		}
+		c.retention = d
+		return nil
+	}
+}
+
+// WithDurability sets what a commit survives when the call that made it returns (see
+// outbox.Durability). The default, outbox.DurabilityFull, makes every call durable on return: one
+// WAL sync per call. outbox.DurabilityNormal can lose the last calls to a power failure; the sources
+// then read them again, since their positions are lost with them.
+func WithDurability(d outbox.Durability) Option {
+	return func(c *config) error {
+		if d != outbox.DurabilityFull && d != outbox.DurabilityNormal {
+			return fmt.Errorf("inbox: unknown durability %v", d)
+		}
+		c.durability = d
+		return nil
+	}
+}
+
+// WithBusyTimeout sets how long a statement waits for a lock another connection holds (a checkpoint,
+// an external tool) before failing with SQLITE_BUSY. Zero fails at once. The default is 5s.
+func WithBusyTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 0 {
+			return fmt.Errorf("inbox: negative busy timeout %v", d)
+		}
+		c.busyTimeout = d
+		return nil
+	}
+}
+
+// WithReadPoolSize sets the number of read connections (Position, Quarantined, SourcePosition,
+// Sources). The default is 4.
+func WithReadPoolSize(n int) Option {
+	return func(c *config) error {
+		if n < 1 {
+			return fmt.Errorf("inbox: read pool size %d, need at least 1", n)
+		}
+		c.readPool = n
+		return nil
+	}
+}
+
+// WithLogger sets the logger. The inbox logs nothing unless given one; given one, it logs each
+// quarantine, release and accepted gap.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			return fmt.Errorf("inbox: nil logger")
+		}
+		c.logger = l
+		return nil
+	}
+}
+
+// WithMaxLineSize bounds one line, in bytes, without its newline: a longer line is malformed. The
+// default is DefaultMaxLineSize, the journal's own limit; at most MaxLineSizeLimit.
+func WithMaxLineSize(n int) Option {
+	return func(c *config) error {
+		if n < 1 || n > MaxLineSizeLimit {
+			return fmt.Errorf("inbox: max line size %d, need 1 to %d", n, MaxLineSizeLimit)
+		}
+		c.maxLine = n
+		return nil
+	}
+}
+
+// WithBatchLines bounds how many lines a source applies in one transaction (the default is
+// DefaultBatchLines). Apply itself takes what it is given.
+func WithBatchLines(n int) Option {
+	return func(c *config) error {
+		if n < 1 {
+			return fmt.Errorf("inbox: batch of %d lines, need at least 1", n)
+		}
+		c.batchLines = n
+		return nil
+	}
+}
+
+// WithBatchBytes bounds how many bytes of lines a source holds and applies in one transaction (the
+// default is DefaultBatchBytes); it is raised to the line limit, so that the longest line fits.
+func WithBatchBytes(n int) Option {
+	return func(c *config) error {
+		if n < 1 {
+			return fmt.Errorf("inbox: batch of %d bytes, need at least 1", n)
+		}
+		c.batchBytes = n
+		return nil
+	}
+}
+
+// WithPollInterval sets how often a source that follows a file or a stream looks at it when no
+// notification woke it (the default is DefaultPollInterval): a lost notification costs at most this
+// much latency.
+func WithPollInterval(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("inbox: poll interval %v, need more than 0", d)
+		}
+		c.poll = d
+		return nil
+	}
+}
+
+// WithOperator names who AcceptGap records as having accepted a gap. The default is the operating
+// system's user running the process.
+func WithOperator(name string) Option {
+	return func(c *config) error {
+		if err := checkName("operator", name, 256); err != nil {
+			return err
+		}
+		c.operator = name
+		return nil
+	}
+}
+
+// WithVFS opens the database through the SQLite VFS registered under name with
+// github.com/ncruces/go-sqlite3/vfs. The default is the driver's own.
+func WithVFS(name string) Option {
+	return func(c *config) error {
+		if name == "" {
+			return fmt.Errorf("inbox: empty VFS name")
+		}
+		c.vfs = name
+		return nil
+	}
+}
+
+// The bounds a source reads in, for the sources in this package.
+func (in *Inbox) maxLineSize() int            { return in.cfg.maxLine }
+func (in *Inbox) batchLines() int             { return in.cfg.batchLines }
+func (in *Inbox) batchBytes() int             { return in.cfg.batchBytes }
+func (in *Inbox) pollInterval() time.Duration { return in.cfg.poll }
+func (in *Inbox) logger() *slog.Logger        { return in.cfg.logger }

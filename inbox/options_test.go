@@ -1,0 +1,125 @@
+package inbox_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/textmachine/outbox/inbox"
+	"github.com/textmachine/outbox/outbox"
+)
+
+func TestAnInvalidOptionMakesOpenFailAndCreatesNothing(t *testing.T) {
+	t.Parallel()
+	for name, opt := range map[string]inbox.Option{
+		"window 0":            inbox.WithDigestWindow(0),
+		"window too large":    inbox.WithDigestWindow(inbox.MaxDigestWindow + 1),
+		"retention 0":         inbox.WithDigestRetention(0),
+		"unknown durability":  inbox.WithDurability(outbox.Durability(7)),
+		"negative busy":       inbox.WithBusyTimeout(-time.Second),
+		"read pool 0":         inbox.WithReadPoolSize(0),
+		"nil logger":          inbox.WithLogger(nil),
+		"line size 0":         inbox.WithMaxLineSize(0),
+		"line size too large": inbox.WithMaxLineSize(inbox.MaxLineSizeLimit + 1),
+		"batch of 0 lines":    inbox.WithBatchLines(0),
+		"batch of 0 bytes":    inbox.WithBatchBytes(0),
+		"poll 0":              inbox.WithPollInterval(0),
+		"empty operator":      inbox.WithOperator(""),
+		"operator with a tab": inbox.WithOperator("a\tb"),
+		"empty VFS":           inbox.WithVFS(""),
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			path := filepath.Join(t.TempDir(), "c.db")
+			if in, err := inbox.Open(context.Background(), path, opt); err == nil {
+				in.Close()
+				t.Fatal("Open succeeded")
+			}
+			if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("the refused Open left %s: %v", path, err)
+			}
+		})
+	}
+}
+
+func TestAHandlerThatCallsGoexitLeavesNothingAndTheInboxGoesOn(t *testing.T) {
+	t.Parallel()
+	in, path := setup(t)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		in.Apply(context.Background(), lines("r", 1, 2), func(ctx context.Context, tx *sql.Tx, ev inbox.Event) error {
+			insertHandler(ctx, tx, ev)
+			runtime.Goexit()
+			return nil
+		})
+	}()
+	<-done
+	if n := count(t, rawDB(t, path), `SELECT count(*) FROM applied`); n != 0 {
+		t.Errorf("%d rows", n)
+	}
+	if rep := mustApply(t, in, lines("r", 1, 2)); rep.Applied != 2 {
+		t.Errorf("afterwards: %+v", rep)
+	}
+}
+
+func TestCloseWaitsForTheCallInProgress(t *testing.T) {
+	t.Parallel()
+	in, path := setup(t)
+	inside, release := make(chan struct{}), make(chan struct{})
+	applied := make(chan error)
+	go func() {
+		_, err := in.Apply(context.Background(), lines("r", 1, 1), func(ctx context.Context, tx *sql.Tx, ev inbox.Event) error {
+			close(inside)
+			<-release
+			return insertHandler(ctx, tx, ev)
+		})
+		applied <- err
+	}()
+	<-inside
+	closed := make(chan error)
+	go func() { closed <- in.Close() }()
+	close(release)
+	if err := <-applied; err != nil {
+		t.Fatalf("the call in progress: %v", err)
+	}
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, rawDB(t, path), `SELECT count(*) FROM applied`); n != 1 {
+		t.Errorf("%d rows", n)
+	}
+}
+
+func TestTheWriterSyncsAtTheDurabilityAskedOnEveryConnection(t *testing.T) {
+	t.Parallel()
+	for d, want := range map[outbox.Durability]int{outbox.DurabilityFull: 2, outbox.DurabilityNormal: 1} {
+		t.Run(d.String(), func(t *testing.T) {
+			t.Parallel()
+			in, path := setup(t, inbox.WithDurability(d))
+			for round := range 2 {
+				if round == 1 {
+					// A new connection to the existing WAL database, as after a restart.
+					in.Close()
+					var err error
+					if in, err = inbox.Open(context.Background(), path, inbox.WithDurability(d)); err != nil {
+						t.Fatal(err)
+					}
+					defer in.Close()
+				}
+				var got int
+				err := in.WriteTx(context.Background(), func(tx *sql.Tx) error {
+					return tx.QueryRow(`PRAGMA synchronous`).Scan(&got)
+				})
+				if err != nil || got != want {
+					t.Errorf("round %d: synchronous = %d (%v), want %d", round, got, err, want)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,250 @@
+package inbox
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/ncruces/go-sqlite3"
+
+	"github.com/textmachine/outbox/inbox/db"
+)
+
+// txn is one write transaction of the inbox: the runs it has touched, with what it applied to each,
+// which reach the tables once per run at the end (flush) rather than once per line.
+type txn struct {
+	ctx   context.Context // the caller's: it bounds each statement
+	in    *Inbox
+	tx    *sql.Tx
+	raw   *sqlite3.Conn // the writer connection, to ask whether the transaction is still open
+	now   int64         // unix nanoseconds, fixed at the start of the transaction
+	bound [numStmts]prepared
+	runs  map[string]*runTx
+	order []*runTx // in the order first seen, so that every call writes in one order
+	sp    [numSavepointStmts]*sqlite3.Stmt
+
+	touched  bool   // a run's applied_at was set to now
+	trimNext *int64 // when trimIdle looked: when to look again
+}
+
+// The statements of the savepoint around each handler call, prepared once per transaction on the
+// driver's own connection: as text they would be prepared again for every line.
+const (
+	spBegin = iota
+	spRelease
+	spUndo
+	numSavepointStmts
+)
+
+var savepointSQL = [numSavepointStmts]string{
+	spBegin:   `SAVEPOINT inbox_line`,
+	spRelease: `RELEASE inbox_line`,
+	spUndo:    `ROLLBACK TO inbox_line`,
+}
+
+// savepoint runs one of the savepoint statements.
+func (t *txn) savepoint(which int) error {
+	st := t.sp[which]
+	if st == nil {
+		var err error
+		if st, _, err = t.raw.Prepare(savepointSQL[which]); err != nil {
+			return err
+		}
+		t.sp[which] = st
+	}
+	return st.Exec()
+}
+
+// close finalizes the transaction's own statements.
+func (t *txn) close() {
+	for _, st := range t.sp {
+		if st != nil {
+			st.Close()
+		}
+	}
+}
+
+// runTx is one run as a transaction sees it.
+type runTx struct {
+	id          string
+	start       int64 // the high-water mark when the transaction first read it
+	hwm         int64 // including the lines this transaction applied
+	quarantined bool
+	digests     [][sha256.Size]byte // of the lines start+1 .. hwm
+}
+
+func newTxn(ctx context.Context, in *Inbox, tx *sql.Tx, raw *sqlite3.Conn) *txn {
+	return &txn{ctx: ctx, in: in, tx: tx, raw: raw, now: in.cfg.now().UnixNano()}
+}
+
+// on returns where the generated call for id runs: its prepared statement, bound to the transaction.
+func (t *txn) on(id stmtID) db.DBTX {
+	p := &t.bound[id]
+	if p.stmt == nil {
+		*p = prepared{stmtSQL[id], t.tx.StmtContext(t.ctx, t.in.st[id])}
+	}
+	return p
+}
+
+// alive reports a transaction that has ended before the inbox committed it: a handler committed or
+// rolled it back, or a failed or interrupted statement made SQLite roll it back, after which every
+// statement would commit on its own.
+func (t *txn) alive() error {
+	if t.raw.GetAutocommit() {
+		return ErrTxEnded
+	}
+	return nil
+}
+
+// run returns the run's state in this transaction, reading it once.
+func (t *txn) run(id string) (*runTx, error) {
+	if r, ok := t.runs[id]; ok {
+		return r, nil
+	}
+	s, err := t.in.q.RunState(t.ctx, t.on(stmtRunState), id)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: read run %q: %w", id, err)
+	}
+	r := &runTx{id: id, start: s.Hwm, hwm: s.Hwm, quarantined: s.Quarantined != 0}
+	if t.runs == nil {
+		t.runs = map[string]*runTx{}
+	}
+	t.runs[id] = r
+	t.order = append(t.order, r)
+	return r, nil
+}
+
+// digest returns the digest of the run's line seq as applied, and false when it is not kept.
+func (t *txn) digest(r *runTx, seq int64) ([sha256.Size]byte, bool, error) {
+	if seq > r.start {
+		return r.digests[seq-r.start-1], true, nil
+	}
+	var d [sha256.Size]byte
+	b, err := t.in.q.DigestGet(t.ctx, t.on(stmtDigestGet), db.DigestGetParams{EngineRunID: r.id, Seq: seq})
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return d, false, nil
+	case err != nil:
+		return d, false, fmt.Errorf("inbox: read the digest of run %q seq %d: %w", r.id, seq, err)
+	case len(b) != sha256.Size:
+		return d, false, fmt.Errorf("inbox: run %q seq %d: a stored digest of %d bytes", r.id, seq, len(b))
+	}
+	copy(d[:], b)
+	return d, true, nil
+}
+
+// quarantine parks a run.
+func (t *txn) quarantine(r *runTx, reason string, expected, got int64, detail string) error {
+	err := t.in.q.QuarantineInsert(t.ctx, t.tx, db.QuarantineInsertParams{
+		EngineRunID: r.id, Reason: reason, Expected: expected, Got: got, Detail: detail, Since: t.now,
+	})
+	if err != nil {
+		return fmt.Errorf("inbox: quarantine run %q: %w", r.id, err)
+	}
+	r.quarantined = true
+	t.in.cfg.logger.Warn("inbox: run quarantined", "run", r.id, "reason", reason, "expected", expected, "got", got, "detail", detail)
+	return nil
+}
+
+// flush writes what the transaction applied to each run: its digests, its high-water mark, and the
+// digests that have left its window dropped.
+func (t *txn) flush() error {
+	for _, r := range t.order {
+		if len(r.digests) == 0 {
+			continue
+		}
+		if err := t.in.q.DigestsInsert(t.ctx, t.on(stmtDigestsInsert), db.DigestsInsertParams{
+			EngineRunID: r.id, FirstSeq: r.start + 1, Digests: hexArray(r.digests),
+		}); err != nil {
+			return fmt.Errorf("inbox: store the digests of run %q: %w", r.id, err)
+		}
+		if err := t.in.q.RunSet(t.ctx, t.on(stmtRunSet), db.RunSetParams{EngineRunID: r.id, Hwm: r.hwm, AppliedAt: t.now}); err != nil {
+			return fmt.Errorf("inbox: store the high-water mark of run %q: %w", r.id, err)
+		}
+		t.touch()
+		if through := r.hwm - t.in.cfg.window; through >= 1 {
+			if err := t.in.q.DigestsDropThrough(t.ctx, t.on(stmtDigestsDrop), db.DigestsDropThroughParams{EngineRunID: r.id, Through: through}); err != nil {
+				return fmt.Errorf("inbox: drop the old digests of run %q: %w", r.id, err)
+			}
+		}
+	}
+	return nil
+}
+
+// hexArray encodes digests as the JSON array of hex strings that DigestsInsert takes.
+func hexArray(ds [][sha256.Size]byte) string {
+	b := make([]byte, 0, len(ds)*(2*sha256.Size+3)+2)
+	b = append(b, '[')
+	for i, d := range ds {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = hex.AppendEncode(b, d[:])
+		b = append(b, '"')
+	}
+	return string(append(b, ']'))
+}
+
+// Retention trimming is bounded per call: at most trimRuns idle runs are looked at and trimRows
+// digests dropped, so a call after a long pause does not pay for every idle run at once.
+const (
+	trimRuns = 4
+	trimRows = 4096
+)
+
+// trimIdle drops the digests of runs idle past the retention, but each run's last line's. It looks
+// only once a run can have become idle (Inbox.nextTrim), so that a busy inbox pays one comparison a
+// call for it.
+func (t *txn) trimIdle() error {
+	if t.now < t.in.nextTrim {
+		return nil
+	}
+	runs, err := t.in.q.RunsUntrimmed(t.ctx, t.on(stmtRunsUntrimmed), trimRuns)
+	if err != nil {
+		return fmt.Errorf("inbox: find idle runs: %w", err)
+	}
+	retention := int64(t.in.cfg.retention)
+	next := int64(math.MaxInt64) // no run left to trim: none until one applies
+	if len(runs) == trimRuns {
+		next = t.now // perhaps more idle runs after these
+	}
+	budget := int64(trimRows)
+	for _, r := range runs {
+		if r.AppliedAt >= t.now-retention {
+			next = r.AppliedAt + retention // the longest idle is not idle yet
+			break
+		}
+		n, err := t.in.q.DigestsTrim(t.ctx, t.tx, db.DigestsTrimParams{EngineRunID: r.EngineRunID, Below: r.Hwm, MaxRows: budget})
+		if err != nil {
+			return fmt.Errorf("inbox: trim the digests of idle run %q: %w", r.EngineRunID, err)
+		}
+		if budget -= n; budget <= 0 {
+			next = t.now // the run may hold more: the next call goes on with it
+			break
+		}
+		if err := t.in.q.RunMarkTrimmed(t.ctx, t.tx, r.EngineRunID); err != nil {
+			return fmt.Errorf("inbox: trim idle run %q: %w", r.EngineRunID, err)
+		}
+	}
+	t.trimNext = &next
+	return nil
+}
+
+// touch records that the transaction made a run active now: it can be idle a retention later.
+func (t *txn) touch() { t.touched = true }
+
+// committed carries what the inbox keeps in memory about its tables over to the next transaction,
+// once this one has committed.
+func (t *txn) committed() {
+	if t.trimNext != nil {
+		t.in.nextTrim = *t.trimNext
+	}
+	if t.touched {
+		t.in.nextTrim = min(t.in.nextTrim, t.now+int64(t.in.cfg.retention))
+	}
+}
