@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/textmachine/outbox/internal/outboxtest"
 	"github.com/textmachine/outbox/journal"
 	"github.com/textmachine/outbox/outbox"
 )
@@ -73,7 +74,7 @@ func BenchmarkFollowFileLatency(b *testing.B) {
 			sink := &timedSink{j: rj.j, at: map[int64]time.Time{}}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			relay := outbox.NewRelay(rj.s, sink, "a")
+			relay := outboxtest.NewRelay(b, rj.s, sink, "a")
 			relayDone := make(chan error, 1)
 			go func() { relayDone <- relay.Run(ctx) }()
 

@@ -53,7 +53,7 @@ func (r *relayJournal) add(run string, n int) {
 			r.t.Fatalf("EnqueueEvent: %v", err)
 		}
 	}
-	if err := outbox.NewRelay(r.s, r.j, run).Flush(ctx); err != nil {
+	if err := outboxtest.NewRelay(r.t, r.s, r.j, run).Flush(ctx); err != nil {
 		r.t.Fatalf("Flush: %v", err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/textmachine/outbox/internal/outboxtest"
 	"github.com/textmachine/outbox/journal"
 	"github.com/textmachine/outbox/outbox"
 )
@@ -64,7 +65,7 @@ func (c *consumer) waitPosition(run string, n int64) {
 func enqueueRelayed(t testing.TB, rj *relayJournal, run string, n int) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	relay := outbox.NewRelay(rj.s, rj.j, run, outbox.WithPollInterval(5*time.Millisecond), outbox.WithBatchSize(7))
+	relay := outboxtest.NewRelay(t, rj.s, rj.j, run, outbox.WithPollInterval(5*time.Millisecond), outbox.WithBatchSize(7))
 	done := make(chan error, 1)
 	go func() { done <- relay.Run(ctx) }()
 	for range n {

@@ -11,6 +11,7 @@ import (
 
 	njs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/textmachine/outbox/internal/outboxtest"
 	"github.com/textmachine/outbox/jetstream"
 	"github.com/textmachine/outbox/outbox"
 )
@@ -78,7 +79,7 @@ func TestARelayStopsOnAStreamLimitLoweredUnderIt(t *testing.T) {
 			t.Fatal(err)
 		}
 		lowerMaxMsgSize(t, js, 1024)
-		relay := outbox.NewRelay(store, s, "run-1", outbox.WithBackoff(time.Millisecond, 10*time.Millisecond))
+		relay := outboxtest.NewRelay(t, store, s, "run-1", outbox.WithBackoff(time.Millisecond, 10*time.Millisecond))
 		runCtx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
 		err = relay.Run(runCtx)

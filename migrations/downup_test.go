@@ -55,11 +55,11 @@ func recoveredBook(t *testing.T) (dbPath, jPath string) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if err := outbox.NewRelay(s, j, "live").Recover(ctx); err != nil {
+	if err := outboxtest.NewRelay(t, s, j, "live").Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
 	enqueue("live", 2, nil)
-	if err := outbox.NewRelay(s, j, "live").Flush(ctx); err != nil {
+	if err := outboxtest.NewRelay(t, s, j, "live").Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
 	for i := 3; i <= 4; i++ {
@@ -99,7 +99,7 @@ func recoverInto(t *testing.T, dbPath, jPath string) journal.Report {
 		t.Fatal(err)
 	}
 	defer j.Close()
-	if err := outbox.NewRelay(s, j, "next").Recover(ctx); err != nil {
+	if err := outboxtest.NewRelay(t, s, j, "next").Recover(ctx); err != nil {
 		t.Fatalf("recover after down and up: %v", err)
 	}
 	return verifyFile(t, jPath)
@@ -218,7 +218,7 @@ func TestAPositionTheRowsProveButTheJournalLacksIsRefusedByTheSinkNotSkipped(t *
 		t.Fatal(err)
 	}
 	defer j.Close()
-	err = outbox.NewRelay(s, j, "next").Recover(ctx)
+	err = outboxtest.NewRelay(t, s, j, "next").Recover(ctx)
 	if !errors.Is(err, outbox.ErrSinkRefused) || !errors.Is(err, journal.ErrStreamGap) {
 		t.Errorf("recover: %v, want the journal's refusal of a gap", err)
 	}

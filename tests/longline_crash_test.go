@@ -42,7 +42,12 @@ func longLineEngine() int {
 		fmt.Fprintln(os.Stderr, "engine:", err)
 		return 1
 	}
-	if err := outbox.NewRelay(s, j, run).Flush(ctx); err != nil {
+	relay, err := outbox.NewRelay(s, j, run)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "engine:", err)
+		return 1
+	}
+	if err := relay.Flush(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "engine:", err)
 		return 1
 	}
@@ -64,7 +69,12 @@ func recoveringEngine() int {
 		return 1
 	}
 	defer j.Close()
-	if err := outbox.NewRelay(s, j, os.Getenv("RUN")).Recover(ctx); err != nil {
+	relay, err := outbox.NewRelay(s, j, os.Getenv("RUN"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "recover:", err)
+		return 1
+	}
+	if err := relay.Recover(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "recover:", err)
 		return 1
 	}

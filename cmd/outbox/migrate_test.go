@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/textmachine/outbox/internal/outboxtest"
 	"github.com/textmachine/outbox/journal"
 	"github.com/textmachine/outbox/outbox"
 )
@@ -62,14 +63,14 @@ func TestMigrateDownNeedsNoForceWhenTheRowsShowEveryPosition(t *testing.T) {
 	}
 	s.EnqueueOnce(ctx, "r", "unit:4", journal.Builder("r", "unit_done", 4))
 	// Recovered by the next start: the rows up to 4 are forgotten but for the ledger row at the top.
-	if err := outbox.NewRelay(s, j, "r").Flush(ctx); err != nil {
+	if err := outboxtest.NewRelay(t, s, j, "r").Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
 	if s, err = outbox.Open(ctx, dbPath); err != nil {
 		t.Fatal(err)
 	}
-	if err := outbox.NewRelay(s, j, "next").Recover(ctx); err != nil {
+	if err := outboxtest.NewRelay(t, s, j, "next").Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/textmachine/outbox/internal/outboxtest"
 	"github.com/textmachine/outbox/journal"
 	"github.com/textmachine/outbox/outbox"
 )
@@ -39,7 +40,7 @@ func project(t *testing.T, dbPath, jPath, run string, n int, word string) {
 		t.Fatal(err)
 	}
 	defer j.Close()
-	if err := outbox.NewRelay(s, j, run).Flush(ctx); err != nil {
+	if err := outboxtest.NewRelay(t, s, j, run).Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
 }
