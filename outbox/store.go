@@ -632,18 +632,25 @@ func (s *Store) read(ctx context.Context, fn func(ctx context.Context) error) (e
 	return mapErr(ctx, readAgain(ctx, fn))
 }
 
-// readAgain runs fn again while it fails with SQLITE_READONLY_RECOVERY, as many as readRetries
-// times. SQLite's reader of a -shm it cannot write fails so when it found the WAL index header half
-// rewritten by a writer's commit and the writer done by the time it looked again: nothing was read,
-// and the read again succeeds, as SQLite's own retry would have it for a reader that may write.
+// readAgain runs fn again while it fails with SQLITE_READONLY_RECOVERY or SQLITE_READONLY_CANTINIT,
+// as many as readRetries times. SQLite's reader of a -shm it cannot write fails so when it found the
+// WAL index header half rewritten by a writer's commit (RECOVERY), or found no read mark it may use
+// just after the writer restarted its WAL and before the writer's own next read set one (CANTINIT):
+// nothing was read, and the read again succeeds, as SQLite's own retry would have it for a reader
+// that may write.
 func readAgain(ctx context.Context, fn func(ctx context.Context) error) error {
 	for attempt := 1; ; attempt++ {
 		err := fn(ctx)
-		if !errors.Is(err, sqlite3.READONLY_RECOVERY) || attempt == readRetries || ctx.Err() != nil {
+		if !readAgainAfter(err) || attempt == readRetries || ctx.Err() != nil {
 			return err
 		}
 		time.Sleep(time.Duration(attempt) * 10 * time.Microsecond)
 	}
+}
+
+// readAgainAfter tells the failures of a reader of a read-only -shm that read nothing and pass.
+func readAgainAfter(err error) bool {
+	return errors.Is(err, sqlite3.READONLY_RECOVERY) || errors.Is(err, sqlite3.READONLY_CANTINIT)
 }
 
 // readRetries bounds the reads again of a read-only store that met a writer's commit.

@@ -85,7 +85,7 @@ func migrateRead(ctx context.Context, path, action string, stdout io.Writer) err
 	}
 	defer d.Close()
 	applied, err := appliedVersions(ctx, d)
-	for i := 0; i < 100 && errors.Is(err, sqlite3.READONLY_RECOVERY); i++ {
+	for i := 0; i < 100 && (errors.Is(err, sqlite3.READONLY_RECOVERY) || errors.Is(err, sqlite3.READONLY_CANTINIT)); i++ {
 		// Read beside an engine whose -shm this user cannot write, the read met a commit and
 		// read nothing: read again.
 		applied, err = appliedVersions(ctx, d)
