@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/ncruces/go-sqlite3"
 	"github.com/ncruces/go-sqlite3/driver"
@@ -322,14 +323,26 @@ func (in *Inbox) write(ctx context.Context, fn func(t *txn) error) error {
 	return nil
 }
 
-// read runs fn on the read pool.
+// read runs fn on the read pool. A reader of a -shm it cannot write (OpenReadOnly beside a running
+// consumer) may find the WAL index header half rewritten by a commit (SQLITE_READONLY_RECOVERY) or no
+// read mark it may use just after a WAL restart (SQLITE_READONLY_CANTINIT); it has read nothing then,
+// and the same read again succeeds, so fn runs again, a bounded number of times.
 func (in *Inbox) read(ctx context.Context, fn func() error) error {
 	if err := in.enter(ctx); err != nil {
 		return err
 	}
 	defer in.exit()
-	if err := ctx.Err(); err != nil {
-		return err
+	for attempt := 1; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		err := fn()
+		if !errors.Is(err, sqlite3.READONLY_RECOVERY) && !errors.Is(err, sqlite3.READONLY_CANTINIT) || attempt == readRetries {
+			return err
+		}
+		time.Sleep(time.Duration(attempt) * 10 * time.Microsecond)
 	}
-	return fn()
 }
+
+// readRetries bounds the reads again of a reader that met a commit it could not wait out.
+const readRetries = 100
