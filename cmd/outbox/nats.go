@@ -268,47 +268,46 @@ func embeddedNATS(ctx context.Context, dir, stream, prefix string) (string, func
 	return srv.ClientURL(), stop, nil
 }
 
-// redactURL hides the user information (user and password, or a token) of each of the
-// comma-separated server URLs, as nats://xxxxx@host:4222. It works on the text, without parsing,
-// so that a URL that does not parse is hidden too.
+// redactURL hides the user information (user and password, or a token) of each server URL in urls,
+// as nats://xxxxx@host:4222. It works on the text, without parsing, so that a URL that does not parse
+// is hidden too: whatever stands between a "://" (or the start) and the last '@' before the next
+// "://" is hidden, so a password holding '/', '?', '#' or ',' is hidden whole, at worst with a host
+// name of a list beside it.
 func redactURL(urls string) string {
-	parts := strings.Split(urls, ",")
-	for i, p := range parts {
-		start := 0
-		if j := strings.Index(p, "://"); j >= 0 {
-			start = j + 3
+	var b strings.Builder
+	for rest := urls; ; {
+		next := strings.Index(rest, "://")
+		seg := rest
+		if next >= 0 {
+			seg = rest[:next]
 		}
-		end := len(p)
-		if j := strings.IndexAny(p[start:], "/?#"); j >= 0 {
-			end = start + j
+		if at := strings.LastIndexByte(seg, '@'); at >= 0 {
+			seg = "xxxxx" + seg[at:]
 		}
-		if at := strings.LastIndexByte(p[start:end], '@'); at >= 0 {
-			parts[i] = p[:start] + "xxxxx" + p[start+at:]
+		b.WriteString(seg)
+		if next < 0 {
+			return b.String()
 		}
+		b.WriteString("://")
+		rest = rest[next+3:]
 	}
-	return strings.Join(parts, ",")
 }
 
 func hasUserInfo(urls string) bool { return urls != "" && redactURL(urls) != urls }
 
-// checkURLs parses each server URL as nats.go will, so that a bad one is reported here, without the
-// URL: url.Parse's own error quotes the whole URL, password and all.
+// checkURLs parses each server URL as nats.go will, so that a bad one is reported here, and without
+// its text: url.Parse's error quotes the URL, password and all, and its reasons quote parts of it
+// ("invalid port" and what follows the last colon). The whole list is shown, redacted, since a
+// password holding a comma splits into two URLs.
 func checkURLs(urls string) error {
 	for _, p := range strings.Split(urls, ",") {
 		p = strings.TrimSpace(p)
 		if !strings.Contains(p, "://") {
 			p = "nats://" + p
 		}
-		u, err := url.Parse(p)
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		if err == nil && u.Host == "" {
-			err = errors.New("no host")
-		}
-		if err != nil {
-			return fmt.Errorf("server URL %s: %v", sanitize(redactURL(p)), err)
+		if u, err := url.Parse(p); err != nil || u.Host == "" {
+			return fmt.Errorf("server URL %s is not a valid URL (in a password, '/', '?', '#', ',', '@' and '%%' must be percent-encoded)",
+				sanitize(redactURL(urls)))
 		}
 	}
 	return nil

@@ -157,6 +157,8 @@ func TestConnectionWithUserAndPasswordInTheURLNeverPrintsThePassword(t *testing.
 		{"stream", "create", "--nats", dead, "--stream", "EVENTS"},
 		{"verify", "--nats", "nats://ops:" + secret + "@127.0.0.1:notaport", "--stream", "EVENTS"},
 		{"verify", "--nats", "nats://ops:" + secret + "@bad host", "--stream", "EVENTS"},
+		{"verify", "--nats", "nats://ops:" + secret + "/x?y#z@127.0.0.1:1", "--stream", "EVENTS"},
+		{"verify", "--nats", "nats://ops:" + secret + ",x@127.0.0.1:1", "--stream", "EVENTS"},
 		{"demo", "--sink", "nats", "--nats", good, "--stream", "DEMO", "--units", "20", "--crashes", "1", "--dir", filepath.Join(t.TempDir(), "demo")},
 	} {
 		code, out, errOut := cli(t, args...)
@@ -417,5 +419,25 @@ func TestVerifyWithASubjectPrefixFindsALineOutsideIt(t *testing.T) {
 	code, out, errOut := cli(t, "verify", "--nats", url, "--stream", "MIXED")
 	if code != exitFindings || !strings.Contains(errOut, "subject other.r, stream sequence 2: the subject is not outbox.<run>") {
 		t.Errorf("verify of a line outside the prefix: %d %q %q", code, out, errOut)
+	}
+}
+
+func TestRedactedServerURLsHideEveryShapeOfPassword(t *testing.T) {
+	for in, want := range map[string]string{
+		"nats://127.0.0.1:4222":                       "nats://127.0.0.1:4222",
+		"nats://ops:pw@127.0.0.1:4222":                "nats://xxxxx@127.0.0.1:4222",
+		"nats://t0ken@h:4222":                         "nats://xxxxx@h:4222",
+		"ops:pw@h:4222":                               "xxxxx@h:4222",
+		"nats://ops:p/w?x#y@h:4222":                   "nats://xxxxx@h:4222",
+		"nats://ops:p@w@h:4222":                       "nats://xxxxx@h:4222",
+		"nats://ops:p,w@h:4222":                       "nats://xxxxx@h:4222",
+		"nats://a:1@h1:4222,tls://b:2@h2:4222":        "nats://xxxxx@h1:4222,tls://xxxxx@h2:4222",
+		"nats://h1:4222,nats://b:2@h2:4222":           "nats://h1:4222,nats://xxxxx@h2:4222",
+		"nats://ops:p%40w@h:4222/path":                "nats://xxxxx@h:4222/path",
+		"nats://ops:pw@h:4222, nats://ops:pw@h2:4222": "nats://xxxxx@h:4222, nats://xxxxx@h2:4222",
+	} {
+		if got := redactURL(in); got != want {
+			t.Errorf("redactURL(%q) = %q, want %q", in, got, want)
+		}
 	}
 }
