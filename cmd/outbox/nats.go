@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -133,6 +134,12 @@ func (f *natsFlags) resolve() (connection, error) {
 	if c.URL == "" {
 		c.URL = nats.DefaultURL // as the nats CLI does for a context without one
 	}
+	for _, p := range [][2]string{{c.Creds, "credentials file"}, {c.NKey, "nkey seed file"}, {c.Cert, "client certificate"},
+		{c.Key, "client key"}, {c.CA, "CA file"}} {
+		if err := regularFile(p[0], p[1]); err != nil {
+			return connection{}, err
+		}
+	}
 	if err := checkURLs(c.URL); err != nil {
 		return connection{}, err
 	}
@@ -141,14 +148,8 @@ func (f *natsFlags) resolve() (connection, error) {
 	case c.User != "":
 		conn.opts = append(conn.opts, nats.UserInfo(c.User, c.Password))
 	case c.Creds != "":
-		if err := checkFile(c.Creds, "credentials file"); err != nil {
-			return connection{}, err
-		}
 		conn.opts = append(conn.opts, nats.UserCredentials(c.Creds))
 	case c.NKey != "":
-		if err := checkFile(c.NKey, "nkey seed file"); err != nil {
-			return connection{}, err
-		}
 		o, err := nats.NkeyOptionFromSeed(c.NKey)
 		if err != nil {
 			return connection{}, fmt.Errorf("nkey seed file %s: %w", quote(c.NKey), err)
@@ -309,6 +310,22 @@ func checkURLs(urls string) error {
 			return fmt.Errorf("server URL %s is not a valid URL (in a password, '/', '?', '#', ',', '@' and '%%' must be percent-encoded)",
 				sanitize(redactURL(urls)))
 		}
+	}
+	return nil
+}
+
+// regularFile refuses, before anything reads it, a file of credentials or certificates that is missing,
+// a directory or not a regular file: reading a named pipe would block the command for good. "" is no
+// file, and passes.
+func regularFile(path, what string) error {
+	if path == "" {
+		return nil
+	}
+	if err := checkFile(path, what); err != nil {
+		return err
+	}
+	if st, err := os.Stat(path); err == nil && !st.Mode().IsRegular() {
+		return fmt.Errorf("%s %s is not a regular file", what, quote(path))
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -439,5 +440,37 @@ func TestRedactedServerURLsHideEveryShapeOfPassword(t *testing.T) {
 		if got := redactURL(in); got != want {
 			t.Errorf("redactURL(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+func TestConnectionFilesThatAreNotRegularFilesAreRefusedAtOnce(t *testing.T) {
+	url := bareNATS(t)
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Skip("no named pipes here:", err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--creds", fifo}, "credentials file " + fifo + " is not a regular file"},
+		{[]string{"--nkey", dir}, "nkey seed file " + dir + " is a directory"},
+		{[]string{"--tls-ca", filepath.Join(dir, "none.pem")}, "CA file " + filepath.Join(dir, "none.pem") + " does not exist"},
+		{[]string{"--tls-cert", fifo, "--tls-key", fifo}, "client certificate " + fifo + " is not a regular file"},
+	} {
+		code, _, errOut := cli(t, append([]string{"stream", "create", "--nats", url, "--stream", "S"}, tc.args...)...)
+		if code != exitUsage || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%v: %d %q, want %q", tc.args, code, errOut, tc.want)
+		}
+	}
+	natsContextFile(t, "pipe", nil)
+	ctxFile := filepath.Join(os.Getenv("XDG_CONFIG_HOME"), "nats", "context", "pipe.json")
+	os.Remove(ctxFile)
+	if err := syscall.Mkfifo(ctxFile, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := cli(t, "stream", "create", "--context", "pipe", "--stream", "S"); code != exitUsage || !strings.Contains(errOut, "is not a regular file") {
+		t.Errorf("a context that is a named pipe: %d %q", code, errOut)
 	}
 }

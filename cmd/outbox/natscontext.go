@@ -59,10 +59,13 @@ func loadContext(name string) (natsContext, error) {
 	if err != nil {
 		return c, err
 	}
-	data, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 		return c, fmt.Errorf("context %s: %s does not exist (see 'nats context ls')", quote(name), quote(path))
 	}
+	if err := regularFile(path, "context file"); err != nil {
+		return c, fmt.Errorf("context %s: %w", quote(name), err)
+	}
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return c, fmt.Errorf("context %s: %w", quote(name), err)
 	}
