@@ -29,7 +29,10 @@ beside an engine.
 It writes only into a journal that continues this database: before writing anything it checks
 that the file is a journal (not a database, a text file or anything else) and that it holds every
 run up to the seq the database records as projected. Otherwise it exits with status 2, naming the
-problem, and leaves the journal and the database as they were.`
+problem, and leaves the journal and the database as they were.
+
+With --nats URL or --context NAME (and the other connection flags) it projects into the JetStream
+stream NAME instead, under --subject-prefix, which must be the prefix the stream was created with.`
 
 func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("relay", "outbox relay --db FILE (--journal FILE | (--nats URL | --context NAME) --stream NAME [--subject-prefix PREFIX])", relayAbout)

@@ -21,7 +21,7 @@ Creates the JetStream stream NAME with exactly the settings the relay's sink nee
 subjects PREFIX.>, file storage, the limits retention policy, atomic batch publish, a
 duplicate window of 2 minutes, and N replicas. A stream of that name that already has
 these settings is left as it is; one with other settings is an error that says what
-differs, and is not changed.
+differs, and is not changed. The first word of the output says which: "created" or "found".
 
 Durability of an acknowledged line: --replicas 1 survives a crash of the server process,
 not a power failure of its machine (unless the server syncs always); --replicas 3 survives

@@ -58,9 +58,14 @@ carries the same bytes (a duplicate, skipped) or is a conflict; every complete l
 object with a string "engine_run_id" and an integer "seq". A last line without its newline is a
 torn tail, reported, not an error.
 
+FILE - reads the journal from standard input. With --nats URL or --context NAME it checks the
+stream NAME instead, read from its first message to its last, every message's subject under
+--subject-prefix.
+
 Prints a per-run summary and ends with a one-line verdict, "OK" or "FAILED: " and what failed.
-With --json it prints one JSON object whatever happens; when the input could not be read, its
-"error" member says why.
+With --json it prints one JSON object whatever happens: "file" names the journal checked, or
+"stream" and "server" the stream (the server's user information hidden); when the input could not
+be read, its "error" member says why.
 
 Exit status: 0 clean, 1 a gap, a conflict or a malformed line, 2 a usage or I/O error.`
 
