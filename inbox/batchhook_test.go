@@ -137,3 +137,24 @@ func TestAFileSourcePassesItsBetweenBatchesPointPerBatchAndItsTornTailPointAtALi
 		t.Errorf("run at %d, want 5: the torn line is not taken", p)
 	}
 }
+
+func TestABatchHookThatPanicsReachesTheCallerWithTheBatchCommitted(t *testing.T) {
+	t.Parallel()
+	in, _ := setup(t, inbox.WithBatchHook(func(string, inbox.Report) { panic("hook") }))
+	func() {
+		defer func() {
+			if r := recover(); r != "hook" {
+				t.Errorf("recovered %v, want the hook's panic", r)
+			}
+		}()
+		in.ApplyFrom(context.Background(), "s", nil, []byte("1"), lines("r", 1, 3), insertHandler)
+	}()
+	if p := position(t, in, "r"); p != 3 {
+		t.Errorf("run at %d after the hook's panic, want 3", p)
+	}
+	if pos, err := in.SourcePosition(context.Background(), "s"); err != nil || string(pos) != "1" {
+		t.Errorf("source at %q, %v", pos, err)
+	}
+	// The inbox goes on: the writer was given back before the hook ran.
+	mustApply(t, in, lines("r", 4, 4))
+}

@@ -92,3 +92,14 @@ func TestDemoFailsWhenThePlatformAppliedALineTwice(t *testing.T) {
 		}
 	}
 }
+
+func TestDemoRefusesADirectoryThatHoldsAPlatformDatabase(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "platform.db"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errOut := cli(t, "demo", "--dir", dir, "--units", "10")
+	if code != exitUsage || !strings.Contains(errOut, "platform.db already exists") {
+		t.Errorf("exit %d, %q; want 2 naming platform.db", code, errOut)
+	}
+}
