@@ -137,7 +137,10 @@ func (p *platform) start(ctx context.Context, stop <-chan struct{}) (bool, error
 			}
 		}()
 	}
+	// The reports go on being read after the kill, to the end of the pipe: a batch the start
+	// committed and reported before the signal landed is counted too.
 	sc := bufio.NewScanner(out)
+	signalled := false
 	for sc.Scan() {
 		var applied, dups int
 		if n, _ := fmt.Sscanf(sc.Text(), "batch %d %d", &applied, &dups); n != 2 {
@@ -145,12 +148,12 @@ func (p *platform) start(ctx context.Context, stop <-chan struct{}) (bool, error
 		}
 		p.applied += applied
 		p.duplicates += dups
-		if len(p.killAt) > 0 && p.applied >= p.killAt[0] {
+		if !signalled && len(p.killAt) > 0 && p.applied >= p.killAt[0] {
 			for len(p.killAt) > 0 && p.killAt[0] <= p.applied {
 				p.killAt = p.killAt[1:]
 			}
 			cmd.Process.Signal(syscall.SIGKILL)
-			break
+			signalled = true
 		}
 	}
 	io.Copy(io.Discard, out)
