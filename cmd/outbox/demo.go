@@ -45,8 +45,8 @@ every unit the database says is done, then works the rest, each unit one transac
 to the journal. The demo kills it with SIGKILL K times, at units drawn from the seed,
 restarting it each time. Beside it, the platform (another child) follows the journal through
 an inbox into a database of its own, counting each unit once from its unit_done line and
-summing the spend; it too is killed with SIGKILL K times, once it has applied a number of
-lines drawn from the seed, and restarted. When the book is done, the platform catches up to
+summing the spend; it too is killed with SIGKILL, up to K times, once it has applied a
+number of lines drawn from the seed, and restarted. When the book is done, the platform catches up to
 the journal's end. The demo then checks the journal against the book, and the platform's
 database against both, each file read for itself: every line of every run applied once,
 none skipped, the platform's units and spend the book's. DIR keeps book.db, journal.jsonl
@@ -61,7 +61,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("demo", "outbox demo [--dir DIR] [--units N] [--crashes K] [--seed S] [--sink KIND [--nats URL] [--stream NAME]]", demoAbout)
 	dir := fs.String("dir", "", "work in `dir` (default: a new temporary directory)")
 	units := fs.Int("units", 2000, "the book's size: `n` units")
-	crashes := fs.Int("crashes", 3, "kill the engine with SIGKILL `k` times")
+	crashes := fs.Int("crashes", 3, "kill the engine, and the platform, with SIGKILL `k` times each")
 	seed := fs.Uint64("seed", 1, "draw the moments of the kills from the seed `s`")
 	sinkKind := fs.String("sink", "file", "project to a journal file (`kind` file) or to JetStream (nats)")
 	natsURL := fs.String("nats", "", "with --sink nats: the server's `url` (default: start one in DIR, on loopback)")
