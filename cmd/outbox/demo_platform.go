@@ -64,8 +64,9 @@ type platform struct {
 	killAt             []int // increasing
 
 	// applied and duplicates add up what the starts reported. A start killed after a commit and
-	// before its report was read leaves that batch out, so they can fall short, never exceed what
-	// was committed: a report is printed only after its batch's commit returned.
+	// before it printed that batch's report leaves the batch out, so they can fall short, never
+	// exceed what was committed: a report is printed only after its batch's commit returned, and
+	// each is read once, also after the kill.
 	applied, duplicates int
 	restarts            int
 }
