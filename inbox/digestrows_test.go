@@ -3,6 +3,7 @@ package inbox_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -73,6 +74,7 @@ func TestTheDigestsMigrationCarriesEveryDigestOverUpAndDown(t *testing.T) {
 	}
 	mustApply(t, in, lines("gap", 9, 12))
 	mustApply(t, in, lines("long", 1, 100))
+	mustApply(t, in, append(nulRun(1, 3), lines("a", 1, 3)...)) // two runs that a C string would merge
 	in.Close()
 
 	d := rawDBRW(t, path)
@@ -85,7 +87,7 @@ func TestTheDigestsMigrationCarriesEveryDigestOverUpAndDown(t *testing.T) {
 		t.Fatalf("down: %v", err)
 	}
 	// A row per digest kept, none for the seqs given up.
-	want := map[string][]int64{"old": {30}, "gap": {1, 2, 3, 4, 5, 9, 10, 11, 12}}
+	want := map[string][]int64{"old": {30}, "gap": {1, 2, 3, 4, 5, 9, 10, 11, 12}, "a": {1, 2, 3}, "a\x00b": {1, 2, 3}}
 	for s := int64(49); s <= 100; s++ { // the window (60, 100] in whole rows of 16: from 49
 		want["long"] = append(want["long"], s)
 	}
@@ -101,7 +103,11 @@ func TestTheDigestsMigrationCarriesEveryDigestOverUpAndDown(t *testing.T) {
 			if err := rows.Scan(&s, &dg); err != nil {
 				t.Fatal(err)
 			}
-			if string(dg) != string(sha256Of(line(run, s))) {
+			l := line(run, s)
+			if run == "a\x00b" {
+				l = nulRun(s, s)[0]
+			}
+			if string(dg) != string(sha256Of(l)) {
 				t.Errorf("run %s seq %d: digest %x", run, s, dg)
 			}
 			got = append(got, s)
@@ -130,6 +136,7 @@ func TestTheDigestsMigrationCarriesEveryDigestOverUpAndDown(t *testing.T) {
 		want  inbox.Report
 	}{
 		{"kept digests", append(append(lines("long", 61, 100), line("old", 30)), lines("gap", 1, 5)...), inbox.Report{Duplicates: 46}},
+		{"runs apart", append(lines("a", 1, 3), nulRun(1, 3)...), inbox.Report{Duplicates: 6}},
 		{"seqs given up and older lines", append(lines("gap", 6, 8), lines("old", 1, 29)...), inbox.Report{Stale: 32}},
 		{"the next lines", [][]byte{line("long", 101), line("old", 31), line("gap", 13)}, inbox.Report{Applied: 3}},
 	} {
@@ -141,4 +148,13 @@ func TestTheDigestsMigrationCarriesEveryDigestOverUpAndDown(t *testing.T) {
 	if qs := quarantined(t, in); len(qs) != 1 || qs[0].RunID != "gap" || qs[0].Reason != "conflict" {
 		t.Errorf("other bytes under a kept seq: %v", qs)
 	}
+}
+
+// nulRun renders lines from..to of the run "a\x00b", whose id holds a NUL.
+func nulRun(from, to int64) [][]byte {
+	var out [][]byte
+	for s := from; s <= to; s++ {
+		out = append(out, fmt.Appendf(nil, `{"engine_run_id":"a\u0000b","seq":%d,"type":"t","data":""}`, s))
+	}
+	return out
 }
