@@ -87,7 +87,8 @@ type Option func(*config) error
 // default is DefaultDigestWindow, 4,096; 1 to MaxDigestWindow). A line at or below the high-water
 // mark within the window is a duplicate with the same bytes and a conflict with others; one older
 // than the window (seq ≤ high-water mark − n) is Stale. Raising it across a reopen leaves the seqs
-// whose digests were already dropped Stale.
+// whose digests were already dropped Stale; lowering it drops a run's digests past the new window
+// within the next 16 lines the run applies (or at its retention trim).
 func WithDigestWindow(n int) Option {
 	return func(c *config) error {
 		if n < 1 || n > MaxDigestWindow {
