@@ -47,8 +47,8 @@
 //   - One transaction and one WAL sync per call, whatever the number of lines (at the default
 //     outbox.DurabilityFull, durable on return; outbox.DurabilityNormal can lose the last calls to a
 //     power failure, and the sources then read their lines again). A cancelled or expired context
-//     costs its own call only: an error means nothing of the call was committed, and the Report
-//     beside it is zero.
+//     costs its own call only: an error means nothing of the call was committed, the Report
+//     beside it is zero, and the error wraps the context's (whatever statement it interrupted).
 //   - One writer. Open holds an exclusive lock on the database file; a second Inbox, in this process
 //     or another, fails at once with ErrLocked. Calls that write are serialized; Position,
 //     Quarantined, SourcePosition and Sources read on a pool of their own (WAL mode) and never wait
