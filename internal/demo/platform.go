@@ -45,13 +45,12 @@ CREATE TABLE IF NOT EXISTS platform_spend (unit INTEGER NOT NULL, cents INTEGER 
 // ends: everything it applied is committed. A crash anywhere costs nothing: the next start goes on
 // from the position the inbox committed with the effects.
 func RunPlatform(ctx context.Context, cfg PlatformConfig) (err error) {
-	// Opening and creating the tables are short and are not stopped half-way: a follower told to
-	// stop while it opens (SQLite then reports an interrupted statement, not ctx's error) stops at
-	// FollowFile's first look at ctx instead.
-	setup := ctx
-	if cfg.Follow {
-		setup = context.WithoutCancel(ctx)
-	}
+	// A follower told to stop while it opens has applied nothing: that is a stop, not a failure.
+	defer func() {
+		if cfg.Follow && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			err = nil
+		}
+	}()
 	var opts []inbox.Option
 	if cfg.Batch != nil {
 		batch := cfg.Batch
@@ -63,13 +62,13 @@ func RunPlatform(ctx context.Context, cfg PlatformConfig) (err error) {
 	if cfg.BatchLines > 0 {
 		opts = append(opts, inbox.WithBatchLines(cfg.BatchLines))
 	}
-	in, err := inbox.Open(setup, cfg.DB, opts...)
+	in, err := inbox.Open(ctx, cfg.DB, opts...)
 	if err != nil {
 		return err
 	}
 	defer func() { err = errors.Join(err, in.Close()) }()
-	if err := in.WriteTx(setup, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(setup, platformSchema)
+	if err := in.WriteTx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, platformSchema)
 		return err
 	}); err != nil {
 		return fmt.Errorf("demo: platform schema: %w", err)
@@ -78,11 +77,7 @@ func RunPlatform(ctx context.Context, cfg PlatformConfig) (err error) {
 		_, err := in.ApplyFile(ctx, cfg.Journal, applyLine)
 		return err
 	}
-	err = in.FollowFile(ctx, cfg.Journal, applyLine)
-	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
-		return nil
-	}
-	return err
+	return in.FollowFile(ctx, cfg.Journal, applyLine)
 }
 
 // demoLine is what the platform and the checks read of a journal line.
