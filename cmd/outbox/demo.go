@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -36,15 +37,23 @@ func init() {
 }
 
 const demoAbout = `
-Simulates an engine working through a book of N units. The engine runs as a child process
-(this binary, re-executed) with a fresh run id per start: it recovers what earlier starts
-left, writes its run_started handshake, announces every unit the database says is done,
-then works the rest, each unit one transaction (units, spend, and a spend event), each
-finished unit announced once, while a relay projects to the journal. The demo kills it
-with SIGKILL K times, at units drawn from the seed, restarting it each time, then checks
-the journal against the database. DIR keeps book.db and journal.jsonl for inspection.
-With --sink nats the relay projects to a JetStream stream instead (a server started in
-DIR/nats when --nats is not given), and the stream, written to DIR/stream.jsonl, is checked.
+Simulates an engine working through a book of N units, and the platform that reads its
+journal. The engine runs as a child process (this binary, re-executed) with a fresh run id
+per start: it recovers what earlier starts left, writes its run_started handshake, announces
+every unit the database says is done, then works the rest, each unit one transaction
+(units, spend, and a spend event), each finished unit announced once, while a relay projects
+to the journal. The demo kills it with SIGKILL K times, at units drawn from the seed,
+restarting it each time. Beside it, the platform (another child) follows the journal through
+an inbox into a database of its own, counting each unit once from its unit_done line and
+summing the spend; it too is killed with SIGKILL, up to K times, once it has applied a
+number of lines drawn from the seed, and restarted. When the book is done, the platform catches up to
+the journal's end. The demo then checks the journal against the book, and the platform's
+database against both, each file read for itself: every line of every run applied once,
+none skipped, the platform's units and spend the book's. DIR keeps book.db, journal.jsonl
+and platform.db for inspection. With --sink nats the relay projects to a JetStream stream
+instead (a server started in DIR/nats when --nats is not given); the stream, written to
+DIR/stream.jsonl, is checked, and the platform applies that file once the book is done,
+without being killed (it does not read the stream itself).
 
 Exit status: 0 when every guarantee held, 1 when one did not, 2 on a usage error.`
 
@@ -52,7 +61,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("demo", "outbox demo [--dir DIR] [--units N] [--crashes K] [--seed S] [--sink KIND [--nats URL | --context NAME] [--stream NAME] [--subject-prefix PREFIX]]", demoAbout)
 	dir := fs.String("dir", "", "work in `dir` (default: a new temporary directory)")
 	units := fs.Int("units", 2000, "the book's size: `n` units")
-	crashes := fs.Int("crashes", 3, "kill the engine with SIGKILL `k` times")
+	crashes := fs.Int("crashes", 3, "kill the engine, and the platform, with SIGKILL `k` times each")
 	seed := fs.Uint64("seed", 1, "draw the moments of the kills from the seed `s`")
 	sinkKind := fs.String("sink", "file", "project to a journal file (`kind` file) or to JetStream (nats)")
 	streamName := fs.String("stream", "EVENTS", "with --sink nats: the stream's `name`; on a server of yours it must be empty")
@@ -87,7 +96,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return fail(stderr, exitUsage, "demo: %v", err)
 	}
 	dbPath, jPath := filepath.Join(*dir, "book.db"), filepath.Join(*dir, "journal.jsonl")
-	for _, p := range []string{dbPath, jPath} {
+	platformDB := filepath.Join(*dir, "platform.db")
+	for _, p := range []string{dbPath, jPath, platformDB} {
 		if _, err := os.Stat(p); err == nil {
 			return fail(stderr, exitUsage, "demo: %s already exists; give an empty --dir", p)
 		}
@@ -123,6 +133,20 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(stderr, exitUsage, "demo: %v", err)
 	}
+	plat := &platform{exe: exe, dbPath: platformDB, jPath: checked, stderr: stderr}
+	engineDone := make(chan struct{})
+	followed := make(chan error, 1)
+	if *sinkKind == "file" {
+		plat.killAt = platformKills(*seed, *units, *crashes)
+		go func() { followed <- plat.follow(ctx, engineDone) }()
+	} else {
+		followed <- nil
+	}
+	stopFollowing := sync.OnceValue(func() error {
+		close(engineDone)
+		return <-followed
+	})
+	defer stopFollowing()
 	began := time.Now()
 	starts, killed := 0, 0
 	for {
@@ -145,14 +169,27 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		break
 	}
 
+	if err := stopFollowing(); err != nil {
+		return fail(stderr, exitFindings, "demo: %v", err)
+	}
 	if *sinkKind == "nats" {
 		if err := streamToFile(ctx, nf, *streamName, checked); err != nil {
 			return fail(stderr, exitFindings, "demo: read the stream: %v", err)
 		}
 	}
+	if err := plat.catchUp(ctx); err != nil {
+		return fail(stderr, exitFindings, "demo: %v", err)
+	}
+	if beforeDemoCheck != nil {
+		beforeDemoCheck(*dir)
+	}
 	res, err := demo.Check(ctx, dbPath, checked, *units, "")
 	if err != nil {
 		return fail(stderr, exitFindings, "demo: check: %v", err)
+	}
+	pres, err := demo.CheckPlatform(ctx, platformDB, dbPath, checked)
+	if err != nil {
+		return fail(stderr, exitFindings, "demo: check the platform: %v", err)
 	}
 	gaps, conflicts, malformed := 0, 0, 0
 	switch {
@@ -179,14 +216,19 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(tw, "database integrity\t%s\n", res.Integrity)
 	fmt.Fprintf(tw, "time\t%v\n", time.Since(began).Round(10*time.Millisecond))
 	tw.Flush()
-	fmt.Fprintf(stdout, "\nbook: %s\njournal: %s\n", dbPath, checked)
-	if !res.OK() {
-		fmt.Fprintf(stdout, "\nFAILED: %s\n", strings.Join(res.Problems(), "; "))
+	fmt.Fprintf(stdout, "%s\n", platformLine(pres, *units, plat))
+	fmt.Fprintf(stdout, "\nbook: %s\njournal: %s\nplatform database: %s\n", dbPath, checked, platformDB)
+	if !res.OK() || !pres.OK() {
+		fmt.Fprintf(stdout, "\nFAILED: %s\n", problems(res, pres))
 		return exitFindings
 	}
 	fmt.Fprintln(stdout, "\nOK: nothing lost, nothing counted twice")
 	return exitOK
 }
+
+// beforeDemoCheck, when set, is called with the demo's directory before its checks: a test changes
+// the files there to prove that the checks find it.
+var beforeDemoCheck func(dir string)
 
 // startEngine runs one start of the engine and, when killAt > 0, kills it with SIGKILL once it
 // reports that many units done. It returns the last unit count the engine reported and "killed" or
