@@ -58,14 +58,14 @@ without being killed (it does not read the stream itself).
 Exit status: 0 when every guarantee held, 1 when one did not, 2 on a usage error.`
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("demo", "outbox demo [--dir DIR] [--units N] [--crashes K] [--seed S] [--sink KIND [--nats URL] [--stream NAME]]", demoAbout)
+	fs := newFlags("demo", "outbox demo [--dir DIR] [--units N] [--crashes K] [--seed S] [--sink KIND [--nats URL | --context NAME] [--stream NAME] [--subject-prefix PREFIX]]", demoAbout)
 	dir := fs.String("dir", "", "work in `dir` (default: a new temporary directory)")
 	units := fs.Int("units", 2000, "the book's size: `n` units")
 	crashes := fs.Int("crashes", 3, "kill the engine, and the platform, with SIGKILL `k` times each")
 	seed := fs.Uint64("seed", 1, "draw the moments of the kills from the seed `s`")
 	sinkKind := fs.String("sink", "file", "project to a journal file (`kind` file) or to JetStream (nats)")
-	natsURL := fs.String("nats", "", "with --sink nats: the server's `url` (default: start one in DIR, on loopback)")
 	streamName := fs.String("stream", "EVENTS", "with --sink nats: the stream's `name`; on a server of yours it must be empty")
+	nf := addNATSFlags(fs, "with --sink nats: the server's `url` (default: start one in DIR, on loopback)")
 	pos, code, done := parseFlags(fs, args, stderr)
 	if done {
 		return code
@@ -78,6 +78,13 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if *sinkKind != "file" && *sinkKind != "nats" {
 		return usageError(stderr, "outbox demo", "--sink is file or nats, not %s", quote(*sinkKind))
+	}
+	if *sinkKind == "file" && (nf.chosen() || nf.given("subject-prefix")) {
+		return usageError(stderr, "outbox demo", "the NATS flags need --sink nats")
+	}
+	nf.embedded = true
+	if p := nf.problem(); p != "" {
+		return usageError(stderr, "outbox demo", "%s", p)
 	}
 	if *dir == "" {
 		d, err := os.MkdirTemp("", "outbox-demo-")
@@ -98,19 +105,19 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	sinkArgs := []string{"--journal", jPath}
 	checked := jPath
 	if *sinkKind == "nats" {
-		if *natsURL == "" {
-			url, stop, err := embeddedNATS(ctx, *dir, *streamName)
+		if !nf.chosen() {
+			url, stop, err := embeddedNATS(ctx, *dir, *streamName, nf.prefix)
 			if err != nil {
 				return fail(stderr, exitUsage, "demo: %v", err)
 			}
 			defer stop()
-			*natsURL = url
-		} else if err := requireEmptyStream(ctx, *natsURL, *streamName); err != nil {
+			nf.url = url
+		} else if err := requireEmptyStream(ctx, nf, *streamName); err != nil {
 			return fail(stderr, exitUsage, "demo: %v", err)
 		}
-		sinkArgs = []string{"--nats", *natsURL, "--stream", *streamName}
+		sinkArgs = append([]string{"--stream", *streamName}, nf.args(false)...)
 		checked = filepath.Join(*dir, "stream.jsonl")
-		fmt.Fprintf(stdout, "demo: projecting to stream %s at %s\n", *streamName, *natsURL)
+		fmt.Fprintf(stdout, "demo: projecting to stream %s at %s\n", *streamName, nf.server())
 	}
 	fmt.Fprintf(stdout, "demo: a book of %d units in %s, %d crashes, seed %d\n\n", *units, *dir, *crashes, *seed)
 
@@ -166,7 +173,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return fail(stderr, exitFindings, "demo: %v", err)
 	}
 	if *sinkKind == "nats" {
-		if err := streamToFile(ctx, *natsURL, *streamName, checked); err != nil {
+		if err := streamToFile(ctx, nf, *streamName, checked); err != nil {
 			return fail(stderr, exitFindings, "demo: read the stream: %v", err)
 		}
 	}
@@ -269,8 +276,8 @@ func runEngine(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	jPath := fs.String("journal", "", "the journal `file`")
 	units := fs.Int("units", 0, "the book's size: `n` units")
 	runID := fs.String("run", "", "this start's run `id`")
-	natsURL := fs.String("nats", "", "project to the JetStream server at `url` instead of the journal")
 	streamName := fs.String("stream", "", "with --nats: the stream's `name`")
+	nf := addNATSFlags(fs, "project to the JetStream server at `url` instead of the journal")
 	if _, code, done := parseFlags(fs, args, stderr); done {
 		return code
 	}
@@ -278,41 +285,41 @@ func runEngine(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		DB: *dbPath, Journal: *jPath, Units: *units, RunID: *runID,
 		Progress: func(done int) { fmt.Fprintf(stdout, "done %d\n", done) },
 	}
-	if *natsURL != "" {
-		cfg.OpenSink = func(context.Context) (outbox.Sink, func() error, error) { return openNATSSink(*natsURL, *streamName) }
+	if nf.chosen() {
+		cfg.OpenSink = func(context.Context) (outbox.Sink, func() error, error) { return nf.openSink(*streamName) }
 	}
 	err := demo.RunEngine(ctx, cfg)
 	if err != nil {
-		return fail(stderr, exitFindings, "engine: %v", err)
+		return fail(stderr, exitFindings, "demo: engine %s: %v", quote(*runID), err)
 	}
 	return exitOK
 }
 
 // requireEmptyStream refuses a stream of someone else's that already holds lines: the check that ends
 // the demo reads the whole stream.
-func requireEmptyStream(ctx context.Context, url, name string) error {
-	js, closeConn, err := connectJetStream(url)
+func requireEmptyStream(ctx context.Context, nf *natsFlags, name string) error {
+	js, closeConn, err := nf.connect()
 	if err != nil {
 		return err
 	}
 	defer closeConn()
 	st, err := js.Stream(ctx, name)
 	if err != nil {
-		return fmt.Errorf("stream %s at %s: %w", name, url, err)
+		return fmt.Errorf("stream %s at %s: %w", name, nf.server(), err)
 	}
 	info, err := st.Info(ctx)
 	if err != nil {
 		return err
 	}
 	if info.State.Msgs != 0 {
-		return fmt.Errorf("stream %s at %s holds %d messages; the demo needs an empty one", name, url, info.State.Msgs)
+		return fmt.Errorf("stream %s at %s holds %s; the demo needs an empty one", name, nf.server(), plural(int64(info.State.Msgs), "message"))
 	}
 	return nil
 }
 
 // streamToFile writes the stream's lines to path, so the demo checks them as it checks a journal.
-func streamToFile(ctx context.Context, url, name, path string) error {
-	js, closeConn, err := connectJetStream(url)
+func streamToFile(ctx context.Context, nf *natsFlags, name, path string) error {
+	js, closeConn, err := nf.connect()
 	if err != nil {
 		return err
 	}

@@ -51,7 +51,7 @@ func runPlatform(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		Batch: func(r inbox.Report) { fmt.Fprintf(stdout, "batch %d %d\n", r.Applied, r.Duplicates) },
 	})
 	if err != nil {
-		return fail(stderr, exitFindings, "platform: %v", err)
+		return fail(stderr, exitFindings, "demo: platform: %v", err)
 	}
 	return exitOK
 }

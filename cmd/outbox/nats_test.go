@@ -27,7 +27,7 @@ func TestDemoProjectsToAnEmbeddedJetStreamServer(t *testing.T) {
 
 func TestRelayAndVerifyWorkAgainstAJetStreamStream(t *testing.T) {
 	ctx := context.Background()
-	url, stop, err := embeddedNATS(ctx, t.TempDir(), "EVENTS")
+	url, stop, err := embeddedNATS(ctx, t.TempDir(), "EVENTS", "outbox")
 	if err != nil {
 		t.Fatal(err)
 	}
