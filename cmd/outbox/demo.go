@@ -103,6 +103,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	sinkArgs := []string{"--journal", jPath}
+	var engineEnv []string
 	checked := jPath
 	if *sinkKind == "nats" {
 		if !nf.chosen() {
@@ -115,11 +116,11 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		} else if err := requireEmptyStream(ctx, nf, *streamName); err != nil {
 			return fail(stderr, exitUsage, "demo: %v", err)
 		}
-		sinkArgs = append([]string{"--stream", *streamName}, nf.args(false)...)
+		sinkArgs, engineEnv = natsEngineArgs(nf, *streamName)
 		checked = filepath.Join(*dir, "stream.jsonl")
 		fmt.Fprintf(stdout, "demo: projecting to stream %s at %s\n", *streamName, nf.server())
 	}
-	fmt.Fprintf(stdout, "demo: a book of %d units in %s, %d crashes, seed %d\n\n", *units, *dir, *crashes, *seed)
+	fmt.Fprintf(stdout, "demo: a book of %d units in %s, %s, seed %d\n\n", *units, *dir, crashCount(*crashes), *seed)
 
 	// The units at which the engine is killed: distinct, increasing, inside the book.
 	rng := rand.New(rand.NewPCG(*seed, 0x64656d6f))
@@ -156,7 +157,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			target = killAt[killed]
 		}
 		runID := fmt.Sprintf("demo-%d-%d-%d", *seed, starts, time.Now().UnixNano())
-		reached, status, err := startEngine(ctx, exe, dbPath, sinkArgs, *units, runID, target, stderr)
+		reached, status, err := startEngine(ctx, exe, dbPath, sinkArgs, engineEnv, *units, runID, target, stderr)
 		if err != nil {
 			return fail(stderr, exitFindings, "demo: start %d: %v", starts, err)
 		}
@@ -233,9 +234,10 @@ var beforeDemoCheck func(dir string)
 // startEngine runs one start of the engine and, when killAt > 0, kills it with SIGKILL once it
 // reports that many units done. It returns the last unit count the engine reported and "killed" or
 // "finished".
-func startEngine(ctx context.Context, exe, dbPath string, sinkArgs []string, units int, runID string, killAt int, stderr io.Writer) (int, string, error) {
+func startEngine(ctx context.Context, exe, dbPath string, sinkArgs, env []string, units int, runID string, killAt int, stderr io.Writer) (int, string, error) {
 	args := append([]string{engineCommand, "--db", dbPath, "--units", strconv.Itoa(units), "--run", runID}, sinkArgs...)
 	cmd := exec.CommandContext(ctx, exe, args...)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stderr = stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -267,6 +269,22 @@ func startEngine(ctx context.Context, exe, dbPath string, sinkArgs []string, uni
 	return reached, "", fmt.Errorf("engine %s: %w", runID, err)
 }
 
+// natsEngineArgs gives the engine child's arguments and environment for projecting to stream. The
+// server's URL, which may carry a password, goes in the environment, not on the command line, where
+// any user of the machine could read it.
+func natsEngineArgs(nf *natsFlags, stream string) (args, env []string) {
+	child := *nf
+	child.url = ""
+	args = append([]string{"--stream", stream}, child.args(false)...)
+	if nf.url != "" {
+		env = []string{demoNATSURLEnv + "=" + nf.url}
+	}
+	return args, env
+}
+
+// demoNATSURLEnv carries the server's URL from the demo to its engine.
+const demoNATSURLEnv = "OUTBOX_DEMO_NATS_URL"
+
 // runEngine is one start of the simulated engine, in the child process. It reports "done N" on
 // standard output after each unit.
 func runEngine(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -280,6 +298,9 @@ func runEngine(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	nf := addNATSFlags(fs, "project to the JetStream server at `url` instead of the journal")
 	if _, code, done := parseFlags(fs, args, stderr); done {
 		return code
+	}
+	if u := os.Getenv(demoNATSURLEnv); u != "" && nf.url == "" {
+		nf.url = u
 	}
 	cfg := demo.EngineConfig{
 		DB: *dbPath, Journal: *jPath, Units: *units, RunID: *runID,
@@ -333,4 +354,12 @@ func streamToFile(ctx context.Context, nf *natsFlags, name, path string) error {
 		return err
 	}
 	return f.Close()
+}
+
+// crashCount says "1 crash" or "N crashes".
+func crashCount(n int) string {
+	if n == 1 {
+		return "1 crash"
+	}
+	return strconv.Itoa(n) + " crashes"
 }

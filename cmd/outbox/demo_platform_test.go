@@ -86,7 +86,7 @@ func TestDemoFailsWhenThePlatformAppliedALineTwice(t *testing.T) {
 	if code != exitFindings {
 		t.Fatalf("demo over a platform with a line applied twice: exit %d, want 1\n%s", code, out)
 	}
-	for _, want := range []string{"FAILED:", "1 lines applied more than once", fmt.Sprintf("spend %d cents, the book %d", spendOf(40)+demo.Cents(1), spendOf(40))} {
+	for _, want := range []string{"FAILED:", "1 line applied more than once", fmt.Sprintf("spend %d cents, the book %d", spendOf(40)+demo.Cents(1), spendOf(40))} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}

@@ -69,7 +69,7 @@ func TestCheckPlatformFindsEveryKindOfTampering(t *testing.T) {
 		sql  string
 		want string
 	}{
-		"a line applied twice":           {`INSERT INTO platform_effects SELECT * FROM platform_effects LIMIT 1`, "1 lines applied more than once"},
+		"a line applied twice":           {`INSERT INTO platform_effects SELECT * FROM platform_effects LIMIT 1`, "1 line applied more than once"},
 		"a line never applied":           {`DELETE FROM platform_effects WHERE rowid = (SELECT max(rowid) FROM platform_effects)`, "1 of 21 lines never applied"},
 		"an effect of no journal line":   {`INSERT INTO platform_effects VALUES ('ghost', 1, 'spend')`, "1 effects of lines the journal does not hold"},
 		"a unit counted twice":           {`INSERT INTO platform_units SELECT * FROM platform_units LIMIT 1`, "1 units counted more than once"},

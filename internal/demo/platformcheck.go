@@ -50,7 +50,8 @@ func (r PlatformResult) Problems() []string {
 	add(r.Units != r.BookUnits, "platform: %d units, the book %d", r.Units, r.BookUnits)
 	add(r.UnitsTwice != 0, "platform: %d units counted more than once", r.UnitsTwice)
 	add(r.Spend != r.BookSpend, "platform: spend %d cents, the book %d", r.Spend, r.BookSpend)
-	add(r.AppliedTwice != 0, "platform: %d lines applied more than once", r.AppliedTwice)
+	add(r.AppliedTwice == 1, "platform: 1 line applied more than once")
+	add(r.AppliedTwice > 1, "platform: %d lines applied more than once", r.AppliedTwice)
 	add(r.Skipped != 0, "platform: %d of %d lines never applied", r.Skipped, r.Lines)
 	add(r.Foreign != 0, "platform: %d effects of lines the journal does not hold", r.Foreign)
 	add(len(r.MarksOff) != 0, "platform: the high-water mark of %d runs is not their last seq in the journal (%s)",
