@@ -42,7 +42,9 @@ and reports what one says and the other does not:
     seq, with other bytes.
 
 It also names what breaks the journal's own rules as it reads (a malformed line, a run that skips
-seqs; up to 10 of them); outbox verify checks the journal fully, duplicates included.
+seqs; up to 10 of them); outbox verify checks the journal fully, duplicates included. A message
+of a stream that is not one journal line, or not its subject's run's, ends the read of the stream
+and is named.
 
 It writes nothing and creates no file: the book is opened read-only, as stats opens it, and read
 in one snapshot; the journal file is only read (no lock, and a torn last line is left where it is
@@ -462,7 +464,7 @@ func (c *checker) findings(ctx context.Context, d *sql.DB) ([]checkFinding, erro
 				Message: fmt.Sprintf("run %s: the journal lacks %s, which the book records as projected", quote(id), seqs(have+1, b.projected))})
 		}
 	}
-	q := db.New()
+	var beyond []string // runs the journal holds more of than the book showed
 	for id, r := range c.runs {
 		if r.differ != nil {
 			f := *r.differ
@@ -472,21 +474,19 @@ func (c *checker) findings(ctx context.Context, d *sql.DB) ([]checkFinding, erro
 			}
 			out = append(out, f)
 		}
-		if b := c.book[id]; b != nil && r.max <= b.last {
-			continue
+		if b := c.book[id]; b == nil || r.max > b.last {
+			beyond = append(beyond, id)
 		}
-		var used, last int64
-		err := readAgainIfMet(func() (err error) {
-			if used, err = q.EventsRunUsed(ctx, d, id); err != nil || used == 0 {
-				return err
-			}
-			last, err = q.EventLastSeq(ctx, d, id)
-			return err
-		})
+	}
+	var known map[string]int64
+	if err := readAgainIfMet(func() (err error) { known, err = lastSeqs(ctx, d, beyond); return err }); err != nil {
+		return nil, fmt.Errorf("read the book again: %w", err)
+	}
+	for _, id := range beyond {
+		r := c.runs[id]
+		last, ok := known[id]
 		switch {
-		case err != nil:
-			return nil, fmt.Errorf("read the book again: %w", err)
-		case used == 0:
+		case !ok:
 			out = append(out, checkFinding{Kind: "unknown_run", Run: id, RunEscaped: escapedIfInvalid(id), FromSeq: 1, ToSeq: r.max, Lines: r.lines,
 				Message: fmt.Sprintf("run %s: the journal holds %s of a run the book does not know", quote(id), seqs(1, r.max))})
 		case r.max > last:
@@ -498,6 +498,34 @@ func (c *checker) findings(ctx context.Context, d *sql.DB) ([]checkFinding, erro
 		return cmp.Or(cmp.Compare(slices.Index(checkKinds, a.Kind), slices.Index(checkKinds, b.Kind)),
 			cmp.Compare(a.Run, b.Run), cmp.Compare(a.Line, b.Line), cmp.Compare(a.FromSeq, b.FromSeq))
 	})
+	return out, nil
+}
+
+// lastSeqs reads, in one read transaction, the highest seq the book gave each of the runs it knows
+// among ids; a run it does not know is absent.
+func lastSeqs(ctx context.Context, d *sql.DB, ids []string) (map[string]int64, error) {
+	out := map[string]int64{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	tx, err := d.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback()
+	q := db.New()
+	for _, id := range ids {
+		used, err := q.EventsRunUsed(ctx, tx, id)
+		if err != nil {
+			return nil, err
+		}
+		if used == 0 {
+			continue
+		}
+		if out[id], err = q.EventLastSeq(ctx, tx, id); err != nil {
+			return nil, err
+		}
+	}
 	return out, nil
 }
 

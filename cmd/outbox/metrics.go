@@ -51,7 +51,10 @@ instrumented with OpenTelemetry may run on the same host; nor NATS's 4222 and 82
 exporter's 7777, nor Prometheus's own 9090.
 
 What only the engine's process knows (sink errors, retries, batch sizes) comes from the relay's
-hooks in that process; the README shows how. Prints the address it listens on, then serves.`
+hooks in that process; the README shows how. Prints the address it listens on, then serves.
+
+Exit status: 0 when interrupted, 2 on a usage or I/O error (such as the address in use, or a
+database that cannot be opened).`
 
 // defaultListen is where metrics listens without --listen (see metricsAbout for why this port).
 const defaultListen = "localhost:9465"
