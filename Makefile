@@ -1,5 +1,5 @@
 # The repository is a Go workspace (go.work): the library at the root, and modules of their own for
-# the command (cmd/outbox), the NATS JetStream sink (jetstream) and the peer benchmark (bench), so that
+# the command (cmd/outbox), the NATS JetStream sink (jetstream) and the peer benchmarks (bench), so that
 # the library depends on neither NATS nor a peer. ./... stays inside one module, so every target names
 # each module. sqlc is pinned in tools/go.mod (a `tool` directive), outside the workspace, and run with
 # `go tool`: no global install.

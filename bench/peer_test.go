@@ -1,5 +1,5 @@
-// Package bench compares the outbox with a peer on the same machine, driver, durability and payload.
-// It is a module of its own so that the library never depends on a peer.
+// Package bench compares the outbox with its peers (goqite, River) on the same machine, driver,
+// durability and payload. It is a module of its own so that the library never depends on a peer.
 package bench
 
 import (
@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/ncruces/go-sqlite3"
 	"github.com/ncruces/go-sqlite3/driver"
@@ -37,30 +38,46 @@ func goqiteDB(b *testing.B) *sql.DB {
 	if err != nil {
 		b.Fatal(err)
 	}
-	d, err := driver.Open("file:"+filepath.Join(b.TempDir(), "q.db")+"?_txlock=immediate", func(c *sqlite3.Conn) error {
+	d := peerDB(b, "q.db")
+	if _, err := d.Exec(string(schema)); err != nil {
+		b.Fatal(err)
+	}
+	return d
+}
+
+// peerDB opens a new database for a peer as the outbox opens its own: the same driver, WAL,
+// synchronous=FULL set on the connection (the level is per connection), BEGIN IMMEDIATE, a busy
+// timeout, and one writer connection.
+func peerDB(b testing.TB, name string) *sql.DB {
+	b.Helper()
+	d, err := driver.Open("file:"+filepath.Join(b.TempDir(), name)+"?_txlock=immediate", func(c *sqlite3.Conn) error {
 		return c.Exec("PRAGMA busy_timeout=5000; PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL")
 	})
 	if err != nil {
 		b.Fatal(err)
 	}
 	d.SetMaxOpenConns(1)
-	if _, err := d.Exec(string(schema)); err != nil {
-		b.Fatal(err)
-	}
 	b.Cleanup(func() { d.Close() })
 	return d
 }
 
 // parallel runs b.N calls of fn spread over p goroutines and reports events/s.
 func parallel(b *testing.B, p int, fn func() error) {
+	b.ResetTimer()
+	spread(b, p, b.N, fn)
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+}
+
+// spread runs n calls of fn over p goroutines and returns how long they took.
+func spread(b *testing.B, p, n int, fn func() error) time.Duration {
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	b.ResetTimer()
+	t0 := time.Now()
 	for range p {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for next.Add(1) <= int64(b.N) {
+			for next.Add(1) <= int64(n) {
 				if err := fn(); err != nil {
 					b.Error(err)
 					return
@@ -69,7 +86,7 @@ func parallel(b *testing.B, p int, fn func() error) {
 		}()
 	}
 	wg.Wait()
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+	return time.Since(t0)
 }
 
 // BenchmarkPeerSend: one durable message per call, from 1 and 16 goroutines: goqite's Send beside the
