@@ -122,6 +122,52 @@ func BenchmarkProducersRatio(b *testing.B) {
 	b.ReportMetric(manyRate/loneRate, "ratio")
 }
 
+// BenchmarkDurabilityRatio measures what durability costs 16 producers: each iteration runs 8,000
+// calls from 16 producers on a store at DurabilityFull and then 8,000 on one at DurabilityNormal, and
+// the ratio is the first rate over the second, summed over the iterations. Alternated back to back, as
+// in BenchmarkProducersRatio, the two settings see the same disk and the same neighbours.
+func BenchmarkDurabilityRatio(b *testing.B) {
+	calls := 8000
+	if testing.Short() {
+		calls = 200
+	}
+	dir := b.TempDir()
+	full := openBench(b, filepath.Join(dir, "full.db"))
+	normal := openBench(b, filepath.Join(dir, "normal.db"), outbox.WithDurability(outbox.DurabilityNormal))
+	var inFull, inNormal time.Duration
+	for b.Loop() {
+		inFull += produceN(b, full, 16, calls)
+		inNormal += produceN(b, normal, 16, calls)
+	}
+	fullRate := float64(calls*b.N) / inFull.Seconds()
+	normalRate := float64(calls*b.N) / inNormal.Seconds()
+	b.ReportMetric(fullRate, "full-events/s")
+	b.ReportMetric(normalRate, "normal-events/s")
+	b.ReportMetric(fullRate/normalRate, "ratio")
+}
+
+// produceN runs calls EnqueueEvent calls on one run from producers goroutines and returns how long
+// they took.
+func produceN(b *testing.B, s *outbox.Store, producers, calls int) time.Duration {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for range producers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(calls) {
+				if _, err := s.EnqueueEvent(context.Background(), "run", benchBuild); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return time.Since(t0)
+}
+
 // BenchmarkFdatasync is the disk's limit: a 4 KiB overwrite followed by fdatasync, one after another.
 func BenchmarkFdatasync(b *testing.B) {
 	f, err := os.Create(filepath.Join(b.TempDir(), "sync"))
