@@ -1,9 +1,11 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,6 +42,19 @@ const maxGroup = 512
 // so a producer of large lines delays the calls grouped with it by about one large write.
 const maxGroupBytes = 1 << 20
 
+// A large write (a line of maxGroupBytes or more) takes a hundred milliseconds or more, most of it the
+// WAL sync that carries it, and a small call committed after it waits for that sync. It must not wait
+// for the next large line too: so the committer learns which runs write large lines (a run whose last
+// line was large), puts their calls behind the small calls waiting in its queue (see order), writes a
+// large line in a group of its own, and before that group makes the commits already written durable,
+// so that their sync does not carry the large line's pages as well. A run's calls have no order among
+// themselves until one returns, so reordering concurrent calls changes no guarantee. A large call is
+// put back at most once in a row: it goes first in the next group, whatever has arrived since.
+//
+// maxLargeRuns bounds how many runs the committer remembers as writers of large lines; past it, a
+// further run is treated as small until one of the remembered ones writes a small line.
+const maxLargeRuns = 64
+
 // Request states: a caller whose context ends may withdraw its request until the committer takes it.
 const (
 	reqQueued  int32 = iota
@@ -59,6 +74,9 @@ type request struct {
 	late  atomic.Bool
 	group atomic.Pointer[groupRun]
 	done  chan result
+	// deferred is set when the committer put the call back behind the small calls waiting, once:
+	// it goes first in the next group. Only the committer touches it.
+	deferred bool
 }
 
 type result struct {
@@ -83,6 +101,11 @@ type committer struct {
 
 	mu    sync.Mutex
 	stuck []*groupRun // groups whose builder was given up on, until it returns (for Close's error)
+
+	// large holds the runs whose last line was large (see maxLargeRuns). Only the goroutine that runs
+	// the committer's loop touches it; the loop changes hands only through an atomic phase or a go
+	// statement (see groupRun.expedite and committer.write), which orders the accesses.
+	large map[string]struct{}
 }
 
 func newCommitter(s *Store) *committer {
@@ -138,10 +161,50 @@ func (c *committer) run(carry []*request) {
 			}
 			timer.Stop()
 		}
+		c.order(group)
 		var owned bool
 		if carry, owned = c.commit(group); !owned {
 			return
 		}
+	}
+}
+
+// order puts the calls of runs that write large lines after the other calls of group, keeping the
+// order of arrival within each kind; a call already put back once goes first.
+func (c *committer) order(group []*request) {
+	if len(c.large) == 0 {
+		return // a call put back once is at the head already: the group begins with the carried calls
+	}
+	rank := func(r *request) int {
+		switch {
+		case r.deferred:
+			return 0
+		case c.isLarge(r.runID):
+			return 2
+		}
+		return 1
+	}
+	slices.SortStableFunc(group, func(a, b *request) int { return cmp.Compare(rank(a), rank(b)) })
+}
+
+// isLarge reports whether runID's last line was a large one.
+func (c *committer) isLarge(runID string) bool {
+	_, ok := c.large[runID]
+	return ok
+}
+
+// noteLine records the size of the line a call of runID has just stored.
+func (c *committer) noteLine(runID string, size int) {
+	switch {
+	case size < maxGroupBytes:
+		if len(c.large) > 0 {
+			delete(c.large, runID)
+		}
+	case len(c.large) < maxLargeRuns:
+		if c.large == nil {
+			c.large = map[string]struct{}{}
+		}
+		c.large[runID] = struct{}{}
 	}
 }
 

@@ -24,6 +24,14 @@ type latencies struct {
 
 func (l *latencies) add(ds []time.Duration) { l.mu.Lock(); l.all = append(l.all, ds...); l.mu.Unlock() }
 
+// quantile returns the latency at p (0 to 1) of those collected, once report has sorted them.
+func (l *latencies) quantile(p float64) time.Duration {
+	if len(l.all) == 0 {
+		return 0
+	}
+	return l.all[int(p*float64(len(l.all)-1))]
+}
+
 func (l *latencies) report(b *testing.B) {
 	if len(l.all) == 0 {
 		return
