@@ -51,6 +51,10 @@ const maxGroupBytes = 1 << 20
 // themselves until one returns, so reordering concurrent calls changes no guarantee. A large call is
 // put back at most once in a row: it goes first in the next group, whatever has arrived since.
 //
+// largeGatherWait bounds how long a large call that would begin a group waits for the small callers
+// released with it (see gatherBeforeLarge): a millisecond, next to a large write's hundred or more.
+const largeGatherWait = time.Millisecond
+
 // maxLargeRuns bounds how many runs the committer remembers as writers of large lines; past it, a
 // further run is treated as small until one of the remembered ones writes a small line.
 const maxLargeRuns = 64
@@ -162,6 +166,9 @@ func (c *committer) run(carry []*request) {
 			timer.Stop()
 		}
 		c.order(group)
+		if len(c.large) > 0 && !group[0].deferred && c.isLarge(group[0].runID) {
+			group = c.gatherBeforeLarge(group)
+		}
 		var owned bool
 		if carry, owned = c.commit(group); !owned {
 			return
@@ -185,6 +192,30 @@ func (c *committer) order(group []*request) {
 		return 1
 	}
 	slices.SortStableFunc(group, func(a, b *request) int { return cmp.Compare(rank(a), rank(b)) })
+}
+
+// gatherBeforeLarge is run's wait for the callers of the last sync when a large call would begin the
+// group: the large producer's caller and the small callers that its write's sync released come back
+// together, and a large call that reached the queue first would otherwise make the others wait for
+// its whole write. It waits at most largeGatherWait, and only for as many as the sync released.
+func (c *committer) gatherBeforeLarge(group []*request) []*request {
+	want := min(int(c.s.dur.released.Load()), maxGroup)
+	if len(group) >= want {
+		return group
+	}
+	timer := time.NewTimer(largeGatherWait)
+	defer timer.Stop()
+	for len(group) < want {
+		select {
+		case r := <-c.queue:
+			group = append(group, r)
+		case <-timer.C:
+			c.order(group)
+			return group
+		}
+	}
+	c.order(group)
+	return group
 }
 
 // isLarge reports whether runID's last line was a large one.
