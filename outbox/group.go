@@ -42,9 +42,9 @@ const maxGroup = 512
 // so a producer of large lines delays the calls grouped with it by about one large write.
 const maxGroupBytes = 1 << 20
 
-// A large write (a line of maxGroupBytes or more) takes a hundred milliseconds or more, most of it the
-// WAL sync that carries it, and a small call committed after it waits for that sync. It must not wait
-// for the next large line too: so the committer learns which runs write large lines (a run whose last
+// A large write (a line of maxGroupBytes or more) takes some hundred milliseconds for a 16 MiB line
+// (its pages written into the WAL, then synced), and a small call that arrives meanwhile waits for the
+// rest of it. It must not wait for the next large line too: so the committer learns which runs write large lines (a run whose last
 // line was large), puts their calls behind the small calls waiting in its queue (see order), writes a
 // large line in a group of its own, and before that group makes the commits already written durable,
 // so that their sync does not carry the large line's pages as well. A run's calls have no order among
