@@ -110,10 +110,12 @@ type committer struct {
 	// the committer's loop touches it; the loop changes hands only through an atomic phase or a go
 	// statement (see groupRun.expedite and committer.write), which orders the accesses.
 	large map[string]struct{}
+	// largeWait is largeGatherWait, which a test may lengthen before the first call.
+	largeWait time.Duration
 }
 
 func newCommitter(s *Store) *committer {
-	c := &committer{s: s, queue: make(chan *request, maxGroup), stop: make(chan struct{}), stopped: make(chan struct{})}
+	c := &committer{s: s, queue: make(chan *request, maxGroup), stop: make(chan struct{}), stopped: make(chan struct{}), largeWait: largeGatherWait}
 	go c.run(nil)
 	return c
 }
@@ -203,7 +205,7 @@ func (c *committer) gatherBeforeLarge(group []*request) []*request {
 	if len(group) >= want {
 		return group
 	}
-	timer := time.NewTimer(largeGatherWait)
+	timer := time.NewTimer(c.largeWait)
 	defer timer.Stop()
 	for len(group) < want {
 		select {

@@ -150,3 +150,33 @@ func TestARunIsTreatedAsLargeOnlyWhileItsLastLineWasLarge(t *testing.T) {
 		t.Errorf("builders ran in another order (-want +got):\n%s", diff)
 	}
 }
+
+// TestALargeCallWaitsForTheSmallCallersReleasedWithIt: when the last sync released small callers
+// together with the large producer's, and the large call reaches the committer first, the committer
+// waits for as many callers as the sync released and puts the small ones first. The wait is lengthened
+// here so that the order does not depend on how fast the small caller comes back; it ends as soon as
+// the caller has.
+func TestALargeCallWaitsForTheSmallCallersReleasedWithIt(t *testing.T) {
+	s := &Store{dur: newDurability()}
+	c := &committer{s: s, queue: make(chan *request, maxGroup), largeWait: time.Minute}
+	c.noteLine("large", len(bigLine))
+	s.dur.released.Store(2) // the large producer's caller and one small caller
+	large, small := &request{runID: "large"}, &request{runID: "small"}
+	go func() {
+		time.Sleep(10 * time.Millisecond) // the small caller comes back a moment later
+		c.queue <- small
+	}()
+	t0 := time.Now()
+	group := c.gatherBeforeLarge([]*request{large})
+	if diff := cmp.Diff([]*request{small, large}, group, cmp.Comparer(func(a, b *request) bool { return a == b })); diff != "" {
+		t.Errorf("group (-want +got):\n%s", diff)
+	}
+	if waited := time.Since(t0); waited > 30*time.Second {
+		t.Errorf("the wait ran to its bound (%v) though every caller released had come back", waited)
+	}
+	// A large call released alone waits for nobody.
+	s.dur.released.Store(1)
+	if group := c.gatherBeforeLarge([]*request{large}); len(group) != 1 {
+		t.Errorf("a lone large call gathered %d calls", len(group))
+	}
+}
