@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -23,8 +24,10 @@ func largeBuild(n int) outbox.EventBuilder {
 
 // BenchmarkMixedProducers measures the small lines' latency while one producer enqueues 16 MiB lines
 // beside 15 producers of small lines, each sub-benchmark beside its baseline: the same 15 producers
-// alone. A group ends once it holds 1 MiB of lines, so the small ones wait for about one large write,
-// not for a group of them.
+// alone. A group ends once it holds 1 MiB of lines, and the small calls waiting when a large write
+// ends go before the next large line, so the small ones wait for about one large write, not for a
+// group of them nor for the next one; p50-large-writes and p99-large-writes are their latencies in
+// units of one large call's.
 func BenchmarkMixedProducers(b *testing.B) {
 	large := 16 << 20
 	if testing.Short() {
@@ -42,6 +45,7 @@ func BenchmarkMixedProducers(b *testing.B) {
 			var bigDone sync.WaitGroup
 			var bigTotal time.Duration
 			var bigCalls int
+			var bigLat latencies
 			if mixed {
 				bigDone.Add(1)
 				go func() {
@@ -58,8 +62,10 @@ func BenchmarkMixedProducers(b *testing.B) {
 							b.Error(err)
 							return
 						}
-						bigTotal += time.Since(t0)
+						d := time.Since(t0)
+						bigTotal += d
 						bigCalls++
+						bigLat.all = append(bigLat.all, d)
 					}
 				}()
 			}
@@ -90,11 +96,18 @@ func BenchmarkMixedProducers(b *testing.B) {
 			close(stop)
 			bigDone.Wait()
 			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "small-events/s")
+			lat.report(b)
 			if bigCalls > 0 {
 				// What one large write costs its own caller: the unit of the small ones' delay.
-				b.ReportMetric(float64((bigTotal / time.Duration(bigCalls)).Microseconds()), "large-call-µs")
+				unit := bigTotal / time.Duration(bigCalls)
+				b.ReportMetric(float64(unit.Microseconds()), "large-call-µs")
+				b.ReportMetric(lat.quantile(0.50).Seconds()/unit.Seconds(), "p50-large-writes")
+				b.ReportMetric(lat.quantile(0.99).Seconds()/unit.Seconds(), "p99-large-writes")
+				// The large calls vary too: the slowest of them is what a small call waiting for
+				// exactly one of them may wait.
+				slices.Sort(bigLat.all)
+				b.ReportMetric(float64(bigLat.quantile(0.99).Microseconds()), "large-p99-µs")
 			}
-			lat.report(b)
 		})
 	}
 }
