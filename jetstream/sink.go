@@ -159,10 +159,12 @@ type sinkOptionFunc func(*config) error
 func (f sinkOptionFunc) sinkOption(c *config) error { return f(c) }
 
 // WithSubjectPrefix sets the subject prefix (default "outbox"): one or more subject tokens of letters,
-// digits, '-' and '_', separated by dots. The stream must capture <prefix>.>.
+// digits, '-' and '_', separated by dots. The stream must capture <prefix>.>. Given to ApplyStream
+// and FollowStream, it is their subject filter, <prefix>.>.
 func WithSubjectPrefix(p string) interface {
 	Option
 	StreamOption
+	ConsumeOption
 } {
 	return prefixOption(p)
 }
