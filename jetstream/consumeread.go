@@ -187,18 +187,24 @@ func (s *streamSource) acceptedGap(pos, first uint64) {
 		"stream", s.name, "filter", s.filter, "position", pos, "first_seq", first)
 }
 
-// consumer is one ordered consumer and the iterator on it.
+// consumer is one ordered consumer, and the messages it delivered that are still to be read.
 type consumer struct {
 	cons    jetstream.Consumer
-	it      jetstream.MessagesContext
-	pending uint64 // messages of the filter from the start when it was created
-	unhook  func() bool
+	cc      jetstream.ConsumeContext
+	msgs    chan jetstream.Msg
+	errs    chan error
+	quit    chan struct{}
+	pending uint64        // messages of the filter from the start when it was created
 	heldMsg jetstream.Msg // read, but past the bounds of the batch it was read for
 }
 
 // consume creates an ordered consumer from start (0: the first message): acknowledgements none,
-// memory storage, nothing durable on the server. Its buffer is bounded in messages and bytes by the
-// inbox's batch bounds (the bytes at least the connection's max payload, so that any message fits).
+// memory storage, nothing durable on the server. What it delivers waits in a channel of one batch;
+// while the batch before is applied, the consumer's pull requests (one batch of messages, and of
+// bytes at least the connection's max payload, so that any message fits) bound what else the
+// connection holds. Its own resets (a missed heartbeat, a dropped message) resume after the last
+// message it delivered; any error it cannot get past by itself ends the session, and the next one
+// starts from the position stored.
 func (s *streamSource) consume(ctx context.Context, start uint64) (*consumer, error) {
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{s.filter}, DeliverPolicy: jetstream.DeliverAllPolicy,
 		MaxResetAttempts: 1}
@@ -209,25 +215,62 @@ func (s *streamSource) consume(ctx context.Context, start uint64) (*consumer, er
 	if err != nil {
 		return nil, s.broker(err, "create an ordered consumer from sequence %d", start)
 	}
+	c := &consumer{cons: cons, msgs: make(chan jetstream.Msg, s.b.Lines), errs: make(chan error, 1), quit: make(chan struct{})}
 	limit := max(s.b.Bytes, int(s.js.Conn().MaxPayload())) + 8<<10 // room for a message's subject and headers
-	it, err := cons.Messages(jetstream.PullMaxMessagesWithBytesLimit(s.b.Lines, limit))
+	c.cc, err = cons.Consume(func(m jetstream.Msg) {
+		select {
+		case c.msgs <- m:
+		case <-c.quit:
+		}
+	}, jetstream.PullMaxMessagesWithBytesLimit(s.b.Lines, limit), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		if errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, nats.ErrNoResponders) {
+			return // the ordered consumer resets itself after these; a reset that fails comes next
+		}
+		select {
+		case c.errs <- err:
+		default:
+		}
+	}))
 	if err != nil {
 		return nil, s.broker(err, "consume from sequence %d", start)
 	}
-	c := &consumer{cons: cons, it: it, unhook: context.AfterFunc(ctx, it.Stop)}
+	c.pending = 1 // unknown: read
 	if info := cons.CachedInfo(); info != nil {
 		c.pending = info.NumPending
-	} else {
-		c.pending = 1 // unknown: read
 	}
 	return c, nil
 }
 
-// stop ends the iterator and deletes the consumer, so that nothing of the call is left on the
-// server (it would otherwise go after its inactivity threshold).
+// next returns the next message delivered, waiting up to wait (nats.ErrTimeout after it).
+func (c *consumer) next(ctx context.Context, wait time.Duration) (jetstream.Msg, error) {
+	if m := c.heldMsg; m != nil {
+		c.heldMsg = nil
+		return m, nil
+	}
+	select {
+	case m := <-c.msgs:
+		return m, nil
+	default:
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case m := <-c.msgs:
+		return m, nil
+	case err := <-c.errs:
+		return nil, err
+	case <-t.C:
+		return nil, nats.ErrTimeout
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// stop ends the consumer and deletes it, so that nothing of the call is left on the server (it
+// would otherwise go after its inactivity threshold).
 func (c *consumer) stop(s *streamSource) {
-	c.unhook()
-	c.it.Stop()
+	close(c.quit)
+	c.cc.Stop()
 	if !s.js.Conn().IsConnected() {
 		return
 	}
@@ -254,26 +297,23 @@ func (s *streamSource) fill(ctx context.Context, c *consumer, follow bool) (b *b
 	b = &batch{hole: -1}
 	prev, front := s.prev, s.front
 	for {
-		m := c.held()
-		if m == nil {
-			m, err = c.it.Next(jetstream.NextMaxWait(max(s.b.Poll, 10*time.Millisecond)))
-			switch {
-			case ctx.Err() != nil:
-				return nil, false, ctx.Err()
-			case errors.Is(err, nats.ErrTimeout) && len(b.lines) > 0:
-				return b, false, nil
-			case errors.Is(err, nats.ErrTimeout) && follow:
-				if moved, err := s.moved(ctx); err != nil || moved {
-					return nil, false, errors.Join(err, errRestartIf(moved))
-				}
-				continue
-			case errors.Is(err, nats.ErrTimeout):
-				// The consumer said it held more but delivered nothing (a message deleted meanwhile,
-				// or a server in trouble): start again from the stored position.
-				return nil, false, errRestart
-			case err != nil:
-				return nil, false, s.broker(err, "read from sequence %d", prev+1)
+		m, err := c.next(ctx, max(s.b.Poll, 10*time.Millisecond))
+		switch {
+		case ctx.Err() != nil:
+			return nil, false, ctx.Err()
+		case errors.Is(err, nats.ErrTimeout) && len(b.lines) > 0:
+			return b, false, nil
+		case errors.Is(err, nats.ErrTimeout) && follow:
+			if moved, err := s.moved(ctx); err != nil || moved {
+				return nil, false, errors.Join(err, errRestartIf(moved))
 			}
+			continue
+		case errors.Is(err, nats.ErrTimeout):
+			// The consumer said it held more but delivered nothing (a message deleted meanwhile,
+			// or a server in trouble): start again from the stored position.
+			return nil, false, errRestart
+		case err != nil:
+			return nil, false, s.broker(err, "read from sequence %d", prev+1)
 		}
 		meta, err := m.Metadata()
 		if err != nil {
@@ -281,7 +321,7 @@ func (s *streamSource) fill(ctx context.Context, c *consumer, follow bool) (b *b
 		}
 		seq := meta.Sequence.Stream
 		if len(b.lines) > 0 && (len(b.lines) >= s.b.Lines || b.size+len(m.Data()) > s.b.Bytes) {
-			c.hold(m)
+			c.heldMsg = m
 			return b, false, nil
 		}
 		if seq <= prev && front {
@@ -310,15 +350,6 @@ func errRestartIf(moved bool) error {
 	}
 	return nil
 }
-
-// held and hold keep the message that did not fit a batch for the next one.
-func (c *consumer) held() jetstream.Msg {
-	m := c.heldMsg
-	c.heldMsg = nil
-	return m
-}
-
-func (c *consumer) hold(m jetstream.Msg) { c.heldMsg = m }
 
 // moved reports whether the stored position is no longer the one this call stored (a Release).
 func (s *streamSource) moved(ctx context.Context) (bool, error) {
