@@ -3,6 +3,7 @@ package jetstream_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -295,4 +296,74 @@ func countEffects(t *testing.T, db string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// TestFollowingAClusterLosesNothingWhenTheStreamLeaderIsKilled runs three server processes with a
+// three-replica stream, a relay projecting a run into it and FollowStream reading it into an inbox,
+// kills the stream's leader with SIGKILL mid-way and restarts it later; every line is applied once.
+// Settings: 3 replicas, file storage, default sync interval, the server's default election timeout.
+func TestFollowingAClusterLosesNothingWhenTheStreamLeaderIsKilled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a cluster of three server processes")
+	}
+	ctx := context.Background()
+	nodes, routes, urls := planCluster(t)
+	procs := map[string]*serverProcess{}
+	for _, n := range nodes {
+		p := &serverProcess{name: n.name, env: []string{"NAME=" + n.name,
+			"PORT=" + strconv.Itoa(n.port), "CLUSTER_PORT=" + strconv.Itoa(n.clusterPort),
+			"STORE_DIR=" + n.dir, "ROUTES=" + routes}}
+		p.start(t)
+		t.Cleanup(p.kill)
+		procs[n.name] = p
+	}
+	js := connectAll(t, urls, njs.WithDefaultTimeout(time.Second))
+	st := createR3(t, js)
+	s := sink(t, js, jetstream.WithMinReplicas(3))
+	store, err := outbox.Open(ctx, filepath.Join(t.TempDir(), "book.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	relay := outboxtest.NewRelay(t, store, s, "run-1", outbox.WithBatchSize(20),
+		outbox.WithBackoff(10*time.Millisecond, 100*time.Millisecond))
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	go relay.Run(runCtx)
+
+	in := openInbox(t, filepath.Join(t.TempDir(), "platform.db"), inbox.WithPollInterval(100*time.Millisecond), inbox.WithBatchLines(16))
+	f := follow(t, connectAll(t, urls, njs.WithDefaultTimeout(time.Second)), in, insertHandler)
+	const n = 400
+	var killed *serverProcess
+	for i := 1; i <= n; i++ {
+		if _, err := store.EnqueueEvent(ctx, "run-1", journal.Builder("run-1", "x", i)); err != nil {
+			t.Fatal(err)
+		}
+		if i%20 == 0 {
+			time.Sleep(5 * time.Millisecond)
+		}
+		switch i {
+		case n / 3:
+			info, err := st.Info(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			killed = procs[info.Cluster.Leader]
+			killed.kill()
+			t.Logf("killed the stream leader %s with SIGKILL at event %d", killed.name, i)
+		case 2 * n / 3:
+			killed.start(t)
+		}
+	}
+	outboxtest.WaitProjected(t, store, "run-1", n, 90*time.Second)
+	waitApplied(t, in, map[string][]int64{"run-1": seqs(1, n)})
+	if err, ended := f.wait(0); ended {
+		t.Fatalf("FollowStream ended: %v", err)
+	}
+	if err := f.stop(); !errors.Is(err, context.Canceled) {
+		t.Errorf("FollowStream returned %v", err)
+	}
+	if q, _ := in.Quarantined(ctx); len(q) != 0 {
+		t.Errorf("quarantines %+v", q)
+	}
 }
