@@ -19,7 +19,7 @@ import (
 	"github.com/textmachine/outbox/journal"
 )
 
-// BenchmarkFollowStreamBacklog applies a backlog of 20,000 lines of about 200 bytes (four runs,
+// BenchmarkFollowStreamBacklog applies a backlog of 20,000 lines (2,000 with -short) of about 200 bytes (four runs,
 // interleaved) from one server's file stream, in each iteration and back to back, through:
 //
 //   - follow: FollowStream into a fresh inbox, its handler inserting one row per line, at the
@@ -34,7 +34,10 @@ import (
 // Each side goes first in every other iteration, so both see the same disk. It reports lines/s for
 // each and the ratio follow/loop.
 func BenchmarkFollowStreamBacklog(b *testing.B) {
-	const n = 20_000
+	n := 20_000
+	if testing.Short() {
+		n = 2_000
+	}
 	ns := startServer(b)
 	js := ns.connect(b)
 	ctx := context.Background()
@@ -58,8 +61,8 @@ func BenchmarkFollowStreamBacklog(b *testing.B) {
 	var inFollow, inLoop time.Duration
 	i := 0
 	for b.Loop() {
-		follow := func() { inFollow += followBacklog(b, js, n) }
-		loop := func() { inLoop += loopBacklog(b, js, n) }
+		follow := func() { inFollow += followBacklog(b, js, uint64(n)) }
+		loop := func() { inLoop += loopBacklog(b, js, uint64(n)) }
 		if i++; i%2 == 0 {
 			follow()
 			loop()
