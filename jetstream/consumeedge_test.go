@@ -6,6 +6,7 @@ import (
 	"errors"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -216,5 +217,94 @@ func TestACancelledContextCostsOnlyItsOwnCall(t *testing.T) {
 	}
 	if diff := cmp.Diff(map[string][]int64{"a": seqs(1, 6)}, applied(t, in)); diff != "" {
 		t.Errorf("effects (-want +got):\n%s", diff)
+	}
+}
+
+func TestLinesTheSinkPublishedAreAppliedWhateverTheRunID(t *testing.T) {
+	_, js, in := consumeSetup(t)
+	s := sink(t, js)
+	odd := "b.with*odd>chars ünïcode"
+	for _, run := range []string{"a", odd} {
+		if err := s.Append(context.Background(), run, lines(run, 1, 3, "x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rep := applyStream(t, js, in); rep != (inbox.Report{Applied: 6}) {
+		t.Errorf("report %+v", rep)
+	}
+	if diff := cmp.Diff(map[string][]int64{"a": seqs(1, 3), odd: seqs(1, 3)}, applied(t, in)); diff != "" {
+		t.Errorf("effects (-want +got):\n%s", diff)
+	}
+}
+
+func TestTwoCallsOnOneSourceAtOnceApplyEachLineOnce(t *testing.T) {
+	_, js, in := consumeSetup(t, inbox.WithBatchLines(5))
+	publishRun(t, js, "a", 1, 200)
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := jetstream.ApplyStream(context.Background(), js, "EVENTS", in, insertHandler)
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("ApplyStream: %v", err)
+		}
+	}
+	if diff := cmp.Diff(map[string][]int64{"a": seqs(1, 200)}, applied(t, in)); diff != "" {
+		t.Errorf("effects (-want +got):\n%s", diff)
+	}
+	if p := streamPosition(t, in); p == nil || p.Seq != 200 {
+		t.Errorf("position %v", p)
+	}
+}
+
+func TestAStreamWhoseLastMessagesWereDeletedIsReadToItsEnd(t *testing.T) {
+	ctx := context.Background()
+	_, js, in := consumeSetup(t)
+	publishRun(t, js, "a", 1, 3)
+	publishRun(t, js, "b", 1, 2) // 4..5, deleted
+	st, _ := js.Stream(ctx, "EVENTS")
+	for _, seq := range []uint64{4, 5} {
+		if err := st.DeleteMsg(ctx, seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rep := applyStream(t, js, in); rep != (inbox.Report{Applied: 3}) {
+		t.Errorf("report %+v", rep)
+	}
+	if p := streamPosition(t, in); p == nil || p.Seq != 5 {
+		t.Errorf("position %v, want the stream's last sequence, 5", p)
+	}
+	publishRun(t, js, "a", 4, 4)
+	if rep := applyStream(t, js, in); rep != (inbox.Report{Applied: 1}) {
+		t.Errorf("next: %+v", rep)
+	}
+}
+
+func TestAServerRestartKeepsThePositionValid(t *testing.T) {
+	ns, js, in := consumeSetup(t)
+	publishRun(t, js, "a", 1, 3)
+	applyStream(t, js, in)
+	ns.stop()
+	ns.start()
+	publishWhenUp(t, js, "a", 4, 5)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		rep, err := jetstream.ApplyStream(context.Background(), js, "EVENTS", in, insertHandler)
+		if err == nil {
+			if rep != (inbox.Report{Applied: 2}) {
+				t.Errorf("after the restart: %+v", rep)
+			}
+			break
+		}
+		if errors.Is(err, jetstream.ErrRetentionGap) || time.Now().After(deadline) {
+			t.Fatalf("after the restart: %v", err)
+		}
 	}
 }
