@@ -37,6 +37,18 @@ type streamSource struct {
 	target    uint64 // ApplyStream: the stream's last sequence when the call began
 	targetSet bool
 	rep       inbox.Report
+	commits   int // batches committed by the call: progress, which resets FollowStream's backoff
+	following bool
+}
+
+// request bounds a request to the server when following: one lost in a server's restart would
+// otherwise wait out the connection's whole request timeout (5 s by default) for an answer that never
+// comes, where asking again costs nothing. ApplyStream keeps the caller's timeout.
+func (s *streamSource) request(ctx context.Context) (context.Context, context.CancelFunc) {
+	if !s.following {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, max(2*time.Second, 2*s.b.Poll))
 }
 
 // errRestart ends a session so that the next one starts from the position stored: a Release moved
@@ -66,7 +78,9 @@ func (s *streamSource) apply(ctx context.Context) error {
 
 // follow is FollowStream: sessions until ctx ends or an error that is not the broker's.
 func (s *streamSource) follow(ctx context.Context) error {
-	wait := 20 * time.Millisecond
+	s.following = true
+	const firstWait = 20 * time.Millisecond
+	wait, commits := firstWait, 0
 	for {
 		err := s.session(ctx, true)
 		if ctx.Err() != nil {
@@ -79,15 +93,23 @@ func (s *streamSource) follow(ctx context.Context) error {
 		case !errors.As(err, &be) || errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, nats.ErrConnectionClosed):
 			return err
 		}
-		s.b.Logger.Warn("jetstream: reading the stream failed; reading on from the stored position", "stream", s.name, "err", err, "in", wait)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
+		if s.commits != commits {
+			wait, commits = firstWait, s.commits // it went on for a while: this is a new failure
 		}
-		wait = min(2*wait, max(s.b.Poll, 20*time.Millisecond))
+		s.b.Logger.Warn("jetstream: reading the stream failed; reading on from the stored position", "stream", s.name, "err", err, "in", wait)
+		// A request sent to a server going down, or while the connection is down, waits out the
+		// whole request timeout (5 s by default) for an answer that never comes: wait until the
+		// server answers a ping first.
+		for first := true; first || s.js.Conn().FlushTimeout(max(wait, 100*time.Millisecond)) != nil; first = false {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			case <-t.C:
+			}
+			wait = min(2*wait, max(s.b.Poll, 20*time.Millisecond))
+		}
 	}
 }
 
@@ -135,7 +157,9 @@ func (s *streamSource) begin(ctx context.Context) (start, last uint64, err error
 		return 0, 0, err
 	}
 	s.stored = pos
-	stream, err := s.js.Stream(ctx, s.name)
+	rctx, cancel := s.request(ctx)
+	stream, err := s.js.Stream(rctx, s.name)
+	cancel()
 	if err != nil {
 		return 0, 0, s.broker(err, "read its state")
 	}
@@ -376,7 +400,9 @@ func (s *streamSource) commitBatch(ctx context.Context, b *batch) error {
 		if b.hole > 0 {
 			before = b.seqs[b.hole-1]
 		}
-		info, err := s.stream.Info(ctx)
+		rctx, cancel := s.request(ctx)
+		info, err := s.stream.Info(rctx)
+		cancel()
 		if err != nil {
 			return s.broker(err, "read its first sequence")
 		}
@@ -432,6 +458,7 @@ func (s *streamSource) store(ctx context.Context, lines [][]byte, seq uint64) er
 	s.rep.Stale += rep.Stale
 	s.rep.Quarantined += rep.Quarantined
 	s.stored, s.prev, s.front = to, seq, true
+	s.commits++
 	if afterStreamCommit != nil {
 		afterStreamCommit(s.source, seq)
 	}
