@@ -116,7 +116,7 @@ func ApplyStream(ctx context.Context, js jetstream.JetStream, stream string, in 
 		return inbox.Report{}, err
 	}
 	err = s.apply(ctx)
-	return s.rep, err
+	return s.rep, namedOnce(err)
 }
 
 // FollowStream applies the stream as ApplyStream does, then goes on applying what comes to it until
@@ -135,8 +135,38 @@ func FollowStream(ctx context.Context, js jetstream.JetStream, stream string, in
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	return err
+	return namedOnce(err)
 }
+
+// namedOnce makes err's message name one package, this one, first: the errors of the inbox and the
+// journal it wraps (whose messages begin with their own package's name) keep their sentinels for
+// errors.Is and errors.As, not their prefixes.
+func namedOnce(err error) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	out := msg
+	for _, p := range []string{"inbox: ", "journal: ", "jetstream: "} {
+		out = strings.ReplaceAll(out, ": "+p, ": ")
+	}
+	out = strings.TrimPrefix(strings.TrimPrefix(out, "inbox: "), "journal: ")
+	if !strings.HasPrefix(out, "jetstream: ") {
+		out = "jetstream: " + out
+	}
+	if out == msg {
+		return err
+	}
+	return &renamed{out, err}
+}
+
+type renamed struct {
+	msg string
+	err error
+}
+
+func (e *renamed) Error() string { return e.msg }
+func (e *renamed) Unwrap() error { return e.err }
 
 func newStreamSource(call string, js jetstream.JetStream, stream string, in *inbox.Inbox, h inbox.Handler, opts []ConsumeOption) (*streamSource, error) {
 	c := consumeConfig{prefix: DefaultPrefix}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/textmachine/outbox/inbox"
 	"github.com/textmachine/outbox/jetstream"
+	"github.com/textmachine/outbox/journal"
 )
 
 func TestAStreamDeletedAndCreatedAgainIsARetentionGap(t *testing.T) {
@@ -306,5 +307,62 @@ func TestAServerRestartKeepsThePositionValid(t *testing.T) {
 		if errors.Is(err, jetstream.ErrRetentionGap) || time.Now().After(deadline) {
 			t.Fatalf("after the restart: %v", err)
 		}
+	}
+}
+
+// TestAStreamSourcesErrorNamesThePackageOnce: what ApplyStream and FollowStream return reads
+// "jetstream: …" once, naming no other package of the project, while errors.Is and errors.As still
+// find what a caller branches on.
+func TestAStreamSourcesErrorNamesThePackageOnce(t *testing.T) {
+	ctx := context.Background()
+	_, js, in := consumeSetup(t, inbox.WithMaxLineSize(128))
+	publishRun(t, js, "a", 1, 1)
+	publishRaw(t, js, "a", []byte(`{"engine_run_id":"a","seq":2,"type":"`+strings.Repeat("x", 200)+`"}`))
+	failing := errors.New("the platform's table is read-only")
+	for _, tc := range []struct {
+		name string
+		want error
+		call func() error
+	}{
+		{"a handler's error", failing, func() error {
+			_, err := jetstream.ApplyStream(ctx, js, "EVENTS", in, func(context.Context, *sql.Tx, inbox.Event) error { return failing })
+			return err
+		}},
+		{"a line over the limit", journal.ErrMalformed, func() error {
+			_, err := jetstream.ApplyStream(ctx, js, "EVENTS", in, insertHandler)
+			var le *inbox.LineError
+			if !errors.As(err, &le) {
+				t.Errorf("%v is no *inbox.LineError", err)
+			}
+			return err
+		}},
+		{"a missing stream", njs.ErrStreamNotFound, func() error {
+			return jetstream.FollowStream(ctx, js, "MISSING", in, insertHandler)
+		}},
+		{"a cancelled context", context.Canceled, func() error {
+			c, cancel := context.WithCancel(ctx)
+			cancel()
+			_, err := jetstream.ApplyStream(c, js, "EVENTS", in, insertHandler)
+			return err
+		}},
+		{"an invalid stream name", nil, func() error {
+			_, err := jetstream.ApplyStream(ctx, js, "a.b", in, insertHandler)
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.call()
+			if err == nil || (tc.want != nil && !errors.Is(err, tc.want)) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+			msg := err.Error()
+			// "jetstream:" without a space begins the source's name, which the message may quote.
+			if n := strings.Count(msg, "jetstream: "); n != 1 || !strings.HasPrefix(msg, "jetstream: ") {
+				t.Errorf("%q names the package %d times, want once, first", msg, n)
+			}
+			if strings.Contains(msg, "inbox: ") || strings.Contains(msg, "journal: ") {
+				t.Errorf("%q names another package", msg)
+			}
+		})
 	}
 }
