@@ -134,6 +134,9 @@ func (in *Inbox) apply(ctx context.Context, m *move, lines [][]byte, h Handler) 
 	if err != nil {
 		return Report{}, err
 	}
+	if m != nil && in.cfg.batchHook != nil {
+		in.cfg.batchHook(m.source, rep)
+	}
 	return rep, nil
 }
 

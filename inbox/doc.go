@@ -15,8 +15,9 @@
 //
 // Per run (engine_run_id): the high-water mark, the last seq applied; the SHA-256 digests of the last
 // lines applied (4,096 by default, WithDigestWindow), so that a re-delivered line is recognised by
-// its bytes; and a quarantine, if the run has one. Nothing per line beyond the window: the tables
-// grow with the runs, not with the journal. A run that has received nothing for the digest retention
+// its bytes; and a quarantine, if the run has one. Nothing per line beyond the window (the digests
+// are stored 16 to a row, so the lowest row may still hold up to 15 older ones, never consulted):
+// the tables grow with the runs, not with the journal. A run that has received nothing for the digest retention
 // (24 hours by default, WithDigestRetention) keeps only its high-water mark and its last line's
 // digest, trimmed a bounded amount per call. Sources that read the journal for the inbox (a file, a
 // stream) keep their position in the same database, stored by ApplyFrom in the same transaction as
@@ -46,8 +47,8 @@
 //   - One transaction and one WAL sync per call, whatever the number of lines (at the default
 //     outbox.DurabilityFull, durable on return; outbox.DurabilityNormal can lose the last calls to a
 //     power failure, and the sources then read their lines again). A cancelled or expired context
-//     costs its own call only: an error means nothing of the call was committed, and the Report
-//     beside it is zero.
+//     costs its own call only: an error means nothing of the call was committed, the Report
+//     beside it is zero, and the error wraps the context's (whatever statement it interrupted).
 //   - One writer. Open holds an exclusive lock on the database file; a second Inbox, in this process
 //     or another, fails at once with ErrLocked. Calls that write are serialized; Position,
 //     Quarantined, SourcePosition and Sources read on a pool of their own (WAL mode) and never wait

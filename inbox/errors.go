@@ -1,6 +1,7 @@
 package inbox
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -98,3 +99,13 @@ type wrapped struct {
 
 func (w *wrapped) Error() string { return w.msg }
 func (w *wrapped) Unwrap() error { return w.err }
+
+// withCtx joins ctx's error to err when ctx has ended and err does not already say so: the driver
+// reports a statement its context interrupted as SQLITE_INTERRUPT, which does not tell a caller
+// that branches on context.Canceled or context.DeadlineExceeded why the call failed.
+func withCtx(ctx context.Context, err error) error {
+	if err == nil || ctx.Err() == nil || errors.Is(err, ctx.Err()) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ctx.Err(), err)
+}

@@ -8,6 +8,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/textmachine/outbox/internal/faultpoint"
 )
 
 // FileSourcePrefix begins the name of a file source's stored position (Source.Name): the rest is
@@ -254,6 +256,9 @@ func (s *fileSource) drain(ctx context.Context) error {
 			}
 			continue
 		}
+		if s.l.pos.Offset < end {
+			faultpoint.Hit(faultpoint.InboxTornTail)
+		}
 		if s.l.next == nil {
 			return nil
 		}
@@ -307,6 +312,7 @@ func (s *fileSource) commit(ctx context.Context, to FilePosition, lines [][]byte
 	if afterFileCommit != nil {
 		afterFileCommit(s.name, to)
 	}
+	faultpoint.Hit(faultpoint.InboxBetweenBatches)
 	return nil
 }
 

@@ -45,9 +45,9 @@ func FuzzApply(f *testing.F) {
 				malformed = true
 			}
 		}
-		before := count(t, d, `SELECT (SELECT count(*) FROM inbox_runs) + (SELECT total(hwm) FROM inbox_runs) + (SELECT count(*) FROM inbox_digests) + (SELECT count(*) FROM inbox_quarantine)`)
+		before := count(t, d, `SELECT (SELECT count(*) FROM inbox_runs) + (SELECT total(hwm) FROM inbox_runs) + (SELECT total(length(digests)) FROM inbox_digests) + (SELECT count(*) FROM inbox_quarantine)`)
 		rep, err := in.Apply(context.Background(), ls, insertNothing)
-		after := count(t, d, `SELECT (SELECT count(*) FROM inbox_runs) + (SELECT total(hwm) FROM inbox_runs) + (SELECT count(*) FROM inbox_digests) + (SELECT count(*) FROM inbox_quarantine)`)
+		after := count(t, d, `SELECT (SELECT count(*) FROM inbox_runs) + (SELECT total(hwm) FROM inbox_runs) + (SELECT total(length(digests)) FROM inbox_digests) + (SELECT count(*) FROM inbox_quarantine)`)
 		switch {
 		case malformed:
 			if !errors.Is(err, journal.ErrMalformed) {

@@ -3,6 +3,7 @@ package inbox_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"testing"
@@ -105,4 +106,26 @@ func rawDBRW(t testing.TB, path string) *sql.DB {
 	}
 	t.Cleanup(func() { d.Close() })
 	return d
+}
+
+// storedDigest reads the digest of a run's line seq as the inbox stores it (rows of consecutive
+// digests from first_seq on), and false when no row holds it.
+func storedDigest(t testing.TB, d *sql.DB, run string, seq int64) ([]byte, bool) {
+	t.Helper()
+	var got []byte
+	err := d.QueryRow(`SELECT substr(digests, (?2 - first_seq) * 32 + 1, 32) FROM inbox_digests
+		WHERE engine_run_id = ?1 AND first_seq <= ?2 AND ?2 < first_seq + length(digests) / 32`, run, seq).Scan(&got)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, false
+	}
+	if err != nil {
+		t.Fatalf("the digest of run %q seq %d: %v", run, seq, err)
+	}
+	return got, true
+}
+
+// digestsKept counts the digests stored for a run ("" for every run), zeros included.
+func digestsKept(t testing.TB, d *sql.DB, run string) int {
+	t.Helper()
+	return count(t, d, `SELECT CAST(total(length(digests)) AS INTEGER) / 32 FROM inbox_digests WHERE ?1 = '' OR engine_run_id = ?1`, run)
 }

@@ -87,7 +87,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Inbox, error) {
 	}
 	if err := in.openWriter(ctx); err != nil {
 		in.release()
-		return nil, fmt.Errorf("inbox: open %s: %w", path, err)
+		return nil, fmt.Errorf("inbox: open %s: %w", path, withCtx(ctx, err))
 	}
 	if in.r, err = in.openDB(in.readerQuery(), nil); err != nil {
 		in.release()
@@ -259,6 +259,10 @@ func (in *Inbox) WriteTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 // connection. So the transaction is begun without cancellation and the context is checked before
 // COMMIT; once COMMIT has begun, the call's outcome is the commit's.
 func (in *Inbox) write(ctx context.Context, fn func(t *txn) error) error {
+	return withCtx(ctx, in.writeTxn(ctx, fn))
+}
+
+func (in *Inbox) writeTxn(ctx context.Context, fn func(t *txn) error) error {
 	if err := in.enter(ctx); err != nil {
 		return err
 	}
@@ -328,6 +332,10 @@ func (in *Inbox) write(ctx context.Context, fn func(t *txn) error) error {
 // read mark it may use just after a WAL restart (SQLITE_READONLY_CANTINIT); it has read nothing then,
 // and the same read again succeeds, so fn runs again, a bounded number of times.
 func (in *Inbox) read(ctx context.Context, fn func() error) error {
+	return withCtx(ctx, in.readAgain(ctx, fn))
+}
+
+func (in *Inbox) readAgain(ctx context.Context, fn func() error) error {
 	if err := in.enter(ctx); err != nil {
 		return err
 	}

@@ -47,6 +47,7 @@ type config struct {
 	poll        time.Duration
 	operator    string
 	vfs         string
+	batchHook   func(source string, r Report)
 	now         func() time.Time
 }
 
@@ -86,7 +87,8 @@ type Option func(*config) error
 // default is DefaultDigestWindow, 4,096; 1 to MaxDigestWindow). A line at or below the high-water
 // mark within the window is a duplicate with the same bytes and a conflict with others; one older
 // than the window (seq ≤ high-water mark − n) is Stale. Raising it across a reopen leaves the seqs
-// whose digests were already dropped Stale.
+// whose digests were already dropped Stale; lowering it drops a run's digests past the new window
+// within the next 16 lines the run applies (or at its retention trim).
 func WithDigestWindow(n int) Option {
 	return func(c *config) error {
 		if n < 1 || n > MaxDigestWindow {
@@ -229,6 +231,24 @@ func WithVFS(name string) Option {
 			return fmt.Errorf("inbox: empty VFS name")
 		}
 		c.vfs = name
+		return nil
+	}
+}
+
+// WithBatchHook sets fn to be called after each batch a source commits: each call of ApplyFrom that
+// returns no error, so each batch ApplyFile and FollowFile apply (those return no Report per batch,
+// and FollowFile none at all), with the source's name and that batch's Report. It is called on the
+// caller's goroutine after the commit, outside the write transaction, so it may read the inbox; it
+// delays the source's next batch by its own duration, and its panic reaches the caller with the
+// batch committed. A crash between the commit and the call loses the call, never the batch: counts
+// summed from it can fall short of what is committed, never exceed it. Apply, which has no source,
+// does not call it.
+func WithBatchHook(fn func(source string, r Report)) Option {
+	return func(c *config) error {
+		if fn == nil {
+			return fmt.Errorf("inbox: nil batch hook")
+		}
+		c.batchHook = fn
 		return nil
 	}
 }

@@ -32,6 +32,7 @@ func TestAnInvalidOptionMakesOpenFailAndCreatesNothing(t *testing.T) {
 		"empty operator":      inbox.WithOperator(""),
 		"operator with a tab": inbox.WithOperator("a\tb"),
 		"empty VFS":           inbox.WithVFS(""),
+		"nil batch hook":      inbox.WithBatchHook(nil),
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

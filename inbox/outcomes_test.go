@@ -41,9 +41,9 @@ func TestTheRunsNextLineRunsTheHandlerAndCommitsWithTheHighWaterMarkAndDigest(t 
 	}
 	for s := int64(1); s <= 3; s++ {
 		want := sha256.Sum256(line("r", s))
-		var got []byte
-		if err := d.QueryRow(`SELECT digest FROM inbox_digests WHERE engine_run_id = 'r' AND seq = ?`, s).Scan(&got); err != nil {
-			t.Fatalf("digest of seq %d: %v", s, err)
+		got, ok := storedDigest(t, d, "r", s)
+		if !ok {
+			t.Fatalf("no digest of seq %d", s)
 		}
 		if string(got) != string(want[:]) {
 			t.Errorf("seq %d: digest %x, want %x", s, got, want)

@@ -17,9 +17,9 @@ import (
 	"github.com/textmachine/outbox/outbox"
 )
 
-// stateRows counts the rows of the inbox's per-run tables.
-func stateRows(t testing.TB, d *sql.DB) (runs, digests int) {
-	return count(t, d, `SELECT count(*) FROM inbox_runs`), count(t, d, `SELECT count(*) FROM inbox_digests`)
+// stateRows counts the rows of the inbox's per-run tables, and the digests their rows hold.
+func stateRows(t testing.TB, d *sql.DB) (runs, digestRows, digests int) {
+	return count(t, d, `SELECT count(*) FROM inbox_runs`), count(t, d, `SELECT count(*) FROM inbox_digests`), digestsKept(t, d, "")
 }
 
 // TestTheStateOfARunIsConstantAfterAHundredThousandLines; make test runs it without the race
@@ -32,14 +32,24 @@ func TestTheStateOfARunIsConstantAfterAHundredThousandLines(t *testing.T) {
 	in, path := setup(t, inbox.WithDurability(outbox.DurabilityNormal))
 	d := rawDB(t, path)
 	const batch = 2000
+	firstRows := 0
 	for from := int64(1); from <= 100_000; from += batch {
 		mustApply(t, in, lines("r", from, from+batch-1))
 		if hwm := from + batch - 1; hwm%20_000 == 0 {
-			runs, digests := stateRows(t, d)
-			if runs != 1 || digests != inbox.DefaultDigestWindow {
-				t.Errorf("after %d lines: %d run rows and %d digest rows, want 1 and %d", hwm, runs, digests, inbox.DefaultDigestWindow)
+			// The window is a whole number of digest rows and so is every 20,000th line: the rows hold
+			// exactly the window.
+			runs, rows, digests := stateRows(t, d)
+			if firstRows == 0 {
+				firstRows = rows
+			}
+			if runs != 1 || digests != inbox.DefaultDigestWindow || rows != firstRows {
+				t.Errorf("after %d lines: %d run rows and %d digests in %d rows, want 1 and %d in %d", hwm, runs, digests, rows,
+					inbox.DefaultDigestWindow, firstRows)
 			}
 		}
+	}
+	if firstRows == 0 || firstRows > inbox.DefaultDigestWindow/8 {
+		t.Errorf("the window's %d digests take %d rows", inbox.DefaultDigestWindow, firstRows)
 	}
 	if p := position(t, in, "r"); p != 100_000 {
 		t.Errorf("position %d", p)
@@ -56,10 +66,10 @@ func TestARunIdlePastTheRetentionKeepsOnlyItsHighWaterMarkAndLastDigest(t *testi
 	time.Sleep(time.Millisecond) // so that the next call's clock is past the retention
 	mustApply(t, in, lines("new", 1, 1))
 	d := rawDB(t, path)
-	if n := count(t, d, `SELECT count(*) FROM inbox_digests WHERE engine_run_id = 'old'`); n != 1 {
+	if n := digestsKept(t, d, "old"); n != 1 {
 		t.Fatalf("the idle run keeps %d digests, want its last line's", n)
 	}
-	if n := count(t, d, `SELECT count(*) FROM inbox_digests WHERE engine_run_id = 'old' AND seq = 100`); n != 1 {
+	if got, ok := storedDigest(t, d, "old", 100); !ok || string(got) != string(sha256Of(line("old", 100))) {
 		t.Error("the last line's digest is gone")
 	}
 	// A repeat of its older lines is Stale; its last line is still a duplicate, or a conflict.
@@ -77,12 +87,13 @@ func TestRetentionTrimmingIsBoundedPerCall(t *testing.T) {
 	ctx := context.Background()
 	in, path := setup(t)
 	in.Close()
-	// Runs idle for decades, each with a full window of digests, written straight into the tables.
-	// Fewer under the race detector, which slows SQLite (compiled to Go) some 70 times here.
+	// Runs idle for decades, each with a full window of digests, written straight into the tables in
+	// rows of 16. Fewer under the race detector, which slows SQLite (compiled to Go) some 70 times here.
 	runs, each := 10, 2000
 	if outboxtest.RaceEnabled {
-		runs, each = 4, 1100
+		runs, each = 4, 1104
 	}
+	rowsEach := each / 16
 	w := rawDBRW(t, path)
 	for r := range runs {
 		run := fmt.Sprint("run", r)
@@ -92,9 +103,9 @@ func TestRetentionTrimmingIsBoundedPerCall(t *testing.T) {
 			args []any
 		}{
 			{`INSERT INTO inbox_runs (engine_run_id, hwm, applied_at) VALUES (?, ?, 0)`, []any{run, each}},
-			{`WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?)
-			  INSERT INTO inbox_digests SELECT ?, i, zeroblob(32) FROM n`, []any{each - 1, run}},
-			{`INSERT INTO inbox_digests VALUES (?, ?, ?)`, []any{run, each, last[:]}},
+			{`WITH RECURSIVE n(c) AS (SELECT 0 UNION ALL SELECT c + 1 FROM n WHERE c + 1 < ?)
+			  INSERT INTO inbox_digests SELECT ?, c, c * 16 + 1, randomblob(512) FROM n`, []any{rowsEach - 1, run}},
+			{`INSERT INTO inbox_digests VALUES (?, ?, ?, CAST(randomblob(480) || ? AS BLOB))`, []any{run, rowsEach - 1, each - 15, last[:]}},
 		} {
 			if _, err := w.Exec(q.sql, q.args...); err != nil {
 				t.Fatal(err)
@@ -113,18 +124,22 @@ func TestRetentionTrimmingIsBoundedPerCall(t *testing.T) {
 	for ; idle() > runs && calls < 100; calls++ {
 		before := idle()
 		mustApply(t, in, lines("active", int64(calls)+1, int64(calls)+1))
-		if dropped := before - idle(); dropped > 4096 || dropped < 1 {
-			t.Errorf("call %d dropped %d digests", calls, dropped)
+		if dropped := before - idle(); dropped > 4096/16 || dropped < 1 {
+			t.Errorf("call %d dropped %d rows of digests", calls, dropped)
 		}
 	}
-	// At most 4 runs and 4,096 digests a call.
-	if least := max((runs+3)/4, (runs*(each-1)+4095)/4096); calls < least || calls == 100 {
+	// At most 4 runs and 256 rows (4,096 digests) a call.
+	if least := max((runs+3)/4, (runs*(rowsEach-1)+255)/256); calls < least || calls == 100 {
 		t.Errorf("trimming took %d calls, at least %d", calls, least)
 	}
+	mustApply(t, in, lines("active", int64(calls)+1, int64(calls)+1)) // the last runs' rows shrink
 	for r := range runs {
 		run := fmt.Sprint("run", r)
-		if n := count(t, d, `SELECT count(*) FROM inbox_digests WHERE engine_run_id = ? AND seq = ?`, run, each); n != 1 {
+		if got, ok := storedDigest(t, d, run, int64(each)); !ok || string(got) != string(sha256Of(line(run, int64(each)))) {
 			t.Errorf("run %s lost its last line's digest", run)
+		}
+		if n := digestsKept(t, d, run); n != 1 {
+			t.Errorf("run %s keeps %d digests, want 1", run, n)
 		}
 		if rep := mustApply(t, in, [][]byte{line(run, int64(each))}); rep.Duplicates != 1 {
 			t.Errorf("run %s: its last line after the trim: %+v", run, rep)
@@ -136,20 +151,63 @@ func TestADigestMissingInsideTheWindowIsStale(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	in, path := setup(t, inbox.WithDigestWindow(4))
-	mustApply(t, in, lines("r", 1, 10))
+	mustApply(t, in, lines("r", 1, 100))
 	in.Close()
-	// The window raised across a reopen: seqs 3..6 are inside it now, their digests long dropped.
-	in, err := inbox.Open(ctx, path, inbox.WithDigestWindow(8))
+	// The window raised across a reopen: seqs 37..100 are inside it now. The digests of 97..100 are
+	// kept (the row of 97..112); those of 37..96 were dropped with the rows that left the old window.
+	in, err := inbox.Open(ctx, path, inbox.WithDigestWindow(64))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer in.Close()
-	if rep := mustApply(t, in, append(lines("r", 3, 10), line("r", 5, "other"))); rep != (inbox.Report{Stale: 5, Duplicates: 4}) {
+	if rep := mustApply(t, in, append(lines("r", 37, 100), line("r", 50, "other"))); rep != (inbox.Report{Stale: 61, Duplicates: 4}) {
 		t.Errorf("%+v", rep)
 	}
 	if qs := quarantined(t, in); len(qs) != 0 {
 		t.Errorf("quarantined %v", qs)
 	}
+	// A digest kept is still compared: other bytes at seq 98 are a conflict.
+	mustApply(t, in, [][]byte{line("r", 98, "other")})
+	if qs := quarantined(t, in); len(qs) != 1 || qs[0].Reason != "conflict" {
+		t.Errorf("quarantined %v", qs)
+	}
+}
+
+func TestLoweringTheWindowAcrossAReopenLeavesNoRowsPastIt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	in, path := setup(t)
+	mustApply(t, in, lines("r", 1, 1000))
+	in.Close()
+	in, err := inbox.Open(ctx, path, inbox.WithDigestWindow(32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	d := rawDB(t, path)
+	// Inside the new window, what was kept is still compared.
+	if rep := mustApply(t, in, lines("r", 990, 1000)); rep != (inbox.Report{Duplicates: 11}) {
+		t.Errorf("%+v", rep)
+	}
+	if rep := mustApply(t, in, lines("r", 1, 968)); rep != (inbox.Report{Stale: 968}) {
+		t.Errorf("older than the window: %+v", rep)
+	}
+	for s := int64(1001); s <= 1040; s++ {
+		mustApply(t, in, lines("r", s, s))
+		// 32 digests in rows of 16, and at most one row more while the window's lowest row moves.
+		if n := count(t, d, `SELECT count(*) FROM inbox_digests`); n > 3 && s > 1016 {
+			t.Fatalf("after seq %d: %d rows of digests for a window of 32", s, n)
+		}
+	}
+	if n := digestsKept(t, d, "r"); n > 48 {
+		t.Errorf("%d digests kept for a window of 32", n)
+	}
+}
+
+// sha256Of is a line's digest as the inbox stores it.
+func sha256Of(l []byte) []byte {
+	d := sha256.Sum256(l)
+	return d[:]
 }
 
 func TestHostileRunIDsAreKeptApartAndNeverMerged(t *testing.T) {

@@ -18,7 +18,7 @@ const (
 	stmtRunState stmtID = iota
 	stmtRunSet
 	stmtDigestGet
-	stmtDigestsInsert
+	stmtDigestsAppend
 	stmtDigestsDrop
 	stmtRunsUntrimmed
 	stmtSourceGet
@@ -30,8 +30,8 @@ var stmtSQL = [numStmts]string{
 	stmtRunState:      db.RunState,
 	stmtRunSet:        db.RunSet,
 	stmtDigestGet:     db.DigestGet,
-	stmtDigestsInsert: db.DigestsInsert,
-	stmtDigestsDrop:   db.DigestsDropThrough,
+	stmtDigestsAppend: db.DigestsAppend,
+	stmtDigestsDrop:   db.DigestsDropBelow,
 	stmtRunsUntrimmed: db.RunsUntrimmed,
 	stmtSourceGet:     db.SourceGet,
 	stmtSourceSet:     db.SourceSet,

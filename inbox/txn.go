@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"database/sql"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -118,13 +117,14 @@ func (t *txn) run(id string) (*runTx, error) {
 	return r, nil
 }
 
-// digest returns the digest of the run's line seq as applied, and false when it is not kept.
+// digest returns the digest of the run's line seq as applied, and false when it is not kept (a row
+// never holds zeros for a line applied: they stand for a seq given up by an accepted gap).
 func (t *txn) digest(r *runTx, seq int64) ([sha256.Size]byte, bool, error) {
 	if seq > r.start {
 		return r.digests[seq-r.start-1], true, nil
 	}
 	var d [sha256.Size]byte
-	b, err := t.in.q.DigestGet(t.ctx, t.on(stmtDigestGet), db.DigestGetParams{EngineRunID: r.id, Seq: seq})
+	b, err := t.in.q.DigestGet(t.ctx, t.on(stmtDigestGet), db.DigestGetParams{EngineRunID: r.id, Chunk: chunkOf(seq), Seq: seq})
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return d, false, nil
@@ -134,8 +134,20 @@ func (t *txn) digest(r *runTx, seq int64) ([sha256.Size]byte, bool, error) {
 		return d, false, fmt.Errorf("inbox: run %q seq %d: a stored digest of %d bytes", r.id, seq, len(b))
 	}
 	copy(d[:], b)
-	return d, true, nil
+	return d, d != [sha256.Size]byte{}, nil
 }
+
+// digestsPerRow is how many of a run's digests one row of inbox_digests holds: row c holds seqs
+// c*digestsPerRow+1 .. (c+1)*digestsPerRow. It is part of the stored format (migration 00002 and
+// its CHECK constraints spell the same 16), chosen so that a row stays inside its b-tree page.
+const digestsPerRow = 16
+
+// chunkOf is the row that holds the digest of seq.
+func chunkOf(seq int64) int64 { return (seq - 1) / digestsPerRow }
+
+// windowFrom is the lowest row a run at high-water mark hwm keeps: the one holding the oldest seq
+// still in its window, hwm-window+1. Rows below it hold only seqs older than the window.
+func (t *txn) windowFrom(hwm int64) int64 { return max(hwm-t.in.cfg.window, 0) / digestsPerRow }
 
 // quarantine parks a run.
 func (t *txn) quarantine(r *runTx, reason string, expected, got int64, detail string) error {
@@ -150,24 +162,24 @@ func (t *txn) quarantine(r *runTx, reason string, expected, got int64, detail st
 	return nil
 }
 
-// flush writes what the transaction applied to each run: its digests, its high-water mark, and the
-// digests that have left its window dropped.
+// flush writes what the transaction applied to each run: its digests, appended to their rows, its
+// high-water mark, and the rows that have left its window dropped.
 func (t *txn) flush() error {
 	for _, r := range t.order {
 		if len(r.digests) == 0 {
 			continue
 		}
-		if err := t.in.q.DigestsInsert(t.ctx, t.on(stmtDigestsInsert), db.DigestsInsertParams{
-			EngineRunID: r.id, FirstSeq: r.start + 1, Digests: hexArray(r.digests),
-		}); err != nil {
+		if err := t.appendDigests(r); err != nil {
 			return fmt.Errorf("inbox: store the digests of run %q: %w", r.id, err)
 		}
 		if err := t.in.q.RunSet(t.ctx, t.on(stmtRunSet), db.RunSetParams{EngineRunID: r.id, Hwm: r.hwm, AppliedAt: t.now}); err != nil {
 			return fmt.Errorf("inbox: store the high-water mark of run %q: %w", r.id, err)
 		}
 		t.touch()
-		if through := r.hwm - t.in.cfg.window; through >= 1 {
-			if err := t.in.q.DigestsDropThrough(t.ctx, t.on(stmtDigestsDrop), db.DigestsDropThroughParams{EngineRunID: r.id, Through: through}); err != nil {
+		// The window's lowest row moves once every digestsPerRow lines; the rows below it then go,
+		// and with them any that a window lowered across a reopen left.
+		if from := t.windowFrom(r.hwm); from > t.windowFrom(r.start) {
+			if err := t.in.q.DigestsDropBelow(t.ctx, t.on(stmtDigestsDrop), db.DigestsDropBelowParams{EngineRunID: r.id, Chunk: from}); err != nil {
 				return fmt.Errorf("inbox: drop the old digests of run %q: %w", r.id, err)
 			}
 		}
@@ -175,26 +187,34 @@ func (t *txn) flush() error {
 	return nil
 }
 
-// hexArray encodes digests as the JSON array of hex strings that DigestsInsert takes.
-func hexArray(ds [][sha256.Size]byte) string {
-	b := make([]byte, 0, len(ds)*(2*sha256.Size+3)+2)
-	b = append(b, '[')
-	for i, d := range ds {
-		if i > 0 {
-			b = append(b, ',')
+// appendDigests appends the digests of the run's lines start+1..hwm to their rows, one statement per
+// row, skipping the rows that leave the window in the same call.
+func (t *txn) appendDigests(r *runTx) error {
+	first := max(r.start+1, t.windowFrom(r.hwm)*digestsPerRow+1)
+	buf := make([]byte, 0, digestsPerRow*sha256.Size)
+	for seq := first; seq <= r.hwm; {
+		c := chunkOf(seq)
+		last := min(r.hwm, (c+1)*digestsPerRow)
+		buf = buf[:0]
+		for _, d := range r.digests[seq-r.start-1 : last-r.start] {
+			buf = append(buf, d[:]...)
 		}
-		b = append(b, '"')
-		b = hex.AppendEncode(b, d[:])
-		b = append(b, '"')
+		if err := t.in.q.DigestsAppend(t.ctx, t.on(stmtDigestsAppend), db.DigestsAppendParams{
+			EngineRunID: r.id, Chunk: c, FirstSeq: seq, Digests: buf,
+		}); err != nil {
+			return err
+		}
+		seq = last + 1
 	}
-	return string(append(b, ']'))
+	return nil
 }
 
-// Retention trimming is bounded per call: at most trimRuns idle runs are looked at and trimRows
-// digests dropped, so a call after a long pause does not pay for every idle run at once.
+// Retention trimming is bounded per call: at most trimRuns idle runs are looked at and trimRows rows
+// of digests (4,096 digests) dropped, so a call after a long pause does not pay for every idle run at
+// once.
 const (
 	trimRuns = 4
-	trimRows = 4096
+	trimRows = 4096 / digestsPerRow
 )
 
 // trimIdle drops the digests of runs idle past the retention, but each run's last line's. It looks
@@ -219,13 +239,20 @@ func (t *txn) trimIdle() error {
 			next = r.AppliedAt + retention // the longest idle is not idle yet
 			break
 		}
-		n, err := t.in.q.DigestsTrim(t.ctx, t.tx, db.DigestsTrimParams{EngineRunID: r.EngineRunID, Below: r.Hwm, MaxRows: budget})
+		n, err := t.in.q.DigestsTrim(t.ctx, t.tx, db.DigestsTrimParams{
+			EngineRunID: r.EngineRunID, Hwm: r.Hwm, HwmChunk: chunkOf(r.Hwm), MaxRows: budget,
+		})
 		if err != nil {
 			return fmt.Errorf("inbox: trim the digests of idle run %q: %w", r.EngineRunID, err)
 		}
 		if budget -= n; budget <= 0 {
 			next = t.now // the run may hold more: the next call goes on with it
 			break
+		}
+		if err := t.in.q.DigestsKeepLast(t.ctx, t.tx, db.DigestsKeepLastParams{
+			EngineRunID: r.EngineRunID, Hwm: r.Hwm, HwmChunk: chunkOf(r.Hwm),
+		}); err != nil {
+			return fmt.Errorf("inbox: trim the digests of idle run %q: %w", r.EngineRunID, err)
 		}
 		if err := t.in.q.RunMarkTrimmed(t.ctx, t.tx, r.EngineRunID); err != nil {
 			return fmt.Errorf("inbox: trim idle run %q: %w", r.EngineRunID, err)

@@ -191,6 +191,38 @@ func TestVerifyRefusesAMessageWhoseRunIsNotItsSubjects(t *testing.T) {
 	}
 }
 
+// TestVerifyWithASubjectPrefixRefusesAStreamOrALineOutsideIt: the stream must capture <prefix>.>,
+// and a line under another prefix is not one a sink with this prefix placed.
+func TestVerifyWithASubjectPrefixRefusesAStreamOrALineOutsideIt(t *testing.T) {
+	ctx := context.Background()
+	js, s := setup(t, time.Minute, atomicBatches) // the stream EVENTS captures outbox.>
+	if err := s.Append(ctx, "a", lines("a", 1, 2, "x")); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := jetstream.Verify(ctx, js, "EVENTS", jetstream.WithSubjectPrefix("outbox")); err != nil || rep.Lines != 2 {
+		t.Errorf("Verify with the stream's prefix: (%+v, %v)", rep, err)
+	}
+	if _, err := jetstream.Verify(ctx, js, "EVENTS", jetstream.WithSubjectPrefix("books")); !errors.Is(err, jetstream.ErrStreamSettings) ||
+		!strings.Contains(err.Error(), "do not capture books.>") {
+		t.Errorf("Verify with another prefix: %v, want ErrStreamSettings", err)
+	}
+	if _, err := jetstream.Verify(ctx, js, "EVENTS", jetstream.WithSubjectPrefix("bad prefix")); err == nil {
+		t.Error("Verify with an invalid prefix: no error")
+	}
+	// A line published under the stream's prefix, one token too deep.
+	if _, err := js.Publish(ctx, "outbox.x.a", lines("a", 3, 3, "x")[0].Line); err != nil {
+		t.Fatal(err)
+	}
+	_, err := jetstream.Verify(ctx, js, "EVENTS", jetstream.WithSubjectPrefix("outbox"))
+	var ve *journal.Error
+	if !errors.As(err, &ve) || !errors.Is(err, journal.ErrMalformed) || ve.Line != 3 || !strings.Contains(err.Error(), "the subject is not outbox.<run>") {
+		t.Errorf("Verify of a line outside the prefix: %v", err)
+	}
+	if _, err := jetstream.Verify(ctx, js, "EVENTS"); err != nil {
+		t.Errorf("Verify without a prefix checks any subject: %v", err)
+	}
+}
+
 // TestCancellingAppendAtAnyMomentLeavesNoGapAndNoDuplicate: a relay's context may end at any point of
 // an Append: before the publication, while the batch is sent, while its acknowledgement is awaited,
 // while lines are read back. The next Append with a live context must still place every line once.

@@ -211,8 +211,9 @@ func (s *Sink) Mode() Mode {
 
 // BatchSize is the relay batch that suits the sink: the atomic batch limit with atomic batches, where
 // each batch costs the server a staging store and the run one round trip; outbox.DefaultBatchSize one
-// line at a time, where the batch size does not change the cost per line. Pass it to
-// outbox.WithBatchSize.
+// line at a time, where the batch size does not change the cost per line. outbox.NewRelay takes it on
+// its own (the sink is an outbox.BatchSizer): there is nothing to pass, and outbox.WithBatchSize
+// overrides it.
 func (s *Sink) BatchSize() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -22,11 +22,32 @@ import (
 // the line number. A stream has no torn tail. Two things a file cannot hold are malformed too, with
 // the subject and stream sequence named: a message holding a newline (written out by WriteLines it
 // would be two lines), and a message whose engine_run_id is not the run its subject's last token
-// encodes (Token), which the sink never publishes.
-func Verify(ctx context.Context, js jetstream.JetStream, streamName string) (journal.Report, error) {
+// encodes (Token), which the sink never publishes. With WithSubjectPrefix, a message whose subject is
+// not <prefix>.<token> is malformed as well (it is not a line a sink with that prefix placed), and a
+// stream whose subjects do not capture <prefix>.> is refused before reading (ErrStreamSettings).
+// Another option is ignored.
+func Verify(ctx context.Context, js jetstream.JetStream, streamName string, opts ...Option) (journal.Report, error) {
+	var cfg config
+	for _, o := range opts {
+		if p, ok := o.(prefixOption); ok {
+			if err := p.sinkOption(&cfg); err != nil {
+				return journal.Report{}, err
+			}
+		}
+	}
+	if cfg.prefix != "" {
+		stream, err := js.Stream(ctx, streamName)
+		if err != nil {
+			return journal.Report{}, fmt.Errorf("jetstream: stream %q: %w", streamName, err)
+		}
+		if sub := stream.CachedInfo().Config.Subjects; !capturesAll(sub, cfg.prefix) {
+			return journal.Report{}, fmt.Errorf("%w: stream %q: subjects %q do not capture %s.>: it is not a stream of that prefix",
+				ErrStreamSettings, streamName, sub, cfg.prefix)
+		}
+	}
 	v := journal.NewVerifier()
 	err := readStream(ctx, js, streamName, func(m streamMsg) error {
-		if err := m.check(); err != nil {
+		if err := m.check(cfg.prefix); err != nil {
 			return err
 		}
 		return v.Check(m.data)
@@ -42,7 +63,7 @@ func WriteLines(ctx context.Context, js jetstream.JetStream, streamName string, 
 	bw := bufio.NewWriter(w)
 	n := 0
 	err := readStream(ctx, js, streamName, func(m streamMsg) error {
-		if err := m.check(); err != nil {
+		if err := m.check(""); err != nil {
 			return err
 		}
 		n++
@@ -64,15 +85,18 @@ type streamMsg struct {
 	data      []byte
 }
 
-// check applies what a stream adds to the journal's rules; a line that is not a journal line at all
-// is left to the Verifier, which names what is wrong with it.
-func (m streamMsg) check() error {
+// check applies what a stream adds to the journal's rules, and the subject prefix when it is not "";
+// a line that is not a journal line at all is left to the Verifier, which names what is wrong with it.
+func (m streamMsg) check(prefix string) error {
 	bad := func(run string, seq int64, format string, a ...any) error {
 		return &journal.Error{Line: m.n, Run: run, Seq: seq, Err: journal.ErrMalformed,
 			Reason: fmt.Sprintf("subject %s, stream sequence %d: ", m.subject, m.streamSeq) + fmt.Sprintf(format, a...)}
 	}
 	if bytes.IndexByte(m.data, '\n') >= 0 {
 		return bad("", 0, "the message holds a newline")
+	}
+	if tok, ok := strings.CutPrefix(m.subject, prefix+"."); prefix != "" && (!ok || strings.Contains(tok, ".")) {
+		return bad("", 0, "the subject is not %s.<run>", prefix)
 	}
 	run, seq, err := journal.LineKey(m.data)
 	if err != nil {

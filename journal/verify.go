@@ -146,7 +146,11 @@ type verifyConfig struct {
 }
 
 // MaxLineSizeLimit is the largest limit WithMaxLineSize takes: the verifier holds a line whole to
-// parse it, and addresses the lines of a block of input with 32-bit offsets.
+// parse it, and addresses the lines of a block of input with 32-bit offsets. It is larger than
+// outbox.MaxLineSizeLimit (64 MiB), the largest line limit a store takes, on purpose: that one is
+// bounded by SQLite's memory per connection, this one only by the reader's, so a journal written by
+// another writer with longer lines can still be checked. Lines the store and File write are at most
+// outbox.DefaultMaxLineSize, the reader's default.
 const MaxLineSizeLimit = 1 << 30
 
 // WithMaxLineSize sets the longest line, without its newline, that Verify and Check accept; the

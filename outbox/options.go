@@ -128,9 +128,12 @@ func WithReadPoolSize(n int) Option {
 	}
 }
 
-// MaxLineSizeLimit is the largest line limit WithMaxLineSize accepts. SQLite holds a line whole in
-// the connection's memory while it writes or reads it, and the driver gives each connection a fixed
-// amount; lines up to this size go through one after another with room to spare.
+// MaxLineSizeLimit is the largest line limit the store's WithMaxLineSize accepts. SQLite holds a line
+// whole in the connection's memory while it writes or reads it, and the driver gives each connection
+// a fixed amount; lines up to this size go through one after another with room to spare. It is not
+// journal.MaxLineSizeLimit (1 GiB), the largest limit a journal's reader (journal.WithMaxLineSize)
+// can be given: a reader bounded only by its own memory may be asked to check lines that no store
+// here could hold, written by another writer; the two bound different things.
 const MaxLineSizeLimit = 64 << 20
 
 // WithMaxLineSize bounds the length of one line, in bytes, in every enqueue method: a longer line is

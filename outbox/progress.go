@@ -74,10 +74,11 @@ type RunStats struct {
 	Lines       int64 // rows still stored, buffered and in the ledger
 	LedgerLines int64 // rows whose once key is in the ledger
 	Projected   int64 // every seq up to this one is in the sink
-	// Unprojected is how many of the run's lines the sink does not have yet: LastSeq - Projected.
-	Unprojected int64
-	// OldestPending is when the first line after Projected was enqueued; zero when nothing is
-	// pending, or when the line predates the column that records it.
+	// Pending is how many of the run's lines are pending, that is not yet projected (the sink does
+	// not have them yet): LastSeq - Projected. The command's stats and metrics use the same word.
+	Pending int64
+	// OldestPending is when the first pending line (the first after Projected) was enqueued; zero
+	// when nothing is pending, or when the line predates the column that records it.
 	OldestPending time.Time
 	// StoppedSeq is not 0 when a relay stopped projecting the run because the sink refused a batch
 	// (ErrSinkRefused): it is the batch's first seq, StoppedReason the sink's error and StoppedAt when
@@ -146,7 +147,7 @@ func (s *Store) runsAfter(ctx context.Context, after string, limit int) ([]RunSt
 	for i, r := range rows {
 		st := RunStats{RunID: r.EngineRunID, Lines: r.Lines, LedgerLines: r.LedgerLines,
 			LastSeq: max(r.LastSeq, r.ForgottenLastSeq), Projected: r.Projected, storedLast: r.LastSeq}
-		st.Unprojected = max(st.LastSeq-st.Projected, 0)
+		st.Pending = max(st.LastSeq-st.Projected, 0)
 		if r.OldestPending > 0 {
 			st.OldestPending = time.UnixMilli(r.OldestPending)
 		}

@@ -96,8 +96,8 @@ func TestARelayThatStopsOnARefusalLogsItAtErrorLevelAndRecordsWhereAndWhy(t *tes
 	if st.StoppedSeq != 1 || !strings.Contains(st.StoppedReason, "seq 2") || st.StoppedAt.IsZero() {
 		t.Errorf("stats: stopped at %d (%v), %q; want seq 1, a reason naming seq 2", st.StoppedSeq, st.StoppedAt, st.StoppedReason)
 	}
-	if st.Unprojected != 3 {
-		t.Errorf("%d lines not yet projected, want 3 (all kept)", st.Unprojected)
+	if st.Pending != 3 {
+		t.Errorf("%d lines pending, want 3 (all kept)", st.Pending)
 	}
 }
 

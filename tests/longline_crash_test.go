@@ -135,7 +135,7 @@ func TestACrashAfterAppendingALongLastLineIsRecoveredByTheNextStart(t *testing.T
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.RunID == "engine-1" && (r.Projected != 4 || r.Unprojected != 0) {
+		if r.RunID == "engine-1" && (r.Projected != 4 || r.Pending != 0) {
 			t.Errorf("after Recover the book says %+v", r)
 		}
 	}

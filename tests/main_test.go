@@ -13,5 +13,5 @@ import (
 // tested on real processes.
 func TestMain(m *testing.M) {
 	crashtest.Main(m, map[string]func() int{"crash-engine": crashEngine,
-		"long-line-engine": longLineEngine, "recovering-engine": recoveringEngine})
+		"long-line-engine": longLineEngine, "recovering-engine": recoveringEngine, "crash-platform": crashPlatform})
 }

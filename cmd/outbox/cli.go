@@ -68,10 +68,19 @@ func flagError(err error) string {
 }
 
 // streams is the standard error a command writes to; it also knows the standard output, where
-// --help goes (see parseFlags).
+// --help goes (see parseFlags), and the standard input (verify -).
 type streams struct {
 	io.Writer
 	out io.Writer
+	in  io.Reader
+}
+
+// stdinOf is the command's standard input: none for a command run without streams.
+func stdinOf(stderr io.Writer) io.Reader {
+	if s, ok := stderr.(*streams); ok && s.in != nil {
+		return s.in
+	}
+	return strings.NewReader("")
 }
 
 // helpOutput is where a command's --help is printed: its standard output.
@@ -166,4 +175,22 @@ func checkFile(path, what string) error {
 		return fmt.Errorf("%s %s is not a regular file", what, quote(path))
 	}
 	return nil
+}
+
+// plural says n things in the number n calls for: "1 once key", "2 once keys". noun is singular and
+// takes an s in the plural.
+func plural(n int64, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.FormatInt(n, 10) + " " + noun + "s"
+}
+
+// ofThem says how many of the things just counted are something: "1 of them a once key", "2 of
+// them once keys".
+func ofThem(n int64, one, many string) string {
+	if n == 1 {
+		return "1 of them " + one
+	}
+	return strconv.FormatInt(n, 10) + " of them " + many
 }

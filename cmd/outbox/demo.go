@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -36,27 +37,35 @@ func init() {
 }
 
 const demoAbout = `
-Simulates an engine working through a book of N units. The engine runs as a child process
-(this binary, re-executed) with a fresh run id per start: it recovers what earlier starts
-left, writes its run_started handshake, announces every unit the database says is done,
-then works the rest, each unit one transaction (units, spend, and a spend event), each
-finished unit announced once, while a relay projects to the journal. The demo kills it
-with SIGKILL K times, at units drawn from the seed, restarting it each time, then checks
-the journal against the database. DIR keeps book.db and journal.jsonl for inspection.
-With --sink nats the relay projects to a JetStream stream instead (a server started in
-DIR/nats when --nats is not given), and the stream, written to DIR/stream.jsonl, is checked.
+Simulates an engine working through a book of N units, and the platform that reads its
+journal. The engine runs as a child process (this binary, re-executed) with a fresh run id
+per start: it recovers what earlier starts left, writes its run_started handshake, announces
+every unit the database says is done, then works the rest, each unit one transaction
+(units, spend, and a spend event), each finished unit announced once, while a relay projects
+to the journal. The demo kills it with SIGKILL K times, at units drawn from the seed,
+restarting it each time. Beside it, the platform (another child) follows the journal through
+an inbox into a database of its own, counting each unit once from its unit_done line and
+summing the spend; it too is killed with SIGKILL, up to K times, once it has applied a
+number of lines drawn from the seed, and restarted. When the book is done, the platform catches up to
+the journal's end. The demo then checks the journal against the book, and the platform's
+database against both, each file read for itself: every line of every run applied once,
+none skipped, the platform's units and spend the book's. DIR keeps book.db, journal.jsonl
+and platform.db for inspection. With --sink nats the relay projects to a JetStream stream
+instead (a server started in DIR/nats when --nats is not given); the stream, written to
+DIR/stream.jsonl, is checked, and the platform applies that file once the book is done,
+without being killed (it does not read the stream itself).
 
 Exit status: 0 when every guarantee held, 1 when one did not, 2 on a usage error.`
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("demo", "outbox demo [--dir DIR] [--units N] [--crashes K] [--seed S] [--sink KIND [--nats URL] [--stream NAME]]", demoAbout)
+	fs := newFlags("demo", "outbox demo [--dir DIR] [--units N] [--crashes K] [--seed S] [--sink KIND [--nats URL | --context NAME] [--stream NAME] [--subject-prefix PREFIX]]", demoAbout)
 	dir := fs.String("dir", "", "work in `dir` (default: a new temporary directory)")
 	units := fs.Int("units", 2000, "the book's size: `n` units")
-	crashes := fs.Int("crashes", 3, "kill the engine with SIGKILL `k` times")
+	crashes := fs.Int("crashes", 3, "kill the engine, and the platform, with SIGKILL `k` times each")
 	seed := fs.Uint64("seed", 1, "draw the moments of the kills from the seed `s`")
 	sinkKind := fs.String("sink", "file", "project to a journal file (`kind` file) or to JetStream (nats)")
-	natsURL := fs.String("nats", "", "with --sink nats: the server's `url` (default: start one in DIR, on loopback)")
 	streamName := fs.String("stream", "EVENTS", "with --sink nats: the stream's `name`; on a server of yours it must be empty")
+	nf := addNATSFlags(fs, "with --sink nats: the server's `url` (default: start one in DIR, on loopback)")
 	pos, code, done := parseFlags(fs, args, stderr)
 	if done {
 		return code
@@ -70,6 +79,13 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if *sinkKind != "file" && *sinkKind != "nats" {
 		return usageError(stderr, "outbox demo", "--sink is file or nats, not %s", quote(*sinkKind))
 	}
+	if *sinkKind == "file" && (nf.chosen() || nf.given("subject-prefix")) {
+		return usageError(stderr, "outbox demo", "the NATS flags need --sink nats")
+	}
+	nf.embedded = true
+	if p := nf.problem(); p != "" {
+		return usageError(stderr, "outbox demo", "%s", p)
+	}
 	if *dir == "" {
 		d, err := os.MkdirTemp("", "outbox-demo-")
 		if err != nil {
@@ -80,29 +96,31 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return fail(stderr, exitUsage, "demo: %v", err)
 	}
 	dbPath, jPath := filepath.Join(*dir, "book.db"), filepath.Join(*dir, "journal.jsonl")
-	for _, p := range []string{dbPath, jPath} {
+	platformDB := filepath.Join(*dir, "platform.db")
+	for _, p := range []string{dbPath, jPath, platformDB} {
 		if _, err := os.Stat(p); err == nil {
 			return fail(stderr, exitUsage, "demo: %s already exists; give an empty --dir", p)
 		}
 	}
 	sinkArgs := []string{"--journal", jPath}
+	var engineEnv []string
 	checked := jPath
 	if *sinkKind == "nats" {
-		if *natsURL == "" {
-			url, stop, err := embeddedNATS(ctx, *dir, *streamName)
+		if !nf.chosen() {
+			url, stop, err := embeddedNATS(ctx, *dir, *streamName, nf.prefix)
 			if err != nil {
 				return fail(stderr, exitUsage, "demo: %v", err)
 			}
 			defer stop()
-			*natsURL = url
-		} else if err := requireEmptyStream(ctx, *natsURL, *streamName); err != nil {
+			nf.url = url
+		} else if err := requireEmptyStream(ctx, nf, *streamName); err != nil {
 			return fail(stderr, exitUsage, "demo: %v", err)
 		}
-		sinkArgs = []string{"--nats", *natsURL, "--stream", *streamName}
+		sinkArgs, engineEnv = natsEngineArgs(nf, *streamName)
 		checked = filepath.Join(*dir, "stream.jsonl")
-		fmt.Fprintf(stdout, "demo: projecting to stream %s at %s\n", *streamName, *natsURL)
+		fmt.Fprintf(stdout, "demo: projecting to stream %s at %s\n", *streamName, nf.server())
 	}
-	fmt.Fprintf(stdout, "demo: a book of %d units in %s, %d crashes, seed %d\n\n", *units, *dir, *crashes, *seed)
+	fmt.Fprintf(stdout, "demo: a book of %d units in %s, %s, seed %d\n\n", *units, *dir, crashCount(*crashes), *seed)
 
 	// The units at which the engine is killed: distinct, increasing, inside the book.
 	rng := rand.New(rand.NewPCG(*seed, 0x64656d6f))
@@ -116,6 +134,20 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(stderr, exitUsage, "demo: %v", err)
 	}
+	plat := &platform{exe: exe, dbPath: platformDB, jPath: checked, stderr: stderr}
+	engineDone := make(chan struct{})
+	followed := make(chan error, 1)
+	if *sinkKind == "file" {
+		plat.killAt = platformKills(*seed, *units, *crashes)
+		go func() { followed <- plat.follow(ctx, engineDone) }()
+	} else {
+		followed <- nil
+	}
+	stopFollowing := sync.OnceValue(func() error {
+		close(engineDone)
+		return <-followed
+	})
+	defer stopFollowing()
 	began := time.Now()
 	starts, killed := 0, 0
 	for {
@@ -125,7 +157,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			target = killAt[killed]
 		}
 		runID := fmt.Sprintf("demo-%d-%d-%d", *seed, starts, time.Now().UnixNano())
-		reached, status, err := startEngine(ctx, exe, dbPath, sinkArgs, *units, runID, target, stderr)
+		reached, status, err := startEngine(ctx, exe, dbPath, sinkArgs, engineEnv, *units, runID, target, stderr)
 		if err != nil {
 			return fail(stderr, exitFindings, "demo: start %d: %v", starts, err)
 		}
@@ -138,14 +170,27 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		break
 	}
 
+	if err := stopFollowing(); err != nil {
+		return fail(stderr, exitFindings, "demo: %v", err)
+	}
 	if *sinkKind == "nats" {
-		if err := streamToFile(ctx, *natsURL, *streamName, checked); err != nil {
+		if err := streamToFile(ctx, nf, *streamName, checked); err != nil {
 			return fail(stderr, exitFindings, "demo: read the stream: %v", err)
 		}
+	}
+	if err := plat.catchUp(ctx); err != nil {
+		return fail(stderr, exitFindings, "demo: %v", err)
+	}
+	if beforeDemoCheck != nil {
+		beforeDemoCheck(*dir)
 	}
 	res, err := demo.Check(ctx, dbPath, checked, *units, "")
 	if err != nil {
 		return fail(stderr, exitFindings, "demo: check: %v", err)
+	}
+	pres, err := demo.CheckPlatform(ctx, platformDB, dbPath, checked)
+	if err != nil {
+		return fail(stderr, exitFindings, "demo: check the platform: %v", err)
 	}
 	gaps, conflicts, malformed := 0, 0, 0
 	switch {
@@ -172,21 +217,27 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(tw, "database integrity\t%s\n", res.Integrity)
 	fmt.Fprintf(tw, "time\t%v\n", time.Since(began).Round(10*time.Millisecond))
 	tw.Flush()
-	fmt.Fprintf(stdout, "\nbook: %s\njournal: %s\n", dbPath, checked)
-	if !res.OK() {
-		fmt.Fprintf(stdout, "\nFAILED: %s\n", strings.Join(res.Problems(), "; "))
+	fmt.Fprintf(stdout, "%s\n", platformLine(pres, *units, plat))
+	fmt.Fprintf(stdout, "\nbook: %s\njournal: %s\nplatform database: %s\n", dbPath, checked, platformDB)
+	if !res.OK() || !pres.OK() {
+		fmt.Fprintf(stdout, "\nFAILED: %s\n", problems(res, pres))
 		return exitFindings
 	}
 	fmt.Fprintln(stdout, "\nOK: nothing lost, nothing counted twice")
 	return exitOK
 }
 
+// beforeDemoCheck, when set, is called with the demo's directory before its checks: a test changes
+// the files there to prove that the checks find it.
+var beforeDemoCheck func(dir string)
+
 // startEngine runs one start of the engine and, when killAt > 0, kills it with SIGKILL once it
 // reports that many units done. It returns the last unit count the engine reported and "killed" or
 // "finished".
-func startEngine(ctx context.Context, exe, dbPath string, sinkArgs []string, units int, runID string, killAt int, stderr io.Writer) (int, string, error) {
+func startEngine(ctx context.Context, exe, dbPath string, sinkArgs, env []string, units int, runID string, killAt int, stderr io.Writer) (int, string, error) {
 	args := append([]string{engineCommand, "--db", dbPath, "--units", strconv.Itoa(units), "--run", runID}, sinkArgs...)
 	cmd := exec.CommandContext(ctx, exe, args...)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stderr = stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -218,6 +269,22 @@ func startEngine(ctx context.Context, exe, dbPath string, sinkArgs []string, uni
 	return reached, "", fmt.Errorf("engine %s: %w", runID, err)
 }
 
+// natsEngineArgs gives the engine child's arguments and environment for projecting to stream. The
+// server's URL, which may carry a password, goes in the environment, not on the command line, where
+// any user of the machine could read it.
+func natsEngineArgs(nf *natsFlags, stream string) (args, env []string) {
+	child := *nf
+	child.url = ""
+	args = append([]string{"--stream", stream}, child.args(false)...)
+	if nf.url != "" {
+		env = []string{demoNATSURLEnv + "=" + nf.url}
+	}
+	return args, env
+}
+
+// demoNATSURLEnv carries the server's URL from the demo to its engine.
+const demoNATSURLEnv = "OUTBOX_DEMO_NATS_URL"
+
 // runEngine is one start of the simulated engine, in the child process. It reports "done N" on
 // standard output after each unit.
 func runEngine(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -227,50 +294,53 @@ func runEngine(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	jPath := fs.String("journal", "", "the journal `file`")
 	units := fs.Int("units", 0, "the book's size: `n` units")
 	runID := fs.String("run", "", "this start's run `id`")
-	natsURL := fs.String("nats", "", "project to the JetStream server at `url` instead of the journal")
 	streamName := fs.String("stream", "", "with --nats: the stream's `name`")
+	nf := addNATSFlags(fs, "project to the JetStream server at `url` instead of the journal")
 	if _, code, done := parseFlags(fs, args, stderr); done {
 		return code
+	}
+	if u := os.Getenv(demoNATSURLEnv); u != "" && nf.url == "" {
+		nf.url = u
 	}
 	cfg := demo.EngineConfig{
 		DB: *dbPath, Journal: *jPath, Units: *units, RunID: *runID,
 		Progress: func(done int) { fmt.Fprintf(stdout, "done %d\n", done) },
 	}
-	if *natsURL != "" {
-		cfg.OpenSink = func(context.Context) (outbox.Sink, func() error, error) { return openNATSSink(*natsURL, *streamName) }
+	if nf.chosen() {
+		cfg.OpenSink = func(context.Context) (outbox.Sink, func() error, error) { return nf.openSink(*streamName) }
 	}
 	err := demo.RunEngine(ctx, cfg)
 	if err != nil {
-		return fail(stderr, exitFindings, "engine: %v", err)
+		return fail(stderr, exitFindings, "demo: engine %s: %v", quote(*runID), err)
 	}
 	return exitOK
 }
 
 // requireEmptyStream refuses a stream of someone else's that already holds lines: the check that ends
 // the demo reads the whole stream.
-func requireEmptyStream(ctx context.Context, url, name string) error {
-	js, closeConn, err := connectJetStream(url)
+func requireEmptyStream(ctx context.Context, nf *natsFlags, name string) error {
+	js, closeConn, err := nf.connect()
 	if err != nil {
 		return err
 	}
 	defer closeConn()
 	st, err := js.Stream(ctx, name)
 	if err != nil {
-		return fmt.Errorf("stream %s at %s: %w", name, url, err)
+		return fmt.Errorf("stream %s at %s: %w", name, nf.server(), err)
 	}
 	info, err := st.Info(ctx)
 	if err != nil {
 		return err
 	}
 	if info.State.Msgs != 0 {
-		return fmt.Errorf("stream %s at %s holds %d messages; the demo needs an empty one", name, url, info.State.Msgs)
+		return fmt.Errorf("stream %s at %s holds %s; the demo needs an empty one", name, nf.server(), plural(int64(info.State.Msgs), "message"))
 	}
 	return nil
 }
 
 // streamToFile writes the stream's lines to path, so the demo checks them as it checks a journal.
-func streamToFile(ctx context.Context, url, name, path string) error {
-	js, closeConn, err := connectJetStream(url)
+func streamToFile(ctx context.Context, nf *natsFlags, name, path string) error {
+	js, closeConn, err := nf.connect()
 	if err != nil {
 		return err
 	}
@@ -284,4 +354,12 @@ func streamToFile(ctx context.Context, url, name, path string) error {
 		return err
 	}
 	return f.Close()
+}
+
+// crashCount says "1 crash" or "N crashes".
+func crashCount(n int) string {
+	if n == 1 {
+		return "1 crash"
+	}
+	return strconv.Itoa(n) + " crashes"
 }

@@ -270,7 +270,7 @@ func printJSON(w io.Writer, v any) error {
 }
 
 func printInboxStats(w io.Writer, rep inboxStatsReport) error {
-	fmt.Fprintf(w, "%s: %d runs, %d quarantined; %d sources\n\n", quote(rep.DB), len(rep.Runs), rep.Quarantined, len(rep.Sources))
+	fmt.Fprintf(w, "%s: %s, %d quarantined; %s\n\n", quote(rep.DB), plural(int64(len(rep.Runs)), "run"), rep.Quarantined, plural(int64(len(rep.Sources)), "source"))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "run\tapplied up to\tlast applied\tquarantine")
 	for _, r := range rep.Runs {
@@ -376,7 +376,7 @@ func runInboxQuarantined(ctx context.Context, args []string, stdout, stderr io.W
 }
 
 func printQuarantined(w io.Writer, rep inboxQuarantinedReport) error {
-	fmt.Fprintf(w, "%s: %d runs quarantined\n", quote(rep.DB), len(rep.Quarantined))
+	fmt.Fprintf(w, "%s: %s quarantined\n", quote(rep.DB), plural(int64(len(rep.Quarantined)), "run"))
 	if len(rep.Quarantined) == 0 {
 		return nil
 	}

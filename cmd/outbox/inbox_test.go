@@ -174,7 +174,7 @@ func TestInboxStatsShowsEachRunsPositionAndQuarantineAndHowFarEachFileSourceIsBe
 	if code != exitOK {
 		t.Fatalf("inbox stats: exit %d, %s", code, errOut)
 	}
-	for _, w := range []string{"5 runs, 4 quarantined; 1 sources", "gap: expected seq 2, got 3", "conflict at seq 1", "handler at seq 1",
+	for _, w := range []string{"5 runs, 4 quarantined; 1 source", "gap: expected seq 2, got 3", "conflict at seq 1", "handler at seq 1",
 		fmt.Sprintf("%d bytes", behind), fmt.Sprintf("at byte %d", p.Offset)} {
 		if !strings.Contains(out, w) {
 			t.Errorf("inbox stats does not say %q:\n%s", w, out)
@@ -267,7 +267,7 @@ func TestInboxReleaseOfARunNotQuarantinedExitsOneSayingSo(t *testing.T) {
 	before := dirstate.Snapshot(t, filepath.Dir(dbPath))
 	for _, run := range []string{"a", "never-seen"} {
 		code, out, errOut := cli(t, "inbox", "release", "--db", dbPath, "--run", run)
-		if code != exitFindings || out != "" || errOut != "outbox: inbox release: run "+run+" is not quarantined; nothing changed\n" {
+		if code != exitFindings || out != "" || errOut != "outbox inbox release: run "+run+" is not quarantined; nothing changed\n" {
 			t.Errorf("release of %s: exit %d, %q %q", run, code, out, errOut)
 		}
 	}

@@ -44,7 +44,7 @@ func main() {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch {
 	case len(args) == 0:
-		usage(stderr)
+		fmt.Fprintln(stderr, "outbox: need a command (run 'outbox help' for the list)")
 		return exitUsage
 	case args[0] == "help" || args[0] == "-h" || args[0] == "--help" || args[0] == "-help":
 		usage(stdout)
@@ -60,7 +60,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "outbox: unknown command %s (run 'outbox help')\n", quote(args[0]))
 		return exitUsage
 	}
-	return c.run(ctx, args[1:], stdout, &streams{Writer: stderr, out: stdout})
+	return c.run(ctx, args[1:], stdout, &streams{Writer: stderr, out: stdout, in: os.Stdin})
 }
 
 func usage(w io.Writer) {
@@ -107,9 +107,10 @@ func usageError(stderr io.Writer, name, format string, a ...any) int {
 	return exitUsage
 }
 
-// fail prints one line to stderr and returns status.
+// fail prints one line to stderr and returns status. The message starts with the command's name
+// ("relay: ..."), so that the line reads "outbox relay: ...", as failErr's and usageError's do.
 func fail(stderr io.Writer, status int, format string, a ...any) int {
-	fmt.Fprintf(stderr, "outbox: %s\n", sanitize(fmt.Sprintf(format, a...)))
+	fmt.Fprintf(stderr, "outbox %s\n", sanitize(fmt.Sprintf(format, a...)))
 	return status
 }
 

@@ -20,10 +20,10 @@ import (
 	"github.com/textmachine/outbox/outbox"
 )
 
-// TestMain lets the demo re-execute the test binary as its engine, as it re-executes the outbox
-// binary in production.
+// TestMain lets the demo re-execute the test binary as its engine and its platform, as it
+// re-executes the outbox binary in production.
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == engineCommand {
+	if len(os.Args) > 1 && (os.Args[1] == engineCommand || os.Args[1] == platformCommand) {
 		os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 	}
 	if os.Getenv(asOutbox) == "1" {
@@ -127,8 +127,11 @@ func TestHelpForEveryCommandExitsZero(t *testing.T) {
 	if code, out, _ := cli(t, "help"); code != exitOK || !strings.Contains(out, "verify") {
 		t.Errorf("help: %d %q", code, out)
 	}
-	if strings.Contains(func() string { _, out, _ := cli(t, "help"); return out }(), engineCommand) {
-		t.Error("help lists the hidden engine command")
+	_, help, _ := cli(t, "help")
+	for _, c := range []string{engineCommand, platformCommand} {
+		if strings.Contains(help, c) {
+			t.Errorf("help lists the hidden command %s", c)
+		}
 	}
 }
 
@@ -322,7 +325,7 @@ func TestVerifyExitStatusNamesTheProblem(t *testing.T) {
 	}
 	clean := write("clean", l("a", 1, "")+l("a", 2, "")+l("a", 2, ""))
 	code, out, _ := cli(t, "verify", clean)
-	if code != exitOK || !strings.Contains(out, "2 lines, 1 duplicates") {
+	if code != exitOK || !strings.Contains(out, "2 lines, 1 duplicate skipped") {
 		t.Errorf("clean: %d %q", code, out)
 	}
 	for name, tc := range map[string]struct {

@@ -328,7 +328,7 @@ func checkLoss(ctx context.Context, d *sql.DB, p interface {
 			return err
 		}
 		if events > 0 {
-			return &lossError{v, fmt.Sprintf("%d stored events, %d of them once keys in the ledger", events, keys)}
+			return &lossError{v, fmt.Sprintf("%s, %s", plural(events, "stored event"), ofThem(keys, "a once key in the ledger", "once keys in the ledger"))}
 		}
 	case 2:
 		keys, err := count(`SELECT count(*) FROM events_outbox WHERE announce_key <> '' AND once_key = ''`)
@@ -337,16 +337,16 @@ func checkLoss(ctx context.Context, d *sql.DB, p interface {
 		}
 		var lost []string
 		if keys > 0 {
-			lost = append(lost, fmt.Sprintf("the once keys of %d events not yet projected", keys))
+			lost = append(lost, fmt.Sprintf("the once keys of %s not yet projected", plural(keys, "event")))
 		}
 		var runs, resent int64
 		if err := d.QueryRowContext(ctx, positionsLost).Scan(&runs, &resent); err != nil {
 			return err
 		}
 		if runs > 0 {
-			lost = append(lost, fmt.Sprintf("the projected positions of %d runs, beyond what their rows show: "+
-				"%d stored lines the sink has would be sent to it again, and a run whose last lines were "+
-				"forgotten could give their seqs again", runs, resent))
+			lost = append(lost, fmt.Sprintf("the projected positions of %s, beyond what their rows show: "+
+				"%s the sink has would be sent to it again, and a run whose last lines were "+
+				"forgotten could give their seqs again", plural(runs, "run"), plural(resent, "stored line")))
 		}
 		if len(lost) > 0 {
 			return &lossError{v, strings.Join(lost, ", and ")}
@@ -359,7 +359,7 @@ func checkLoss(ctx context.Context, d *sql.DB, p interface {
 			return err
 		}
 		if runs > 0 {
-			return &lossError{v, fmt.Sprintf("the highest seq of %d runs whose lines were forgotten, so their next events would reuse numbers", runs)}
+			return &lossError{v, fmt.Sprintf("the highest seq of %s whose lines were forgotten, so their next events would reuse numbers", plural(runs, "run"))}
 		}
 	case 4:
 		runs, err := count(`SELECT count(*) FROM outbox_stops`)
@@ -367,7 +367,7 @@ func checkLoss(ctx context.Context, d *sql.DB, p interface {
 			return err
 		}
 		if runs > 0 {
-			return &lossError{v, fmt.Sprintf("the record of %d runs whose projection stopped on the sink's refusal", runs)}
+			return &lossError{v, fmt.Sprintf("the record of %s whose projection stopped on the sink's refusal", plural(runs, "run"))}
 		}
 	}
 	return nil

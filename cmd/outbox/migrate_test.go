@@ -39,7 +39,7 @@ func TestMigrateDownRefusesToDropPositionsTheRowsDoNotShow(t *testing.T) {
 		}
 	}
 	code, _, errOut := runOutbox(t, "migrate", "down", "--db", dbPath)
-	if code != exitUsage || !strings.Contains(errOut, "the projected positions of 1 runs") ||
+	if code != exitUsage || !strings.Contains(errOut, "the projected positions of 1 run") ||
 		!strings.Contains(errOut, "2 stored lines the sink has would be sent to it again") || !strings.Contains(errOut, "--force") {
 		t.Errorf("down from 2 with projected rows: exit %d, %q", code, errOut)
 	}

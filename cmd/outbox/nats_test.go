@@ -14,7 +14,8 @@ func TestDemoProjectsToAnEmbeddedJetStreamServer(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("demo --sink nats: exit %d\n%s\n%s", code, out, errOut)
 	}
-	for _, want := range []string{"2 killed with SIGKILL", "duplicates skipped            0", "units announced exactly once  200 of 200", "OK: nothing lost"} {
+	for _, want := range []string{"2 killed with SIGKILL", "duplicates skipped            0", "units announced exactly once  200 of 200",
+		"platform: units 200 of 200, spend 99900 cents, duplicates skipped 0, restarts 0", "OK: nothing lost"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
@@ -26,7 +27,7 @@ func TestDemoProjectsToAnEmbeddedJetStreamServer(t *testing.T) {
 
 func TestRelayAndVerifyWorkAgainstAJetStreamStream(t *testing.T) {
 	ctx := context.Background()
-	url, stop, err := embeddedNATS(ctx, t.TempDir(), "EVENTS")
+	url, stop, err := embeddedNATS(ctx, t.TempDir(), "EVENTS", "outbox")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -206,7 +206,7 @@ func TestStatsSaysWhatItMeans(t *testing.T) {
 		t.Errorf("ledger %d, file %d bytes, WAL %d bytes; want 2 keys and both sizes", rep.Ledger, rep.FileBytes, rep.WALBytes)
 	}
 	_, out, _ = runOutbox(t, "stats", "--db", dbPath)
-	for _, h := range []string{"highest seq", "lines stored", "projected up to", "not yet projected", "oldest not projected", "WAL"} {
+	for _, h := range []string{"highest seq", "lines stored", "projected up to", "pending", "oldest pending", "WAL"} {
 		if !strings.Contains(out, h) {
 			t.Errorf("stats text lacks %q:\n%s", h, out)
 		}
@@ -264,7 +264,7 @@ func TestHelpAndErrorsFollowTheConventions(t *testing.T) {
 	if code, out, _ := runOutbox(t, "help"); code != exitOK || !strings.Contains(out, "verify") {
 		t.Errorf("help: %d %q", code, out)
 	}
-	if code, out, errOut := runOutbox(t); code != exitUsage || out != "" || !strings.Contains(errOut, "usage: outbox") {
+	if code, out, errOut := runOutbox(t); code != exitUsage || out != "" || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, "'outbox help'") {
 		t.Errorf("no command: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 	for _, args := range [][]string{{"version"}, {"--version"}} {

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"strconv"
 
@@ -48,6 +49,12 @@ func runPending(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return failErr(stderr, exitUsage, "pending", err)
 	}
 	defer s.Close()
+	switch used, err := s.EventsUsed(ctx, *runID); {
+	case err != nil:
+		return failErr(stderr, exitUsage, "pending", err)
+	case !used:
+		return fail(stderr, exitFindings, "pending: run %s is not in %s", quote(*runID), quote(*dbPath))
+	}
 	from := *after
 	if !*all {
 		projected, err := s.Projected(ctx, *runID)
@@ -57,23 +64,33 @@ func runPending(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		from = max(from, projected)
 	}
 	w := bufio.NewWriter(stdout)
-	if err := printPending(ctx, s, w, *runID, from, *limit, *raw); err != nil {
+	last, more, err := printPending(ctx, s, w, *runID, from, *limit, *raw)
+	if err != nil {
 		return failErr(stderr, exitUsage, "pending", err)
 	}
 	if err := w.Flush(); err != nil {
 		return failErr(stderr, exitUsage, "pending", err)
 	}
+	if more {
+		// On standard error, so that standard output stays the lines alone.
+		fmt.Fprintf(stderr, "outbox pending: --limit %d cut the list after seq %d; more lines follow (--after %d shows them)\n", *limit, last, last)
+	}
 	return exitOK
 }
 
-func printPending(ctx context.Context, s *outbox.Store, w *bufio.Writer, runID string, after int64, limit int, raw bool) error {
-	for left := limit; left > 0; {
-		lines, err := s.PendingEvents(ctx, runID, after, min(left, 1000))
+// printPending prints up to limit lines after the seq after, and reports the last seq printed and
+// whether the limit left lines unprinted.
+func printPending(ctx context.Context, s *outbox.Store, w *bufio.Writer, runID string, after int64, limit int, raw bool) (last int64, more bool, err error) {
+	for left := limit; ; {
+		lines, err := s.PendingEvents(ctx, runID, after, min(max(left, 1), 1000))
 		if err != nil {
-			return err
+			return after, false, err
 		}
 		if len(lines) == 0 {
-			return nil
+			return after, false, nil
+		}
+		if left == 0 {
+			return after, true, nil
 		}
 		for _, l := range lines {
 			if raw || printable(string(l.Line)) {
@@ -86,5 +103,4 @@ func printPending(ctx context.Context, s *outbox.Store, w *bufio.Writer, runID s
 		after = lines[len(lines)-1].Seq
 		left -= len(lines)
 	}
-	return nil
 }

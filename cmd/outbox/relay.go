@@ -29,20 +29,26 @@ beside an engine.
 It writes only into a journal that continues this database: before writing anything it checks
 that the file is a journal (not a database, a text file or anything else) and that it holds every
 run up to the seq the database records as projected. Otherwise it exits with status 2, naming the
-problem, and leaves the journal and the database as they were.`
+problem, and leaves the journal and the database as they were.
+
+With --nats URL or --context NAME (and the other connection flags) it projects into the JetStream
+stream NAME instead, under --subject-prefix, which must be the prefix the stream was created with.`
 
 func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("relay", "outbox relay --db FILE (--journal FILE | --nats URL --stream NAME)", relayAbout)
+	fs := newFlags("relay", "outbox relay --db FILE (--journal FILE | (--nats URL | --context NAME) --stream NAME [--subject-prefix PREFIX])", relayAbout)
 	dbPath := fs.String("db", "", "the database `file`")
 	jPath := fs.String("journal", "", "the journal `file` (created if missing)")
-	natsURL := fs.String("nats", "", "project to the NATS server at `url` instead of a journal")
-	streamName := fs.String("stream", "", "the JetStream stream's `name` (with --nats)")
+	streamName := fs.String("stream", "", "the JetStream stream's `name` (with --nats or --context)")
+	nf := addNATSFlags(fs, "project to the NATS server at `url` instead of a journal")
 	pos, code, done := parseFlags(fs, args, stderr)
 	if done {
 		return code
 	}
-	if len(pos) != 0 || *dbPath == "" || (*jPath == "") == (*natsURL == "") || (*natsURL != "") != (*streamName != "") {
-		return usageError(stderr, "outbox relay", "need --db FILE and either --journal FILE or --nats URL --stream NAME")
+	if len(pos) != 0 || *dbPath == "" || (*jPath == "") == !nf.chosen() || nf.chosen() != (*streamName != "") {
+		return usageError(stderr, "outbox relay", "need --db FILE and either --journal FILE or --nats URL (or --context NAME) --stream NAME")
+	}
+	if p := nf.problem(); p != "" {
+		return usageError(stderr, "outbox relay", "%s", p)
 	}
 	if err := checkFile(*dbPath, "database"); err != nil {
 		return failErr(stderr, exitUsage, "relay", err)
@@ -63,26 +69,26 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		runs = append(runs, r)
 	}
 	var sink outbox.Sink
-	dest := *jPath
-	if *natsURL != "" {
-		ns, closeSink, err := openNATSSink(*natsURL, *streamName)
+	var dest string
+	if nf.chosen() {
+		ns, closeSink, err := nf.openSink(*streamName)
 		if err != nil {
 			return failErr(stderr, exitUsage, "relay", err)
 		}
 		defer closeSink()
-		sink, dest = ns, *streamName+" at "+*natsURL
+		sink, dest = ns, "stream "+quote(*streamName)+" at "+nf.server()
 	} else {
 		j, err := openContinuing(ctx, *jPath, runs)
 		if err != nil {
 			return failErr(stderr, exitUsage, "relay", err)
 		}
 		defer j.Close()
-		sink = j
+		sink, dest = j, quote(*jPath)
 	}
 
 	var total int64
 	for _, r := range runs {
-		total += r.Unprojected
+		total += r.Pending
 	}
 	bar := newProgress(stderr, total)
 	// A run id of its own that has no rows: Recover treats every run in the database as earlier.
@@ -96,7 +102,7 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if err != nil {
 		return failErr(stderr, exitUsage, "relay", err)
 	}
-	fmt.Fprintf(stdout, "projected %d lines of %d runs into %s\n", bar.n, len(runs), quote(dest))
+	fmt.Fprintf(stdout, "projected %s of %s into %s\n", plural(bar.n, "line"), plural(int64(len(runs)), "run"), dest)
 	return exitOK
 }
 

@@ -70,7 +70,7 @@ func runRetire(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if err := s.RetireEvent(ctx, *runID, *seq, *reason); err != nil {
 		return failErr(stderr, exitUsage, "retire", err)
 	}
-	fmt.Fprintf(stdout, "retired line %d of run %s (%d bytes, sha256 %x)", *seq, quote(*runID), len(line), sha256.Sum256(line))
+	fmt.Fprintf(stdout, "retired line %d of run %s (%s, sha256 %x)", *seq, quote(*runID), plural(int64(len(line)), "byte"), sha256.Sum256(line))
 	if *save != "" {
 		fmt.Fprintf(stdout, "; the original is in %s", quote(*save))
 	}

@@ -260,7 +260,7 @@ func TestMigrateDownDoesNotSilentlyDestroy(t *testing.T) {
 		t.Fatalf("down --force: exit %d, %s", code, errOut)
 	}
 	code, _, errOut = runOutbox(t, "migrate", "down", "--db", dbPath)
-	if code != exitUsage || !strings.Contains(errOut, "the once keys of 1 events not yet projected") || !strings.Contains(errOut, "--force") {
+	if code != exitUsage || !strings.Contains(errOut, "the once keys of 1 event not yet projected") || !strings.Contains(errOut, "--force") {
 		t.Errorf("down from 2 with a pending once key: exit %d, %q", code, errOut)
 	}
 	if v := version(); v != "2" {
@@ -270,7 +270,7 @@ func TestMigrateDownDoesNotSilentlyDestroy(t *testing.T) {
 		t.Fatalf("down --force: exit %d, %s", code, errOut)
 	}
 	code, _, errOut = runOutbox(t, "migrate", "down", "--db", dbPath)
-	if code != exitUsage || !strings.Contains(errOut, "would drop 4 stored events, 1 of them once keys in the ledger") {
+	if code != exitUsage || !strings.Contains(errOut, "would drop 4 stored events, 1 of them a once key in the ledger") {
 		t.Errorf("down from 1 with events stored: exit %d, %q", code, errOut)
 	}
 	if v := version(); v != "1" {

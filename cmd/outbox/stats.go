@@ -41,7 +41,7 @@ type runStatsRow struct {
 	LedgerLines int64    `json:"ledger_lines"`               // stored rows whose once key is in the ledger
 	Buffered    int64    `json:"buffered"`                   // stored rows not in the ledger
 	Projected   int64    `json:"projected"`                  // every seq up to this one is in the journal
-	Pending     int64    `json:"pending"`                    // seqs above projected: lines not yet projected
+	Pending     int64    `json:"pending"`                    // seqs above projected: lines not yet projected (RunStats.Pending)
 	OldestAge   *float64 `json:"oldest_pending_age_seconds"` // null when nothing is pending or the age is unknown
 	Stopped     *stopRow `json:"stopped"`                    // null unless the relay stopped on the sink's refusal
 }
@@ -55,7 +55,7 @@ type stopRow struct {
 
 const statsAbout = `
 Per run: the highest seq ever assigned (kept after its lines are forgotten), the lines still
-stored, how far the run is projected, the lines not yet projected and the age of the oldest of
+stored, how far the run is projected, the lines pending (not yet projected) and the age of the oldest of
 them, and whether a relay stopped projecting the run because the sink refused its lines (at which
 seq, when and why: kept in the book until the run projects again); then the number of once keys in the ledger (counted, not loaded) and the sizes of the
 database and its WAL. Opens the database read-only: beside a running engine it reads what the
@@ -166,7 +166,7 @@ func readStats(ctx context.Context, s *outbox.Store, now time.Time) (statsReport
 
 func statsRow(r outbox.RunStats, now time.Time) runStatsRow {
 	row := runStatsRow{RunID: r.RunID, RunEscaped: escapedIfInvalid(r.RunID), LastSeq: r.LastSeq, Lines: r.Lines, LedgerLines: r.LedgerLines,
-		Buffered: r.Lines - r.LedgerLines, Projected: r.Projected, Pending: r.Unprojected}
+		Buffered: r.Lines - r.LedgerLines, Projected: r.Projected, Pending: r.Pending}
 	if !r.OldestPending.IsZero() && row.Pending > 0 {
 		// Never negative: the line's time is the engine's clock at enqueue, and a clock that has
 		// stepped back since would otherwise give an age below zero.
@@ -199,10 +199,10 @@ func printStats(w io.Writer, rep statsReport, asJSON bool) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(rep)
 	}
-	fmt.Fprintf(w, "%s: %d bytes, WAL %d bytes; %d once keys in the ledger; %d runs\n\n",
-		quote(rep.DB), rep.FileBytes, rep.WALBytes, rep.Ledger, len(rep.Runs))
+	fmt.Fprintf(w, "%s: %s, WAL %s; %s in the ledger; %s\n\n",
+		quote(rep.DB), plural(rep.FileBytes, "byte"), plural(rep.WALBytes, "byte"), plural(rep.Ledger, "once key"), plural(int64(len(rep.Runs)), "run"))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "run\thighest seq\tlines stored\tprojected up to\tnot yet projected\toldest not projected\tstopped at seq\t")
+	fmt.Fprintln(tw, "run\thighest seq\tlines stored\tprojected up to\tpending\toldest pending\tstopped at seq\t")
 	for _, r := range rep.Runs {
 		age := "-"
 		if r.OldestAge != nil {

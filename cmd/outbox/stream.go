@@ -21,18 +21,17 @@ Creates the JetStream stream NAME with exactly the settings the relay's sink nee
 subjects PREFIX.>, file storage, the limits retention policy, atomic batch publish, a
 duplicate window of 2 minutes, and N replicas. A stream of that name that already has
 these settings is left as it is; one with other settings is an error that says what
-differs, and is not changed.
+differs, and is not changed. The first word of the output says which: "created" or "found".
 
 Durability of an acknowledged line: --replicas 1 survives a crash of the server process,
 not a power failure of its machine (unless the server syncs always); --replicas 3 survives
 the loss or the power failure of any one of three servers.`
 
 func runStream(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("stream", "outbox stream create --nats URL --stream NAME [--replicas N] [--subject-prefix PREFIX]", streamAbout)
-	natsURL := fs.String("nats", "", "the NATS server `URL`")
+	fs := newFlags("stream", "outbox stream create (--nats URL | --context NAME) --stream NAME [--replicas N] [--subject-prefix PREFIX]", streamAbout)
 	name := fs.String("stream", "", "the stream `NAME`")
 	replicas := fs.Int("replicas", 1, "the number of replicas, `N`: 1 to 5, usually 1 or 3 (3 needs a cluster of three or more servers)")
-	prefix := fs.String("subject-prefix", ojs.DefaultPrefix, "lines go to the subjects `PREFIX`.<run>")
+	nf := addNATSFlags(fs, "the NATS server `URL`")
 	pos, code, done := parseFlags(fs, args, stderr)
 	switch {
 	case done:
@@ -41,22 +40,30 @@ func runStream(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return usageError(stderr, "outbox stream", "need the subcommand create")
 	case len(pos) > 1:
 		return usageError(stderr, "outbox stream", "unexpected argument %q", pos[1])
-	case *natsURL == "" || *name == "":
-		return usageError(stderr, "outbox stream", "need --nats URL and --stream NAME")
+	case !nf.chosen() || *name == "":
+		return usageError(stderr, "outbox stream", "need --nats URL (or --context NAME) and --stream NAME")
 	case *replicas < 1 || *replicas > 5:
 		return usageError(stderr, "outbox stream", "--replicas %d: need 1 to 5", *replicas)
+	case nf.problem() != "":
+		return usageError(stderr, "outbox stream", "%s", nf.problem())
 	}
-	js, closeConn, err := connectJetStream(*natsURL)
+	js, closeConn, err := nf.connect()
 	if err != nil {
-		return fail(stderr, exitUsage, "stream create: %v", err)
+		return failErr(stderr, exitUsage, "stream create", err)
 	}
 	defer closeConn()
-	st, err := ojs.CreateStream(ctx, js, *name, ojs.WithReplicas(*replicas), ojs.WithSubjectPrefix(*prefix))
+	// Whether it was there before: CreateStream leaves an existing stream as it is. One created by
+	// someone else between the two calls is reported as created.
+	verb := "created"
+	if _, err := js.Stream(ctx, *name); err == nil {
+		verb = "found"
+	}
+	st, err := ojs.CreateStream(ctx, js, *name, ojs.WithReplicas(*replicas), ojs.WithSubjectPrefix(nf.prefix))
 	if err != nil {
-		return fail(stderr, exitUsage, "stream create: %v", err)
+		return failErr(stderr, exitUsage, "stream create", err)
 	}
 	c := st.CachedInfo().Config
-	fmt.Fprintf(stdout, "stream %s at %s: subjects %s, file storage, %d replicas, atomic publish, duplicate window %v\n",
-		c.Name, *natsURL, strings.Join(c.Subjects, " "), c.Replicas, c.Duplicates)
+	fmt.Fprintf(stdout, "%s stream %s at %s: subjects %s, file storage, %s, atomic publish, duplicate window %v\n",
+		verb, c.Name, nf.server(), strings.Join(c.Subjects, " "), plural(int64(c.Replicas), "replica"), c.Duplicates)
 	return exitOK
 }

@@ -56,7 +56,7 @@ func TestStreamCreateMakesTheStreamTheRelayProjectsInto(t *testing.T) {
 	outbox := builtCommand(t)
 	url := bareNATS(t)
 	code, out, errOut := outbox("stream", "create", "--nats", url, "--stream", "EVENTS", "--subject-prefix", "book")
-	if code != exitOK || !strings.Contains(out, "subjects book.>, file storage, 1 replicas, atomic publish") {
+	if code != exitOK || !strings.Contains(out, "subjects book.>, file storage, 1 replica, atomic publish") {
 		t.Fatalf("stream create: %d %q %q", code, out, errOut)
 	}
 	js, closeConn, err := connectJetStream(url)
@@ -111,7 +111,7 @@ func TestStreamHelpGoesToStdoutAndUsageErrorsExitTwo(t *testing.T) {
 	outbox := builtCommand(t)
 	for _, args := range [][]string{{"stream", "--help"}, {"stream", "create", "--help"}, {"stream", "create", "-h"}} {
 		code, out, errOut := outbox(args...)
-		if code != exitOK || errOut != "" || !strings.Contains(out, "usage: outbox stream create --nats URL --stream NAME") {
+		if code != exitOK || errOut != "" || !strings.Contains(out, "usage: outbox stream create (--nats URL | --context NAME) --stream NAME") {
 			t.Errorf("%v: %d %q %q", args, code, out, errOut)
 		}
 		for _, want := range []string{"--nats URL", "--stream NAME", "--replicas N", "--subject-prefix PREFIX", "--replicas 3 survives"} {

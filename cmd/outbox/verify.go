@@ -24,7 +24,9 @@ func init() {
 // verifyReport is the --json output, one object on every outcome. Field names are part of the
 // command's interface.
 type verifyReport struct {
-	File       string               `json:"file"`
+	File       string               `json:"file,omitempty"`   // the journal file checked ("-": standard input)
+	Stream     string               `json:"stream,omitempty"` // or the stream checked,
+	Server     string               `json:"server,omitempty"` // on this server (user information hidden)
 	OK         bool                 `json:"ok"`
 	Lines      int                  `json:"lines"`
 	Duplicates int                  `json:"duplicates"`
@@ -56,43 +58,56 @@ carries the same bytes (a duplicate, skipped) or is a conflict; every complete l
 object with a string "engine_run_id" and an integer "seq". A last line without its newline is a
 torn tail, reported, not an error.
 
+FILE - reads the journal from standard input. With --nats URL or --context NAME it checks the
+stream NAME instead, read from its first message to its last, every message's subject under
+--subject-prefix.
+
 Prints a per-run summary and ends with a one-line verdict, "OK" or "FAILED: " and what failed.
-With --json it prints one JSON object whatever happens; when the input could not be read, its
-"error" member says why.
+With --json it prints one JSON object whatever happens: "file" names the journal checked, or
+"stream" and "server" the stream (the server's user information hidden); when the input could not
+be read, its "error" member says why.
 
 Exit status: 0 clean, 1 a gap, a conflict or a malformed line, 2 a usage or I/O error.`
 
 func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("verify", "outbox verify [--json] (FILE | --nats URL --stream NAME)", verifyAbout)
+	fs := newFlags("verify", "outbox verify [--json] (FILE | - | (--nats URL | --context NAME) --stream NAME)", verifyAbout)
 	asJSON := fs.Bool("json", false, "print one JSON object")
-	natsURL := fs.String("nats", "", "check a stream on the NATS server at `url` instead of a file")
-	streamName := fs.String("stream", "", "the JetStream stream's `name` (with --nats)")
+	streamName := fs.String("stream", "", "the JetStream stream's `name` (with --nats or --context)")
+	nf := addNATSFlags(fs, "check a stream on the NATS server at `url` instead of a file")
 	pos, code, done := parseFlags(fs, args, stderr)
 	if done {
 		return code
 	}
-	var source string
+	var out verifyReport
 	var check func() (journal.Report, error)
 	switch {
-	case *natsURL != "" && *streamName != "" && len(pos) == 0:
-		source = *streamName + " at " + *natsURL
+	case nf.chosen() && *streamName != "" && len(pos) == 0:
+		out.Stream = *streamName
 		check = func() (journal.Report, error) {
-			js, closeConn, err := connectJetStream(*natsURL)
+			js, closeConn, err := nf.connect()
 			if err != nil {
 				return journal.Report{}, err
 			}
 			defer closeConn()
-			return ojs.Verify(ctx, js, *streamName)
+			return ojs.Verify(ctx, js, *streamName, ojs.WithSubjectPrefix(nf.prefix))
 		}
-	case *natsURL == "" && *streamName == "" && len(pos) == 1:
-		source = pos[0]
+	case !nf.chosen() && *streamName == "" && len(pos) == 1 && pos[0] == "-":
+		out.File = "-"
+		check = func() (journal.Report, error) { return journal.Verify(stdinOf(stderr)) }
+	case !nf.chosen() && *streamName == "" && len(pos) == 1:
+		out.File = pos[0]
 		check = func() (journal.Report, error) { return verifyFile(pos[0]) }
 	default:
-		return usageError(stderr, "outbox verify", "need exactly one journal FILE, or --nats URL --stream NAME")
+		return usageError(stderr, "outbox verify", "need exactly one journal FILE (- for standard input), or --nats URL (or --context NAME) --stream NAME")
+	}
+	if p := nf.problem(); p != "" {
+		return usageError(stderr, "outbox verify", "%s", p)
 	}
 	rep, verr := check()
-	out := verifyReport{File: source, OK: verr == nil, Lines: rep.Lines, Duplicates: rep.Duplicates,
-		TornTail: rep.TornTail, Runs: map[string]verifyRun{}}
+	if out.Stream != "" {
+		out.Server = nf.server()
+	}
+	out.OK, out.Lines, out.Duplicates, out.TornTail, out.Runs = verr == nil, rep.Lines, rep.Duplicates, rep.TornTail, map[string]verifyRun{}
 	for id, r := range rep.Runs {
 		out.Runs[id] = verifyRun{Last: r.Last, Lines: r.Lines, Duplicates: r.Duplicates}
 	}
@@ -152,7 +167,7 @@ func printVerify(w io.Writer, out verifyReport) {
 		fmt.Fprintln(w)
 	}
 	if out.Error == "" {
-		fmt.Fprintf(w, "%d runs, %d lines, %d duplicates skipped", len(ids), out.Lines, out.Duplicates)
+		fmt.Fprintf(w, "%s, %s, %s skipped", plural(int64(len(ids)), "run"), plural(int64(out.Lines), "line"), plural(int64(out.Duplicates), "duplicate"))
 		if out.TornTail {
 			fmt.Fprint(w, ", torn last line")
 		}

@@ -10,73 +10,120 @@ import (
 )
 
 const DigestGet = `-- name: DigestGet :one
-SELECT digest FROM inbox_digests WHERE engine_run_id = ?1 AND seq = ?2
+SELECT CAST(substr(digests, (CAST(?1 AS INTEGER) - first_seq) * 32 + 1, 32) AS BLOB) AS digest
+FROM inbox_digests
+WHERE engine_run_id = CAST(?2 AS TEXT) AND chunk = CAST(?3 AS INTEGER)
+  AND first_seq <= CAST(?1 AS INTEGER) AND CAST(?1 AS INTEGER) < first_seq + length(digests) / 32
 `
 
 type DigestGetParams struct {
-	EngineRunID string
 	Seq         int64
+	EngineRunID string
+	Chunk       int64
 }
 
+// The digest of a run's line seq, from the row (chunk) that holds it; no row when none does.
 func (q *Queries) DigestGet(ctx context.Context, db DBTX, arg DigestGetParams) ([]byte, error) {
-	row := db.QueryRowContext(ctx, DigestGet, arg.EngineRunID, arg.Seq)
+	row := db.QueryRowContext(ctx, DigestGet, arg.Seq, arg.EngineRunID, arg.Chunk)
 	var digest []byte
 	err := row.Scan(&digest)
 	return digest, err
 }
 
-const DigestsDropThrough = `-- name: DigestsDropThrough :exec
-DELETE FROM inbox_digests WHERE engine_run_id = ?1 AND seq <= ?2
+const DigestsAppend = `-- name: DigestsAppend :exec
+INSERT INTO inbox_digests (engine_run_id, chunk, first_seq, digests)
+VALUES (CAST(?1 AS TEXT), CAST(?2 AS INTEGER), CAST(?3 AS INTEGER), CAST(?4 AS BLOB))
+ON CONFLICT (engine_run_id, chunk) DO UPDATE SET
+    digests = CASE WHEN excluded.first_seq >= first_seq + length(digests) / 32
+                   THEN CAST(digests || zeroblob((excluded.first_seq - first_seq - length(digests) / 32) * 32) || excluded.digests AS BLOB)
+                   ELSE excluded.digests END,
+    first_seq = CASE WHEN excluded.first_seq >= first_seq + length(digests) / 32 THEN first_seq ELSE excluded.first_seq END
 `
 
-type DigestsDropThroughParams struct {
+type DigestsAppendParams struct {
 	EngineRunID string
-	Through     int64
+	Chunk       int64
+	FirstSeq    int64
+	Digests     []byte
 }
 
-// Drops a run's digests at or below a seq: those that have left its window.
-func (q *Queries) DigestsDropThrough(ctx context.Context, db DBTX, arg DigestsDropThroughParams) error {
-	_, err := db.ExecContext(ctx, DigestsDropThrough, arg.EngineRunID, arg.Through)
+// Appends the digests of a run's lines first_seq, first_seq+1, ..., all in row chunk, to that row:
+// digests holds their SHA-256 sums one after the other. The seqs between the row's last and first_seq
+// (given up by an accepted gap) get 32 zero bytes each. A row that already reaches first_seq cannot
+// happen (lines are applied above the high-water mark, and a row holds no seq past it); should it,
+// the digests given replace the row.
+func (q *Queries) DigestsAppend(ctx context.Context, db DBTX, arg DigestsAppendParams) error {
+	_, err := db.ExecContext(ctx, DigestsAppend,
+		arg.EngineRunID,
+		arg.Chunk,
+		arg.FirstSeq,
+		arg.Digests,
+	)
 	return err
 }
 
-const DigestsInsert = `-- name: DigestsInsert :exec
-INSERT INTO inbox_digests (engine_run_id, seq, digest)
-SELECT CAST(?1 AS TEXT), CAST(?2 AS INTEGER) + j.key, unhex(j.value)
-FROM json_each(CAST(?3 AS TEXT)) AS j
+const DigestsDropBelow = `-- name: DigestsDropBelow :exec
+DELETE FROM inbox_digests WHERE engine_run_id = ?1 AND chunk < ?2
 `
 
-type DigestsInsertParams struct {
+type DigestsDropBelowParams struct {
 	EngineRunID string
-	FirstSeq    int64
-	Digests     string
+	Chunk       int64
 }
 
-// Stores the digests of a run's lines first_seq, first_seq+1, ... in one statement: digests is a JSON
-// array of their SHA-256 sums in hex.
-func (q *Queries) DigestsInsert(ctx context.Context, db DBTX, arg DigestsInsertParams) error {
-	_, err := db.ExecContext(ctx, DigestsInsert, arg.EngineRunID, arg.FirstSeq, arg.Digests)
+// Drops a run's rows below a chunk: those whose every seq has left its window.
+func (q *Queries) DigestsDropBelow(ctx context.Context, db DBTX, arg DigestsDropBelowParams) error {
+	_, err := db.ExecContext(ctx, DigestsDropBelow, arg.EngineRunID, arg.Chunk)
+	return err
+}
+
+const DigestsKeepLast = `-- name: DigestsKeepLast :exec
+UPDATE inbox_digests
+SET first_seq = CAST(?1 AS INTEGER),
+    digests = CAST(substr(digests, (CAST(?1 AS INTEGER) - first_seq) * 32 + 1, 32) AS BLOB)
+WHERE engine_run_id = CAST(?2 AS TEXT) AND chunk = CAST(?3 AS INTEGER)
+  AND first_seq < CAST(?1 AS INTEGER) AND CAST(?1 AS INTEGER) < first_seq + length(digests) / 32
+`
+
+type DigestsKeepLastParams struct {
+	Hwm         int64
+	EngineRunID string
+	HwmChunk    int64
+}
+
+// Shrinks the row that holds the digest of a run's high-water mark hwm to that digest alone.
+func (q *Queries) DigestsKeepLast(ctx context.Context, db DBTX, arg DigestsKeepLastParams) error {
+	_, err := db.ExecContext(ctx, DigestsKeepLast, arg.Hwm, arg.EngineRunID, arg.HwmChunk)
 	return err
 }
 
 const DigestsTrim = `-- name: DigestsTrim :execrows
 DELETE FROM inbox_digests
 WHERE engine_run_id = CAST(?1 AS TEXT)
-  AND seq IN (SELECT d.seq FROM inbox_digests AS d
-              WHERE d.engine_run_id = CAST(?1 AS TEXT) AND d.seq < CAST(?2 AS INTEGER)
-              ORDER BY d.seq LIMIT CAST(?3 AS INTEGER))
+  AND chunk IN (SELECT d.chunk FROM inbox_digests AS d
+                WHERE d.engine_run_id = CAST(?1 AS TEXT)
+                  AND NOT (d.chunk = CAST(?2 AS INTEGER) AND d.first_seq <= CAST(?3 AS INTEGER)
+                           AND CAST(?3 AS INTEGER) < d.first_seq + length(d.digests) / 32)
+                ORDER BY d.chunk LIMIT CAST(?4 AS INTEGER))
 `
 
 type DigestsTrimParams struct {
 	EngineRunID string
-	Below       int64
+	HwmChunk    int64
+	Hwm         int64
 	MaxRows     int64
 }
 
-// Drops up to max_rows of an idle run's digests below its high-water mark, lowest first: bounded
-// work, so a call that trims many runs stays short.
+// Drops up to max_rows of an idle run's rows that do not hold the digest of its high-water mark hwm
+// (which is in row hwm_chunk if kept), lowest first: bounded work, so a call that trims many runs
+// stays short.
 func (q *Queries) DigestsTrim(ctx context.Context, db DBTX, arg DigestsTrimParams) (int64, error) {
-	result, err := db.ExecContext(ctx, DigestsTrim, arg.EngineRunID, arg.Below, arg.MaxRows)
+	result, err := db.ExecContext(ctx, DigestsTrim,
+		arg.EngineRunID,
+		arg.HwmChunk,
+		arg.Hwm,
+		arg.MaxRows,
+	)
 	if err != nil {
 		return 0, err
 	}

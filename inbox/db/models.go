@@ -6,8 +6,9 @@ package db
 
 type InboxDigest struct {
 	EngineRunID string
-	Seq         int64
-	Digest      []byte
+	Chunk       int64
+	FirstSeq    int64
+	Digests     []byte
 }
 
 type InboxGapsAccepted struct {

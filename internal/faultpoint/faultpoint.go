@@ -17,6 +17,8 @@ const (
 	RecoverAfterForget  = "recover.after_forget"  // earlier runs' rows dropped
 	InboxBeforeCommit   = "inbox.before_commit"   // an inbox call's transaction is complete but not committed
 	InboxAfterCommit    = "inbox.after_commit"    // committed, the caller not yet told
+	InboxBetweenBatches = "inbox.between_batches" // a source committed a batch and has not begun the next
+	InboxTornTail       = "inbox.torn_tail"       // a file source met a last line without its newline
 )
 
 var hook atomic.Pointer[func(string)]
