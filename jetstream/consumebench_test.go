@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,8 +17,10 @@ import (
 	"github.com/ncruces/go-sqlite3/driver"
 
 	"github.com/textmachine/outbox/inbox"
+	"github.com/textmachine/outbox/internal/outboxtest"
 	"github.com/textmachine/outbox/jetstream"
 	"github.com/textmachine/outbox/journal"
+	"github.com/textmachine/outbox/outbox"
 )
 
 // BenchmarkFollowStreamBacklog applies a backlog of 20,000 lines (2,000 with -short) of about 200 bytes (four runs,
@@ -210,4 +214,84 @@ func loopBacklog(b *testing.B, js njs.JetStream, n uint64) time.Duration {
 		}
 	}
 	return time.Since(start)
+}
+
+// BenchmarkStreamLatency measures, for one event at a time, the time from EnqueueEvent returning to
+// the platform handler's commit of it: an engine's store with its relay projecting through the sink,
+// and FollowStream applying into an inbox, both against one in-process server (one-replica file
+// stream, default durabilities). It reports p50, p99 and the worst.
+func BenchmarkStreamLatency(b *testing.B) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ns := startServer(b)
+	js := ns.connect(b)
+	if _, err := jetstream.CreateStream(ctx, js, "EVENTS"); err != nil {
+		b.Fatal(err)
+	}
+	store, err := outbox.Open(ctx, filepath.Join(b.TempDir(), "book.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer store.Close()
+	var projected sync.Map // seq -> time.Time
+	relay := outboxtest.NewRelay(b, store, sink(b, js), "a", outbox.WithOnProjected(func(_ string, _ int, last int64) {
+		projected.Store(last, time.Now())
+	}))
+	relayDone := make(chan error, 1)
+	go func() { relayDone <- relay.Run(ctx) }()
+
+	in, err := inbox.Open(ctx, filepath.Join(b.TempDir(), "platform.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer in.Close()
+	if err := in.WriteTx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.Exec(`CREATE TABLE applied (run TEXT NOT NULL, seq INTEGER NOT NULL, line BLOB NOT NULL, PRIMARY KEY (run, seq))`)
+		return err
+	}); err != nil {
+		b.Fatal(err)
+	}
+	type commit struct {
+		seq uint64
+		at  time.Time
+	}
+	committed := make(chan commit, 1024)
+	jetstream.SetAfterStreamCommit(func(_ string, seq uint64) { committed <- commit{seq, time.Now()} })
+	defer jetstream.SetAfterStreamCommit(nil)
+	followDone := make(chan error, 1)
+	go func() { followDone <- jetstream.FollowStream(ctx, js, "EVENTS", in, insertHandler) }()
+
+	var lat, relayLat []time.Duration
+	for b.Loop() {
+		seq, err := store.EnqueueEvent(ctx, "a", journal.Builder("a", "unit", nil))
+		if err != nil {
+			b.Fatal(err)
+		}
+		at := time.Now()
+		for c := range committed {
+			// One run through the sink: its line seq is its stream sequence.
+			if c.seq >= uint64(seq) {
+				lat = append(lat, max(c.at.Sub(at), 0))
+				if p, ok := projected.Load(seq); ok {
+					relayLat = append(relayLat, p.(time.Time).Sub(at))
+				}
+				break
+			}
+		}
+	}
+	b.StopTimer()
+	cancel()
+	if err := <-followDone; !errors.Is(err, context.Canceled) {
+		b.Fatal(err)
+	}
+	<-relayDone
+	slices.Sort(lat)
+	q := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))].Microseconds()) }
+	b.ReportMetric(q(0.50), "p50-µs")
+	b.ReportMetric(q(0.99), "p99-µs")
+	b.ReportMetric(float64(lat[len(lat)-1].Microseconds()), "max-µs")
+	slices.Sort(relayLat)
+	if len(relayLat) > 0 {
+		b.ReportMetric(float64(relayLat[len(relayLat)/2].Microseconds()), "relay-p50-µs")
+	}
 }
