@@ -366,3 +366,30 @@ func TestAStreamSourcesErrorNamesThePackageOnce(t *testing.T) {
 		})
 	}
 }
+
+func TestAStreamThatEndsBeforeThePositionIsReadAgainFromItsStart(t *testing.T) {
+	// A stream that lost its last messages (one replica's power failure without sync always) gives
+	// their sequences to the next ones: those are read, not skipped as already read, and what was
+	// applied comes back as duplicates.
+	ctx := context.Background()
+	_, js, in := consumeSetup(t)
+	publishRun(t, js, "a", 1, 5)
+	st, _ := js.Stream(ctx, "EVENTS")
+	created := st.CachedInfo().Created.UTC().Format(time.RFC3339Nano)
+	name := jetstream.StreamSourceName("EVENTS", jetstream.DefaultPrefix)
+	applyStream(t, js, in)
+	// As if the stream had held 8 messages when the position was stored, and lost 6..8.
+	if _, err := in.ApplyFrom(ctx, name, []byte("5 "+created), []byte("8 "+created), nil, insertHandler); err != nil {
+		t.Fatal(err)
+	}
+	publishRun(t, js, "b", 1, 2) // 6..7, below the position 8
+	if rep := applyStream(t, js, in); rep != (inbox.Report{Applied: 2, Duplicates: 5}) {
+		t.Errorf("report %+v: want b's two lines applied, a's five duplicates", rep)
+	}
+	if diff := cmp.Diff(map[string][]int64{"a": seqs(1, 5), "b": seqs(1, 2)}, applied(t, in)); diff != "" {
+		t.Errorf("effects (-want +got):\n%s", diff)
+	}
+	if p := streamPosition(t, in); p == nil || p.Seq != 7 {
+		t.Errorf("position %v, want 7", p)
+	}
+}

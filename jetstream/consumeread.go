@@ -190,11 +190,13 @@ func (s *streamSource) begin(ctx context.Context) (start, last uint64, err error
 		return 0, st.LastSeq, nil
 	case p.Seq > st.LastSeq:
 		// The stream holds fewer messages than were read: it lost its last ones (one replica's power
-		// failure without sync always) and gives their sequences to the next messages; those are read.
-		s.b.Logger.Warn("jetstream: the stream ends before the stored position; reading on from its end",
+		// failure without sync always) and gives their sequences to the next messages, which may
+		// already be there, below the position. Which are new cannot be told by their sequences:
+		// the stream is read again from its start, what was applied coming back as duplicates.
+		s.b.Logger.Warn("jetstream: the stream ends before the stored position; reading it again from its start",
 			"stream", s.name, "position", p.Seq, "last_seq", st.LastSeq)
-		s.prev = st.LastSeq
-		return st.LastSeq + 1, st.LastSeq, nil
+		s.prev, s.front = 0, false
+		return 0, st.LastSeq, nil
 	case st.FirstSeq > p.Seq+1:
 		if !s.cfg.acceptGap {
 			return 0, 0, s.gapError(ctx, p.Seq, st.FirstSeq, false)

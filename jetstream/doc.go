@@ -87,8 +87,9 @@
 //     (inbox.ApplyFrom), under the source name StreamSourceName(stream, prefix): one position per
 //     stream and subject filter (<prefix>.>, WithSubjectPrefix). A restart reads on from it + 1 with
 //     a new ordered consumer: no acknowledgements, memory storage, deleted when the call returns;
-//     nothing the server keeps is trusted. The consumer's buffer is bounded by the same batch bounds
-//     (its bytes at least the connection's max payload, so that any message fits).
+//     nothing the server keeps is trusted. What the consumer holds beside the batch being applied
+//     is bounded by the same bounds: one batch waiting, and one pull request's worth on the
+//     connection (its bytes at least the connection's max payload, so that any message fits).
 //   - Continuity is each line's own. A hole in stream sequences (a message deleted from the middle)
 //     is no error; a run whose seq is missing is quarantined for a gap by the inbox, the others go on.
 //     Lines a relay re-delivered are duplicates by their bytes; other bytes under an applied (run,
@@ -126,10 +127,10 @@
 //
 // What it cannot see: a stream that loses acknowledged messages (one replica without sync always, a
 // power failure) gives their sequences to the next messages. A call that finds the stream's last
-// sequence below its position reads on from the stream's end, but a consumer that was away while the
-// stream lost its tail and then grew past the position again skips the new messages under the old
-// sequences; their runs' later lines show the gap, and a run whose every line was among them is lost
-// silently. Use three replicas, or sync always, for a stream an inbox reads. Through a subject filter,
+// sequence below its position reads the stream again from its start (what was applied comes back as
+// duplicates), but a consumer that was away while the stream lost its tail and then grew past the
+// position again skips the new messages under the old sequences; their runs' later lines show the
+// gap, and a run whose every line was among them is lost silently. Use three replicas, or sync always, for a stream an inbox reads. Through a subject filter,
 // a removal of other subjects' messages after the position is reported as a retention gap too (the
 // server does not say which subjects a removal took): ApplyStream keeps its position up with the
 // stream's last sequence when it has read everything of its filter, so this happens only to a
