@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -222,6 +223,38 @@ type consumer struct {
 	quit    chan struct{}
 	pending uint64        // messages of the filter from the start when it was created
 	heldMsg jetstream.Msg // read, but past the bounds of the batch it was read for
+
+	// The bytes waiting in msgs are bounded too, not only their number: a batch of lines as long
+	// as the line limit would otherwise wait whole beside the one being applied.
+	mu       sync.Mutex
+	room     *sync.Cond
+	queued   int
+	maxBytes int
+	closed   bool
+}
+
+// admit waits until m fits the bytes waiting, and reports false once the consumer is stopped. One
+// message is always admitted into an empty queue, whatever its size.
+func (c *consumer) admit(m jetstream.Msg) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for !c.closed && c.queued > 0 && c.queued+len(m.Data()) > c.maxBytes {
+		c.room.Wait()
+	}
+	if c.closed {
+		return false
+	}
+	c.queued += len(m.Data())
+	return true
+}
+
+// taken frees the bytes of a message read from msgs.
+func (c *consumer) taken(m jetstream.Msg) jetstream.Msg {
+	c.mu.Lock()
+	c.queued -= len(m.Data())
+	c.room.Signal()
+	c.mu.Unlock()
+	return m
 }
 
 // consume creates an ordered consumer from start (0: the first message): acknowledgements none,
@@ -241,9 +274,14 @@ func (s *streamSource) consume(ctx context.Context, start uint64) (*consumer, er
 	if err != nil {
 		return nil, s.broker(err, "create an ordered consumer from sequence %d", start)
 	}
-	c := &consumer{cons: cons, msgs: make(chan jetstream.Msg, s.b.Lines), errs: make(chan error, 1), quit: make(chan struct{})}
+	c := &consumer{cons: cons, msgs: make(chan jetstream.Msg, s.b.Lines), errs: make(chan error, 1), quit: make(chan struct{}),
+		maxBytes: s.b.Bytes}
+	c.room = sync.NewCond(&c.mu)
 	limit := max(s.b.Bytes, int(s.js.Conn().MaxPayload())) + 8<<10 // room for a message's subject and headers
 	c.cc, err = cons.Consume(func(m jetstream.Msg) {
+		if !c.admit(m) {
+			return
+		}
 		select {
 		case c.msgs <- m:
 		case <-c.quit:
@@ -275,14 +313,14 @@ func (c *consumer) next(ctx context.Context, wait time.Duration) (jetstream.Msg,
 	}
 	select {
 	case m := <-c.msgs:
-		return m, nil
+		return c.taken(m), nil
 	default:
 	}
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
 	case m := <-c.msgs:
-		return m, nil
+		return c.taken(m), nil
 	case err := <-c.errs:
 		return nil, err
 	case <-t.C:
@@ -295,6 +333,10 @@ func (c *consumer) next(ctx context.Context, wait time.Duration) (jetstream.Msg,
 // stop ends the consumer and deletes it, so that nothing of the call is left on the server (it
 // would otherwise go after its inactivity threshold).
 func (c *consumer) stop(s *streamSource) {
+	c.mu.Lock()
+	c.closed = true
+	c.room.Broadcast()
+	c.mu.Unlock()
 	close(c.quit)
 	c.cc.Stop()
 	if !s.js.Conn().IsConnected() {

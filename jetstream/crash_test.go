@@ -24,7 +24,7 @@ import (
 // the parent runs, or as one of the servers of a cluster.
 func TestMain(m *testing.M) {
 	crashtest.Main(m, map[string]func() int{"nats-engine": natsEngine, "nats-server": natsServerChild,
-		"stream-consumer": streamConsumer})
+		"stream-consumer": streamConsumer, "stream-memory": streamMemory})
 }
 
 // natsEngine is one start of the demo engine with a JetStream sink; when told (crashtest.KillAt), it
