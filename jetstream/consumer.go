@@ -3,6 +3,7 @@ package jetstream
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -16,39 +17,59 @@ type consumer struct {
 	cc      jetstream.ConsumeContext
 	msgs    chan jetstream.Msg
 	errs    chan error
-	quit    chan struct{}
 	pending uint64        // messages of the filter from the start when it was created
 	heldMsg jetstream.Msg // read, but past the bounds of the batch it was read for
 
 	// The bytes waiting in msgs are bounded too, not only their number: a batch of lines as long
-	// as the line limit would otherwise wait whole beside the one being applied.
+	// as the line limit would otherwise wait whole beside the one being applied. And messages enter
+	// msgs in stream order even when the ordered consumer resets while one waits for room: the
+	// new consumer's first message, delivered by another goroutine, must not pass the old one's
+	// last, or a batch could commit past a message that comes after it.
 	mu       sync.Mutex
 	room     *sync.Cond
-	queued   int
+	count    int      // messages in msgs
+	queued   int      // their bytes
+	waiting  []uint64 // stream sequences of the messages waiting for room
 	maxBytes int
 	closed   bool
 }
 
-// admit waits until m fits the bytes waiting, and reports false once the consumer is stopped. One
-// message is always admitted into an empty queue, whatever its size.
+// admit queues m in msgs once it fits (in number and bytes; one message always fits an empty
+// queue, whatever its size) and no message with a lower stream sequence is waiting; false once the
+// consumer is stopped. msgs never blocks: its room is checked under the lock.
 func (c *consumer) admit(m jetstream.Msg) bool {
+	var seq uint64
+	if meta, err := m.Metadata(); err == nil {
+		seq = meta.Sequence.Stream
+	}
+	size := len(m.Data())
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for !c.closed && c.queued > 0 && c.queued+len(m.Data()) > c.maxBytes {
+	c.waiting = append(c.waiting, seq)
+	for !c.closed && (c.count >= cap(c.msgs) || (c.count > 0 && c.queued+size > c.maxBytes) || c.lowerWaiting(seq)) {
 		c.room.Wait()
 	}
+	c.waiting = slices.DeleteFunc(c.waiting, func(w uint64) bool { return w == seq })
+	c.room.Broadcast()
 	if c.closed {
 		return false
 	}
-	c.queued += len(m.Data())
+	c.count++
+	c.queued += size
+	c.msgs <- m
 	return true
 }
 
-// taken frees the bytes of a message read from msgs.
+func (c *consumer) lowerWaiting(seq uint64) bool {
+	return slices.ContainsFunc(c.waiting, func(w uint64) bool { return w < seq })
+}
+
+// taken frees the room of a message read from msgs.
 func (c *consumer) taken(m jetstream.Msg) jetstream.Msg {
 	c.mu.Lock()
+	c.count--
 	c.queued -= len(m.Data())
-	c.room.Signal()
+	c.room.Broadcast()
 	c.mu.Unlock()
 	return m
 }
@@ -70,19 +91,11 @@ func (s *streamSource) consume(ctx context.Context, start uint64) (*consumer, er
 	if err != nil {
 		return nil, s.broker(err, "create an ordered consumer from sequence %d", start)
 	}
-	c := &consumer{cons: cons, msgs: make(chan jetstream.Msg, s.b.Lines), errs: make(chan error, 1), quit: make(chan struct{}),
+	c := &consumer{cons: cons, msgs: make(chan jetstream.Msg, s.b.Lines), errs: make(chan error, 1),
 		maxBytes: s.b.Bytes}
 	c.room = sync.NewCond(&c.mu)
 	limit := max(s.b.Bytes, int(s.js.Conn().MaxPayload())) + 8<<10 // room for a message's subject and headers
-	c.cc, err = cons.Consume(func(m jetstream.Msg) {
-		if !c.admit(m) {
-			return
-		}
-		select {
-		case c.msgs <- m:
-		case <-c.quit:
-		}
-	}, jetstream.PullMaxMessagesWithBytesLimit(s.b.Lines, limit), jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+	onError := jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 		if errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, nats.ErrNoResponders) {
 			return // the ordered consumer resets itself after these; a reset that fails comes next
 		}
@@ -90,7 +103,8 @@ func (s *streamSource) consume(ctx context.Context, start uint64) (*consumer, er
 		case c.errs <- err:
 		default:
 		}
-	}))
+	})
+	c.cc, err = cons.Consume(func(m jetstream.Msg) { c.admit(m) }, jetstream.PullMaxMessagesWithBytesLimit(s.b.Lines, limit), onError)
 	if err != nil {
 		return nil, s.broker(err, "consume from sequence %d", start)
 	}
@@ -133,7 +147,6 @@ func (c *consumer) stop(s *streamSource) {
 	c.closed = true
 	c.room.Broadcast()
 	c.mu.Unlock()
-	close(c.quit)
 	c.cc.Stop()
 	if !s.js.Conn().IsConnected() {
 		return

@@ -221,3 +221,29 @@ func TestAPurgeWhileFollowingStopsWithARetentionGap(t *testing.T) {
 		t.Errorf("applied %v, want 1..%d: everything up to the position named, nothing past it", got, gap.Position)
 	}
 }
+
+func TestAConsumerResetWhileTheSourceIsBusyKeepsStreamOrder(t *testing.T) {
+	// The ordered consumer resets after a reconnect; its old delivery may still be waiting for room
+	// while the new one delivers: the new one's first message must not pass it.
+	ctx := context.Background()
+	ns, js, in := consumeSetup(t, inbox.WithBatchLines(2), inbox.WithPollInterval(50*time.Millisecond))
+	publishRun(t, js, "a", 1, 60)
+	f := follow(t, js, in, func(ctx context.Context, tx *sql.Tx, ev inbox.Event) error {
+		time.Sleep(10 * time.Millisecond) // a slow handler: the consumer's deliveries wait for room
+		return insertHandler(ctx, tx, ev)
+	})
+	for range 4 {
+		time.Sleep(120 * time.Millisecond)
+		id, err := js.Conn().GetClientID()
+		if err == nil {
+			ns.srv.DisconnectClientByID(id)
+		}
+	}
+	waitApplied(t, in, map[string][]int64{"a": seqs(1, 60)})
+	if q, _ := in.Quarantined(ctx); len(q) != 0 {
+		t.Errorf("quarantines %+v", q)
+	}
+	if err := f.stop(); !errors.Is(err, context.Canceled) {
+		t.Errorf("FollowStream returned %v", err)
+	}
+}
