@@ -122,7 +122,9 @@
 //   - The broker's failures cost latency, not lines. FollowStream meets a server restart, a leader's
 //     failover or a dropped connection by waiting (backing off up to the poll interval) and reading
 //     on from the position it last committed, with a new ordered consumer; the batch that was not
-//     committed is read again. ApplyStream returns such an error, and calling it again goes on from
+//     committed is read again. The ordered consumer's own resets (a missed heartbeat, a message the
+//     connection dropped) resume after the last message it delivered, and what it delivered enters
+//     the batch in stream order. ApplyStream returns such an error, and calling it again goes on from
 //     the stored position. A stream that does not exist, or a closed connection, ends both.
 //
 // What it cannot see: a stream that loses acknowledged messages (one replica without sync always, a
@@ -130,9 +132,9 @@
 // sequence below its position reads the stream again from its start (what was applied comes back as
 // duplicates), but a consumer that was away while the stream lost its tail and then grew past the
 // position again skips the new messages under the old sequences; their runs' later lines show the
-// gap, and a run whose every line was among them is lost silently. Use three replicas, or sync always, for a stream an inbox reads. Through a subject filter,
-// a removal of other subjects' messages after the position is reported as a retention gap too (the
-// server does not say which subjects a removal took): ApplyStream keeps its position up with the
-// stream's last sequence when it has read everything of its filter, so this happens only to a
-// consumer that was behind.
+// gap, and a run whose every line was among them is lost silently. Use three replicas, or sync
+// always, for a stream an inbox reads. Through a subject filter, a removal of other subjects'
+// messages after the position is reported as a retention gap too (the server does not say which
+// subjects a removal took): ApplyStream keeps its position up with the stream's last sequence when
+// it has read everything of its filter, so this happens only to a consumer that was behind.
 package jetstream
