@@ -4,14 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"html/template"
 	"io"
 	"net"
 	"net/http"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/textmachine/outbox/outbox"
@@ -26,34 +30,69 @@ func init() {
 
 const metricsAbout = `
 Serves Prometheus metrics at http://ADDR/metrics until interrupted, read from the databases at each
-scrape. With --db, the book's: per run the highest seq, the seq projected up to, the lines not yet
-projected and the age of the oldest of them, and whether its projection stopped on the sink's
-refusal (outbox_run_stopped); the ledger's size; the sizes of the database and its
-WAL. With --inbox, a consumer's inbox: how many runs it has applied, each quarantined run (one
-series per quarantined run, none for a healthy one) with its high-water mark, and per file source
-the bytes still to be read to the file's end. Give either or both. It opens each database
-read-only, as stats does: it runs beside an engine and a consumer, keeps working when one starts
-or stops, and on a database no process holds open leaves the directory as it found it.
+scrape, and a page at http://ADDR/ that links to them. With --db, the book's: for the whole book,
+how many runs it holds rows of, how many of them stopped, the lines stored and not yet projected,
+and the age of the oldest line not yet projected; the ledger's size; the sizes of the database and
+its WAL. A run has series of its own (label "run": its highest seq, the seq projected up to, its
+lines stored and not yet projected, the age of the oldest of them) only while it has something to
+say: lines not yet projected, or a projection a relay stopped on the sink's refusal
+(outbox_run_stopped, 1). Every engine start begins a run, so series for every run would grow
+without end; these come and go with the runs that need an operator. With --inbox, a consumer's
+inbox: how many runs it has applied, each quarantined run (one series per quarantined run, none
+for a healthy one) with its high-water mark, and per file source the bytes still to be read to the
+file's end. Give either or both. It opens each database read-only, as stats does: it runs beside
+an engine and a consumer, keeps working when one starts or stops, and on a database no process
+holds open leaves the directory as it found it. outbox_build_info names the version (as outbox
+version prints it), and the go_ and process_ series are the exporter's own process.
+
+It listens on localhost:9465 unless --listen says otherwise (--listen :9465 for every interface).
+That port is not 9464, which OpenTelemetry's Prometheus exporter takes by default, and an engine
+instrumented with OpenTelemetry may run on the same host; nor NATS's 4222 and 8222 or the NATS
+exporter's 7777, nor Prometheus's own 9090.
 
 What only the engine's process knows (sink errors, retries, batch sizes) comes from the relay's
-hooks in that process; the README shows how. Prints the address it listens on, then serves.`
+hooks in that process; the README shows how. Prints the address it listens on, then serves.
+
+Exit status: 0 when interrupted, 2 on a usage or I/O error (such as the address in use, or a
+database that cannot be opened).`
+
+// defaultListen is where metrics listens without --listen (see metricsAbout for why this port).
+const defaultListen = "localhost:9465"
+
+// metricsConfig is the parsed command line of metrics.
+type metricsConfig struct {
+	db, inbox, listen string
+}
+
+// parseMetrics parses the command line of metrics; done is set when parsing ended the command,
+// with the exit status to return.
+func parseMetrics(args []string, stderr io.Writer) (cfg metricsConfig, code int, done bool) {
+	fs := newFlags("metrics", "outbox metrics (--db FILE | --inbox FILE | --db FILE --inbox FILE) [--listen ADDR]", metricsAbout)
+	fs.StringVar(&cfg.db, "db", "", "the book's database `file`")
+	fs.StringVar(&cfg.inbox, "inbox", "", "a consumer's database `file`, holding its inbox")
+	fs.StringVar(&cfg.listen, "listen", defaultListen, "listen on `addr` (port 0: any free port)")
+	pos, code, done := parseFlags(fs, args, stderr)
+	if done {
+		return cfg, code, true
+	}
+	if len(pos) != 0 || (cfg.db == "" && cfg.inbox == "") || cfg.listen == "" {
+		return cfg, usageError(stderr, "outbox metrics", "need --db FILE or --inbox FILE (or both), and no arguments"), true
+	}
+	return cfg, 0, false
+}
 
 func runMetrics(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("metrics", "outbox metrics (--db FILE | --inbox FILE | --db FILE --inbox FILE) --listen ADDR", metricsAbout)
-	dbPath := fs.String("db", "", "the book's database `file`")
-	inboxPath := fs.String("inbox", "", "a consumer's database `file`, holding its inbox")
-	listen := fs.String("listen", "", "listen on `addr`, such as localhost:9464 (port 0: any free port)")
-	pos, code, done := parseFlags(fs, args, stderr)
+	cfg, code, done := parseMetrics(args, stderr)
 	if done {
 		return code
 	}
-	if len(pos) != 0 || (*dbPath == "" && *inboxPath == "") || *listen == "" {
-		return usageError(stderr, "outbox metrics", "need --db FILE or --inbox FILE (or both) and --listen ADDR")
-	}
 	reg := prometheus.NewPedanticRegistry()
+	if err := registerProcess(reg); err != nil {
+		return failErr(stderr, exitUsage, "metrics", err)
+	}
 	var served []string
-	if *dbPath != "" {
-		s, err := openReadOnly(ctx, *dbPath)
+	if cfg.db != "" {
+		s, err := openReadOnly(ctx, cfg.db)
 		if err != nil {
 			return failErr(stderr, exitUsage, "metrics", err)
 		}
@@ -61,25 +100,26 @@ func runMetrics(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		if err := reg.Register(&bookCollector{s: s, stderr: stderr}); err != nil {
 			return failErr(stderr, exitUsage, "metrics", err)
 		}
-		served = append(served, quote(*dbPath))
+		served = append(served, quote(cfg.db))
 	}
-	if *inboxPath != "" {
-		in, err := openInboxReadOnly(ctx, *inboxPath)
+	if cfg.inbox != "" {
+		in, err := openInboxReadOnly(ctx, cfg.inbox)
 		if err != nil {
 			return failErr(stderr, exitUsage, "metrics", err)
 		}
 		defer in.Close()
-		if err := reg.Register(&inboxCollector{in: in, path: *inboxPath, stderr: stderr}); err != nil {
+		if err := reg.Register(&inboxCollector{in: in, path: cfg.inbox, stderr: stderr}); err != nil {
 			return failErr(stderr, exitUsage, "metrics", err)
 		}
-		served = append(served, "the inbox of "+quote(*inboxPath))
+		served = append(served, "the inbox of "+quote(cfg.inbox))
 	}
-	ln, err := net.Listen("tcp", *listen)
+	ln, err := net.Listen("tcp", cfg.listen)
 	if err != nil {
 		return failErr(stderr, exitUsage, "metrics", err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
+	mux.Handle("GET /{$}", landingPage(served))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	errs := make(chan error, 1)
 	go func() { errs <- srv.Serve(ln) }()
@@ -97,19 +137,73 @@ func runMetrics(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	return exitOK
 }
 
+// registerProcess registers what describes the exporter's own process: its build, and the Go
+// runtime's and the operating system's figures for it.
+func registerProcess(reg prometheus.Registerer) error {
+	version, revision, modified := "(unknown)", "", false // as outbox version says of a build without module support
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		version, revision, modified = buildVersion(bi)
+	}
+	switch {
+	case revision == "":
+		revision = "unknown"
+	case modified:
+		revision += "-modified" // as prometheus/common's version package marks a modified tree
+	}
+	info := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "outbox_build_info",
+		Help:        "1, labelled with the version of the outbox module this exporter was built from, its VCS revision (unknown when the build recorded none; -modified for a tree with uncommitted changes) and the Go version that built it.",
+		ConstLabels: prometheus.Labels{"version": version, "revision": revision, "goversion": runtime.Version()},
+	})
+	info.Set(1)
+	return errors.Join(reg.Register(info), reg.Register(collectors.NewGoCollector()),
+		reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})))
+}
+
+// landingTemplate is the page at /. html/template escapes what it is given; the names are quoted
+// first (see quote), so a control byte in a path shows as an escape, not as itself.
+var landingTemplate = template.Must(template.New("landing").Parse(`<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>outbox metrics</title></head>
+<body><h1>outbox metrics</h1>
+<p>Metrics of {{range $i, $s := .}}{{if $i}} and {{end}}{{$s}}{{end}}, read at each scrape: <a href="/metrics">/metrics</a>.</p>
+</body></html>
+`))
+
+// landingPage serves the page at / that says what is served and links to it, as Prometheus's own
+// exporters do.
+func landingPage(served []string) http.Handler {
+	var b strings.Builder
+	if err := landingTemplate.Execute(&b, served); err != nil {
+		panic(err) // the template and its data are the program's own
+	}
+	page := b.String()
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		io.WriteString(w, page)
+	})
+}
+
+// The book's series are bounded by what needs attention, never by the runs the book has seen: the
+// book-wide figures, and a run's own series only while it has lines not yet projected or is stopped.
 var (
 	runLabels        = []string{"run"}
 	descUp           = prometheus.NewDesc("outbox_up", "1 when the last read of the book succeeded, 0 when it failed.", nil, nil)
-	descLastSeq      = prometheus.NewDesc("outbox_run_last_seq", "The highest seq the run was ever given.", runLabels, nil)
-	descProjected    = prometheus.NewDesc("outbox_run_projected_seq", "Every line of the run up to this seq is in the journal.", runLabels, nil)
-	descUnprojected  = prometheus.NewDesc("outbox_run_unprojected_lines", "Lines of the run not yet projected.", runLabels, nil)
-	descOldestAge    = prometheus.NewDesc("outbox_run_oldest_unprojected_age_seconds", "Age of the run's oldest line not yet projected; absent when there is none or its time is unknown.", runLabels, nil)
-	descStopped      = prometheus.NewDesc("outbox_run_stopped", "1 when a relay stopped projecting the run because the sink refused its lines (see outbox stats), else 0; it goes back to 0 once the run projects again.", runLabels, nil)
-	descStored       = prometheus.NewDesc("outbox_run_stored_lines", "Lines of the run still stored in the database.", runLabels, nil)
+	descRuns         = prometheus.NewDesc("outbox_runs", "Runs the book holds rows of, buffered lines or once keys in the ledger (one figure for the book, not a series per run).", nil, nil)
+	descStoppedRuns  = prometheus.NewDesc("outbox_stopped_runs", "Runs whose projection a relay stopped because the sink refused their lines (see outbox stats).", nil, nil)
+	descPendingAll   = prometheus.NewDesc("outbox_pending_lines", "Lines pending: not yet projected, of all runs together.", nil, nil)
+	descStoredAll    = prometheus.NewDesc("outbox_stored_lines", "Lines still stored in the database, of all runs together.", nil, nil)
+	descOldestAgeAll = prometheus.NewDesc("outbox_oldest_pending_age_seconds", "Age of the oldest line not yet projected, of any run; absent when there is none or its time is unknown.", nil, nil)
+	descLastSeq      = prometheus.NewDesc("outbox_run_last_seq", "The highest seq the run was ever given; only for a run with lines not yet projected or stopped.", runLabels, nil)
+	descProjected    = prometheus.NewDesc("outbox_run_projected_seq", "Every line of the run up to this seq is in the journal; only for a run with lines not yet projected or stopped.", runLabels, nil)
+	descPending      = prometheus.NewDesc("outbox_run_pending_lines", "Lines of the run pending (not yet projected); only for a run with lines not yet projected or stopped.", runLabels, nil)
+	descOldestAge    = prometheus.NewDesc("outbox_run_oldest_pending_age_seconds", "Age of the run's oldest line not yet projected; absent when there is none or its time is unknown.", runLabels, nil)
+	descStopped      = prometheus.NewDesc("outbox_run_stopped", "1 for each run whose projection a relay stopped because the sink refused its lines (see outbox stats); no series for a run that is not stopped, and the series goes once the run projects again.", runLabels, nil)
+	descStored       = prometheus.NewDesc("outbox_run_stored_lines", "Lines of the run still stored in the database; only for a run with lines not yet projected or stopped.", runLabels, nil)
 	descLedger       = prometheus.NewDesc("outbox_ledger_keys", "Once keys in the announce-once ledger.", nil, nil)
 	descDBBytes      = prometheus.NewDesc("outbox_database_bytes", "Size of the database file.", nil, nil)
 	descWALBytes     = prometheus.NewDesc("outbox_wal_bytes", "Size of the database's WAL file (0 when there is none).", nil, nil)
-	bookDescriptions = []*prometheus.Desc{descUp, descLastSeq, descProjected, descUnprojected, descOldestAge, descStopped, descStored, descLedger, descDBBytes, descWALBytes}
+	bookDescriptions = []*prometheus.Desc{descUp, descRuns, descStoppedRuns, descPendingAll, descStoredAll, descOldestAgeAll,
+		descLastSeq, descProjected, descPending, descOldestAge, descStopped, descStored, descLedger, descDBBytes, descWALBytes}
 )
 
 // bookCollector reads the book at each scrape.
@@ -138,20 +232,38 @@ func (c *bookCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
 	gauge(descUp, 1)
+	var stopped, unprojected, stored int64
+	var oldest *float64
 	for _, r := range rep.Runs {
+		unprojected += r.Pending
+		stored += r.Lines
+		if r.OldestAge != nil && (oldest == nil || *r.OldestAge > *oldest) {
+			oldest = r.OldestAge
+		}
+		if r.Stopped != nil {
+			stopped++
+		}
+		if r.Pending == 0 && r.Stopped == nil {
+			continue // nothing to say: counted in the book's figures only
+		}
 		run := labelValue(r.RunID)
 		gauge(descLastSeq, float64(r.LastSeq), run)
 		gauge(descProjected, float64(r.Projected), run)
-		gauge(descUnprojected, float64(r.Pending), run)
+		gauge(descPending, float64(r.Pending), run)
 		gauge(descStored, float64(r.Lines), run)
-		stopped := 0.0
 		if r.Stopped != nil {
-			stopped = 1
+			gauge(descStopped, 1, run)
 		}
-		gauge(descStopped, stopped, run)
 		if r.OldestAge != nil {
 			gauge(descOldestAge, *r.OldestAge, run)
 		}
+	}
+	gauge(descRuns, float64(len(rep.Runs)))
+	gauge(descStoppedRuns, float64(stopped))
+	gauge(descPendingAll, float64(unprojected))
+	gauge(descStoredAll, float64(stored))
+	if oldest != nil {
+		gauge(descOldestAgeAll, *oldest)
 	}
 	gauge(descLedger, float64(rep.Ledger))
 	gauge(descDBBytes, float64(rep.FileBytes))

@@ -94,15 +94,14 @@ func TestMetricsServesTheBooksFiguresBesideARunningEngine(t *testing.T) {
 	m := scrape(t, url)
 	want := map[string]float64{
 		`outbox_up`: 1, `outbox_run_last_seq{run="dead"}`: 3, `outbox_run_projected_seq{run="dead"}`: 0,
-		`outbox_run_unprojected_lines{run="dead"}`: 3, `outbox_run_last_seq{run="old"}`: 2,
-		`outbox_run_projected_seq{run="old"}`: 2, `outbox_run_unprojected_lines{run="old"}`: 0,
+		`outbox_run_pending_lines{run="dead"}`: 3, `outbox_runs`: 2, `outbox_pending_lines`: 3,
 	}
 	for k, v := range want {
-		if m[k] != v {
-			t.Errorf("before the engine: %s = %v, want %v", k, m[k], v)
+		if got, ok := m[k]; !ok || got != v {
+			t.Errorf("before the engine: %s = %v (present %v), want %v", k, got, ok, v)
 		}
 	}
-	for _, k := range []string{`outbox_run_oldest_unprojected_age_seconds{run="dead"}`, `outbox_ledger_keys`, `outbox_database_bytes`, `outbox_wal_bytes`} {
+	for _, k := range []string{`outbox_run_oldest_pending_age_seconds{run="dead"}`, `outbox_ledger_keys`, `outbox_database_bytes`, `outbox_wal_bytes`} {
 		if _, ok := m[k]; !ok {
 			t.Errorf("no %s in the scrape", k)
 		}

@@ -153,6 +153,7 @@ func readOnlyRuns(db, j string) [][]string {
 		{"verify", "--json", j},
 		{"migrate", "status", "--db", db},
 		{"migrate", "version", "--db", db},
+		{"check", "--db", db, "--journal", j},
 	}
 }
 

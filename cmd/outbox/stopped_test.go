@@ -62,10 +62,9 @@ func TestAStoppedRunIsShownByStatsAndMetricsUntilRetireLetsItProjectOn(t *testin
 		t.Errorf("stats: exit %d\n%s", code, out)
 	}
 	url, stop := startMetrics(t, dbPath)
-	if v, ok := scrape(t, url)[`outbox_run_stopped{run="r"}`]; !ok || v != 1 {
-		t.Errorf("outbox_run_stopped of r: %v (present %v); want 1", v, ok)
+	if m := scrape(t, url); m[`outbox_run_stopped{run="r"}`] != 1 || m[`outbox_stopped_runs`] != 1 {
+		t.Errorf("outbox_run_stopped of r %v, outbox_stopped_runs %v; want 1 each", m[`outbox_run_stopped{run="r"}`], m[`outbox_stopped_runs`])
 	}
-	stop()
 
 	saved := filepath.Join(t.TempDir(), "seq2.line")
 	code, out, errOut := runOutbox(t, "retire", "--db", dbPath, "--run", "r", "--seq", "2", "--reason", "rendered with the wrong seq", "--save", saved)
@@ -86,6 +85,11 @@ func TestAStoppedRunIsShownByStatsAndMetricsUntilRetireLetsItProjectOn(t *testin
 			t.Errorf("run %s still shown stopped after it projected: %+v", r.RunID, r.Stopped)
 		}
 	}
+	m := scrape(t, url)
+	if _, ok := m[`outbox_run_stopped{run="r"}`]; ok || m[`outbox_stopped_runs`] != 0 || m[`outbox_up`] != 1 {
+		t.Errorf("after the run projected: outbox_run_stopped of r present %v, outbox_stopped_runs %v", ok, m[`outbox_stopped_runs`])
+	}
+	stop()
 }
 
 func TestRetireRefusesAProjectedLineAnExistingSaveFileAndARunningEngine(t *testing.T) {

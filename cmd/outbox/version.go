@@ -51,14 +51,28 @@ func moduleVersion() string {
 	return versionOf(bi)
 }
 
-// versionOf names the release the binary was built from: the library's version as the build
+// versionOf names the release the binary was built from, with its VCS revision when the build
+// stamped one (see buildVersion): "v0.1.0", "(devel) (revision abc…, modified)".
+func versionOf(bi *debug.BuildInfo) string {
+	v, rev, modified := buildVersion(bi)
+	if rev != "" {
+		v += " (revision " + rev
+		if modified {
+			v += ", modified"
+		}
+		v += ")"
+	}
+	return v
+}
+
+// buildVersion reads the release the binary was built from: the library's version as the build
 // selected it (what `go install …/cmd/outbox@v0.1.0` records, and what a program that imports the
 // command's packages from a newer library would record), else the command module's own version
-// (which the go command derives from the VCS tag of a checkout), else "(devel)". The VCS revision
-// follows when the build stamped one (a build inside a git clone, not from a module zip), marked
-// modified when the tree had uncommitted changes, so that a "(devel)" binary still says what it is.
-func versionOf(bi *debug.BuildInfo) string {
-	v := ""
+// (which the go command derives from the VCS tag of a checkout), else "(devel)"; and the VCS
+// revision when the build stamped one (a build inside a git clone, not from a module zip), with
+// whether the tree had uncommitted changes, so that a "(devel)" binary still says what it is.
+// `outbox version` prints them, and outbox_build_info carries them.
+func buildVersion(bi *debug.BuildInfo) (version, revision string, modified bool) {
 	for _, d := range bi.Deps {
 		if d.Path != libraryPath {
 			continue
@@ -67,32 +81,24 @@ func versionOf(bi *debug.BuildInfo) string {
 			d = d.Replace
 		}
 		if released(d.Version) {
-			v = d.Version
+			version = d.Version
 		}
 	}
-	if v == "" && released(bi.Main.Version) {
-		v = bi.Main.Version
+	if version == "" && released(bi.Main.Version) {
+		version = bi.Main.Version
 	}
-	if v == "" {
-		v = "(devel)"
+	if version == "" {
+		version = "(devel)"
 	}
-	var rev, modified string
 	for _, s := range bi.Settings {
 		switch s.Key {
 		case "vcs.revision":
-			rev = s.Value
+			revision = s.Value
 		case "vcs.modified":
-			modified = s.Value
+			modified = s.Value == "true"
 		}
 	}
-	if rev != "" {
-		v += " (revision " + rev
-		if modified == "true" {
-			v += ", modified"
-		}
-		v += ")"
-	}
-	return v
+	return version, revision, modified
 }
 
 // released reports whether v is a version the go command resolved, rather than the placeholder of

@@ -1,0 +1,268 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+
+	"github.com/textmachine/outbox/outbox"
+)
+
+func init() {
+	commands["check"] = command{
+		summary: "cross-check a book and its journal: lines either lacks, lines that differ (read-only)",
+		run:     runCheck,
+	}
+}
+
+const checkAbout = `
+Cross-checks a book against its journal (a file, or a JetStream stream with --nats and --stream)
+and reports what one says and the other does not:
+
+  - lines the book records as projected that the journal lacks: for every run the book knows,
+    including runs whose lines it has forgotten, the journal must hold seqs 1 up to the run's
+    projected position;
+  - runs and lines the journal holds that the book does not know: a run the book has no record
+    of, or seqs beyond the highest the book ever gave the run. A book restored from a backup older
+    than the journal shows so (see the README on backing a book up);
+  - lines that differ: a line the book still stores and the journal holds under the same run and
+    seq, with other bytes.
+
+It also names what breaks the journal's own rules as it reads (a malformed line, a run that skips
+seqs; up to 10 of them); outbox verify checks the journal fully, duplicates included. A message
+of a stream that is not one journal line, or not its subject's run's, ends the read of the stream
+and is named.
+
+It writes nothing and creates no file: the book is opened read-only, as stats opens it, and read
+in one snapshot; the journal file is only read (no lock, and a torn last line is left where it is
+and not counted). Beside a running engine the book is read first and the journal after it, and
+what the journal holds beyond the book is looked up again in the book before it is reported, so
+an engine that goes on enqueueing and projecting meanwhile causes no finding. The book's stored
+lines are kept as SHA-256 digests while the journal is read: about 40 bytes a line.
+
+A journal that several books write to (a stream shared by engines of different books) holds runs
+this book does not know, and check reports them.
+
+Prints each finding on a line of its own, then a last line "OK" or "FAILED: " and how many. With
+--json it prints one JSON object whatever happens; when the input could not be read, its "error"
+member says why.
+
+Exit status: 0 consistent, 1 any finding, 2 a usage or I/O error.`
+
+// checkReport is the --json output, one object on every outcome. Field names are part of the
+// command's interface.
+type checkReport struct {
+	DB       string `json:"db"`
+	Journal  string `json:"journal,omitempty"` // the journal file, or
+	Stream   string `json:"stream,omitempty"`  // the stream
+	Server   string `json:"server,omitempty"`  // on this server (its user information hidden)
+	OK       bool   `json:"ok"`
+	BookRuns int    `json:"book_runs"` // runs the book knows: with rows, projected, or forgotten
+	// JournalRuns and JournalLines count the journal's runs and complete lines, duplicates included.
+	JournalRuns  int            `json:"journal_runs"`
+	JournalLines int64          `json:"journal_lines"`
+	Compared     int64          `json:"compared_lines"` // journal lines compared with a line the book stores
+	TornTail     bool           `json:"torn_tail"`
+	Findings     []checkFinding `json:"findings"`
+	Error        string         `json:"error,omitempty"` // set when the input could not be read
+}
+
+// checkFinding is one finding. Kind is one of the checkKinds.
+type checkFinding struct {
+	Kind string `json:"kind"`
+	Run  string `json:"run,omitempty"`
+	// RunEscaped is the run id quoted as Go's %q does, given only when it is not valid UTF-8.
+	RunEscaped string `json:"run_escaped,omitempty"`
+	FromSeq    int64  `json:"from_seq,omitempty"`
+	ToSeq      int64  `json:"to_seq,omitempty"`
+	Lines      int64  `json:"lines,omitempty"` // differ: how many lines differ; unknown_run: the run's lines
+	Line       int64  `json:"line,omitempty"`  // the journal line it was found at (the first, for differ)
+	Message    string `json:"message"`
+}
+
+// checkKinds are the findings' kinds, in the order they are listed.
+var checkKinds = []string{"journal", "missing", "unknown_run", "unknown_lines", "differ"}
+
+// maxJournalProblems bounds the findings of the journal's own rules: a file that is not a journal
+// at all would give one per line.
+const maxJournalProblems = 10
+
+func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("check", "outbox check --db FILE (--journal FILE | (--nats URL | --context NAME) --stream NAME) [--json]", checkAbout)
+	dbPath := fs.String("db", "", "the book's database `file`")
+	jPath := fs.String("journal", "", "the journal `file`")
+	streamName := fs.String("stream", "", "the JetStream stream's `name` (with --nats or --context)")
+	nf := addNATSFlags(fs, "check against a stream on the NATS server at `url` instead of a file")
+	asJSON := fs.Bool("json", false, "print one JSON object")
+	pos, code, done := parseFlags(fs, args, stderr)
+	if done {
+		return code
+	}
+	fileMode := *jPath != "" && !nf.chosen() && *streamName == ""
+	streamMode := *jPath == "" && nf.chosen() && *streamName != ""
+	if len(pos) != 0 || *dbPath == "" || (!fileMode && !streamMode) {
+		return usageError(stderr, "outbox check", "need --db FILE and either --journal FILE or --nats URL (or --context NAME) --stream NAME")
+	}
+	if p := nf.problem(); p != "" {
+		return usageError(stderr, "outbox check", "%s", p)
+	}
+	rep := checkReport{DB: *dbPath, Journal: *jPath, Stream: *streamName, Findings: []checkFinding{}}
+	read := func(c *checker) error { return c.readFile(ctx, *jPath) }
+	if streamMode {
+		rep.Server = nf.server()
+		read = func(c *checker) error { return c.readStream(ctx, nf, *streamName) }
+	}
+	err := crossCheck(ctx, *dbPath, read, &rep)
+	status := exitOK
+	switch {
+	case err != nil:
+		rep.Error = message(err)
+		status = exitUsage
+	case len(rep.Findings) > 0:
+		status = exitFindings
+	}
+	rep.OK = status == exitOK
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		enc.Encode(rep)
+	} else {
+		printCheck(stdout, rep)
+	}
+	if err != nil {
+		return failErr(stderr, status, "check", err)
+	}
+	return status
+}
+
+// crossCheck reads the book, then the journal, then looks up again in the book what the journal
+// holds beyond it, and fills rep.
+func crossCheck(ctx context.Context, dbPath string, read func(*checker) error, rep *checkReport) error {
+	// Opening it as a Store first refuses what is not a book of this version, as stats does.
+	s, err := openReadOnly(ctx, dbPath)
+	if err != nil {
+		return err
+	}
+	s.Close()
+	d, err := outbox.OpenReadOnlyDB(ctx, dbPath)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	c := &checker{runs: map[string]*journalRun{}}
+	if err := readAgainIfMet(func() (err error) { c.book, err = readBook(ctx, d); return err }); err != nil {
+		return fmt.Errorf("read the book: %w", err)
+	}
+	if err := read(c); err != nil {
+		return err
+	}
+	findings, err := c.findings(ctx, d)
+	if err != nil {
+		return err
+	}
+	rep.BookRuns, rep.JournalRuns, rep.JournalLines = len(c.book), len(c.runs), c.lines
+	rep.Compared, rep.TornTail, rep.Findings = c.compared, c.torn, findings
+	return nil
+}
+
+// findings compares what the journal holds with the book, looking up again in the book each run the
+// journal holds more of than the first read showed: an engine that enqueued and projected it
+// meanwhile is not a finding.
+func (c *checker) findings(ctx context.Context, d *sql.DB) ([]checkFinding, error) {
+	out := slices.Clone(c.problems)
+	if c.more > 0 {
+		out = append(out, checkFinding{Kind: "journal", Message: fmt.Sprintf("and %s more in the journal (outbox verify names them)", counted(int64(c.more), "problem"))})
+	}
+	for id, b := range c.book {
+		have := int64(0)
+		if r := c.runs[id]; r != nil {
+			have = r.last
+		}
+		if b.projected > have {
+			out = append(out, checkFinding{Kind: "missing", Run: id, RunEscaped: escapedIfInvalid(id), FromSeq: have + 1, ToSeq: b.projected,
+				Message: fmt.Sprintf("run %s: the journal lacks %s, which the book records as projected", quote(id), seqs(have+1, b.projected))})
+		}
+	}
+	var beyond []string // runs the journal holds more of than the book showed
+	for id, r := range c.runs {
+		if r.differ != nil {
+			f := *r.differ
+			f.Message = fmt.Sprintf("run %s: %s differs between the book and the journal (journal line %d)", quote(id), seqs(f.FromSeq, f.FromSeq), f.Line)
+			if f.Lines > 1 {
+				f.Message += fmt.Sprintf("; %d lines differ, between seqs %d and %d", f.Lines, f.FromSeq, f.ToSeq)
+			}
+			out = append(out, f)
+		}
+		if b := c.book[id]; b == nil || r.max > b.last {
+			beyond = append(beyond, id)
+		}
+	}
+	var known map[string]int64
+	if err := readAgainIfMet(func() (err error) { known, err = lastSeqs(ctx, d, beyond); return err }); err != nil {
+		return nil, fmt.Errorf("read the book again: %w", err)
+	}
+	for _, id := range beyond {
+		r := c.runs[id]
+		last, ok := known[id]
+		switch {
+		case !ok:
+			out = append(out, checkFinding{Kind: "unknown_run", Run: id, RunEscaped: escapedIfInvalid(id), FromSeq: 1, ToSeq: r.max, Lines: r.lines,
+				Message: fmt.Sprintf("run %s: the journal holds %s of a run the book does not know", quote(id), seqs(1, r.max))})
+		case r.max > last:
+			out = append(out, checkFinding{Kind: "unknown_lines", Run: id, RunEscaped: escapedIfInvalid(id), FromSeq: last + 1, ToSeq: r.max,
+				Message: fmt.Sprintf("run %s: the journal holds %s, beyond the highest seq the book gave the run (%d)", quote(id), seqs(last+1, r.max), last)})
+		}
+	}
+	slices.SortStableFunc(out, func(a, b checkFinding) int {
+		return cmp.Or(cmp.Compare(slices.Index(checkKinds, a.Kind), slices.Index(checkKinds, b.Kind)),
+			cmp.Compare(a.Run, b.Run), cmp.Compare(a.Line, b.Line), cmp.Compare(a.FromSeq, b.FromSeq))
+	})
+	return out, nil
+}
+
+// seqs names a range of seqs.
+func seqs(from, to int64) string {
+	if from == to {
+		return fmt.Sprintf("seq %d", from)
+	}
+	return fmt.Sprintf("seqs %d to %d", from, to)
+}
+
+// printCheck prints what was read, each finding, and the verdict as the last line.
+func printCheck(w io.Writer, rep checkReport) {
+	journalName := quote(rep.Journal)
+	if rep.Stream != "" {
+		journalName = "stream " + quote(rep.Stream) + " at " + quote(rep.Server)
+	}
+	if rep.Error == "" {
+		fmt.Fprintf(w, "book %s: %s; journal %s: %s, %s", quote(rep.DB), counted(int64(rep.BookRuns), "run"), journalName,
+			counted(int64(rep.JournalRuns), "run"), counted(rep.JournalLines, "line"))
+		if rep.TornTail {
+			fmt.Fprint(w, ", torn last line (not read)")
+		}
+		fmt.Fprintf(w, "; %s compared byte for byte\n", counted(rep.Compared, "stored line"))
+	}
+	for _, f := range rep.Findings {
+		fmt.Fprintln(w, f.Message)
+	}
+	switch {
+	case rep.Error != "":
+		fmt.Fprintf(w, "FAILED: %s\n", rep.Error)
+	case len(rep.Findings) > 0:
+		fmt.Fprintf(w, "FAILED: %s\n", counted(int64(len(rep.Findings)), "finding"))
+	default:
+		fmt.Fprintln(w, "OK")
+	}
+}
+
+// counted is n and the noun, agreeing in number: "1 run", "2 runs".
+func counted(n int64, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}

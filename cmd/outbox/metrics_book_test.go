@@ -1,0 +1,235 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/textmachine/outbox/journal"
+	"github.com/textmachine/outbox/outbox"
+)
+
+// bookSeries is the scrape's book series (outbox_ but not the inbox's or the build's), by name and
+// labels.
+func bookSeries(m map[string]float64) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range m {
+		if strings.HasPrefix(k, "outbox_") && !strings.HasPrefix(k, "outbox_inbox_") && !strings.HasPrefix(k, "outbox_build_info") {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// withoutSizes drops the figures that move with the files' sizes.
+func withoutSizes(m map[string]float64) map[string]float64 {
+	for _, k := range []string{`outbox_database_bytes`, `outbox_wal_bytes`, `outbox_oldest_pending_age_seconds`, `outbox_run_oldest_pending_age_seconds{run="dead"}`} {
+		delete(m, k)
+	}
+	return m
+}
+
+func TestMetricsExportNoSeriesForARunWithNothingToSay(t *testing.T) {
+	dbPath, _ := book(t) // "old": 2 lines projected; "dead": 3 lines (one once key), none projected
+	url, stop := startMetrics(t, dbPath)
+	defer stop()
+	m := scrape(t, url)
+	want := map[string]float64{
+		`outbox_up`:                            1,
+		`outbox_runs`:                          2,
+		`outbox_stopped_runs`:                  0,
+		`outbox_pending_lines`:                 3,
+		`outbox_stored_lines`:                  5,
+		`outbox_ledger_keys`:                   0,
+		`outbox_run_last_seq{run="dead"}`:      3,
+		`outbox_run_projected_seq{run="dead"}`: 0,
+		`outbox_run_pending_lines{run="dead"}`: 3,
+		`outbox_run_stored_lines{run="dead"}`:  3,
+	}
+	if diff := cmp.Diff(want, withoutSizes(bookSeries(m))); diff != "" {
+		t.Errorf("the book's series (-want +got):\n%s", diff)
+	}
+	for _, k := range []string{`outbox_oldest_pending_age_seconds`, `outbox_run_oldest_pending_age_seconds{run="dead"}`} {
+		if _, ok := m[k]; !ok {
+			t.Errorf("no %s in the scrape", k)
+		}
+	}
+}
+
+func TestMetricsKeepABoundedLabelSetAcrossManyEngineStarts(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	dbPath, jPath := filepath.Join(dir, "book.db"), filepath.Join(dir, "journal.jsonl")
+	j, err := journal.OpenFile(jPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	// Each start is an engine's: it recovers the runs before it, begins its own run with a once
+	// key (whose row the ledger keeps for ever, and the run with it), and projects it.
+	start := func(i int) {
+		t.Helper()
+		s, err := outbox.Open(ctx, dbPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		run := fmt.Sprintf("engine-%03d", i)
+		relay, err := outbox.NewRelay(s, j, run)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := relay.Recover(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.EnqueueEvent(ctx, run, journal.Handshake(run, nil)); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := s.EnqueueOnce(ctx, run, "unit:"+run, journal.Builder(run, "unit_done", i)); err != nil {
+			t.Fatal(err)
+		}
+		if err := relay.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start(0)
+	url, stop := startMetrics(t, dbPath)
+	defer stop()
+	first := withoutSizes(bookSeries(scrape(t, url)))
+	for i := 1; i < 200; i++ {
+		start(i)
+	}
+	after := withoutSizes(bookSeries(scrape(t, url)))
+	if after[`outbox_runs`] != 200 || after[`outbox_ledger_keys`] != 200 {
+		t.Errorf("outbox_runs %v, outbox_ledger_keys %v; want 200 each", after[`outbox_runs`], after[`outbox_ledger_keys`])
+	}
+	names := func(m map[string]float64) []string {
+		var out []string
+		for k := range m {
+			out = append(out, k)
+		}
+		return out
+	}
+	if len(after) != len(first) {
+		t.Errorf("%d series after 200 engine starts, %d after one: %v", len(after), len(first), names(after))
+	}
+	for k := range after {
+		if strings.Contains(k, `run="`) {
+			t.Errorf("a series for a run with nothing to say: %s", k)
+		}
+	}
+}
+
+func TestMetricsExportBuildInfo(t *testing.T) {
+	dbPath, _ := book(t)
+	url, stop := startMetrics(t, dbPath)
+	defer stop()
+	m := scrape(t, url)
+	code, out, _ := runOutbox(t, "version")
+	if code != exitOK {
+		t.Fatalf("version: exit %d", code)
+	}
+	version := strings.TrimPrefix(strings.SplitN(out, "\n", 2)[0], "outbox ")
+	version, _, _ = strings.Cut(version, " (revision ")
+	var found []string
+	for k, v := range m {
+		if strings.HasPrefix(k, "outbox_build_info{") {
+			found = append(found, k)
+			if v != 1 {
+				t.Errorf("%s = %v, want 1", k, v)
+			}
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("outbox_build_info series: %v", found)
+	}
+	for _, label := range []string{`goversion="` + runtime.Version() + `"`, `version="` + version + `"`, `revision="`} {
+		if !strings.Contains(found[0], label) {
+			t.Errorf("%s lacks %s", found[0], label)
+		}
+	}
+	// The exporter's own process: the Go runtime's and the operating system's figures.
+	for _, k := range []string{"go_goroutines", "go_info{version=\"" + runtime.Version() + "\"}"} {
+		if _, ok := m[k]; !ok {
+			t.Errorf("no %s in the scrape", k)
+		}
+	}
+	if runtime.GOOS == "linux" {
+		if _, ok := m["process_start_time_seconds"]; !ok {
+			t.Error("no process_start_time_seconds in the scrape")
+		}
+	}
+}
+
+func TestMetricsServeALandingPage(t *testing.T) {
+	src, _ := book(t)
+	// A path that would be markup, and a control byte, in a page that names it.
+	dir := filepath.Join(t.TempDir(), "<b>x&\x1b[31m")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dbPath := filepath.Join(dir, "book.db")
+	if err := os.Rename(src, dbPath); err != nil {
+		t.Fatal(err)
+	}
+	url, stop := startMetrics(t, dbPath)
+	defer stop()
+	root := strings.TrimSuffix(url, "metrics")
+	resp, err := http.Get(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	page := string(body)
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") {
+		t.Fatalf("GET /: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	if !strings.Contains(page, `<a href="/metrics">`) {
+		t.Errorf("the page does not link to /metrics:\n%s", page)
+	}
+	if strings.Contains(page, "<b>") || strings.Contains(page, "\x1b") || !strings.Contains(page, "&lt;b&gt;x&amp;\\x1b[31m") {
+		t.Errorf("the page shows the path unescaped:\n%s", page)
+	}
+	resp, err = http.Get(root + "elsewhere")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("GET /elsewhere: %d, want 404", resp.StatusCode)
+	}
+}
+
+func TestMetricsListenOnTheDefaultPortWithoutListen(t *testing.T) {
+	dbPath, _ := book(t)
+	cfg, code, done := parseMetrics([]string{"--db", dbPath}, io.Discard)
+	if done || cfg.listen != "localhost:9465" {
+		t.Fatalf("parsed %+v (exit %d, done %v); want --listen localhost:9465", cfg, code, done)
+	}
+	if _, out, _ := cli(t, "metrics", "--help"); !strings.Contains(out, "(default localhost:9465)") {
+		t.Errorf("the help does not show the default:\n%s", out)
+	}
+	// Holding the port, the command started without --listen must fail to bind that port, and say
+	// so. When something else on this machine holds it, that part is left out: were the port freed
+	// meanwhile, the command would serve until interrupted.
+	ln, err := net.Listen("tcp", "localhost:9465")
+	if err != nil {
+		t.Logf("the default port is in use on this machine, so only the parsed default was checked: %v", err)
+		return
+	}
+	defer ln.Close()
+	code, _, errOut := runOutbox(t, "metrics", "--db", dbPath)
+	if code != exitUsage || !strings.Contains(errOut, ":9465") || !strings.Contains(errOut, "address already in use") {
+		t.Errorf("metrics without --listen, the default port taken: exit %d, %q", code, errOut)
+	}
+}
