@@ -23,7 +23,8 @@ import (
 // TestMain lets the crash tests re-execute this binary as an engine that projects to a NATS server
 // the parent runs, or as one of the servers of a cluster.
 func TestMain(m *testing.M) {
-	crashtest.Main(m, map[string]func() int{"nats-engine": natsEngine, "nats-server": natsServerChild})
+	crashtest.Main(m, map[string]func() int{"nats-engine": natsEngine, "nats-server": natsServerChild,
+		"stream-consumer": streamConsumer, "stream-memory": streamMemory})
 }
 
 // natsEngine is one start of the demo engine with a JetStream sink; when told (crashtest.KillAt), it

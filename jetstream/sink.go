@@ -1,72 +1,3 @@
-// Package jetstream projects an outbox to a NATS JetStream stream and checks such a stream, so that
-// engines on many machines can feed one platform through a broker instead of files.
-//
-// # What the broker enforces
-//
-// Each run's lines go to their own subject, <prefix>.<token>, where the token is the run id with every
-// byte but letters, digits, '-' and '_' written as '~' and two hex digits (Token). Every line is
-// published with Nats-Msg-Id "<token>:<seq>", and each publication (one line, or an atomic batch's
-// first line) carries Nats-Expected-Last-Subject-Sequence set to the stream sequence of the run's
-// previous line, so the server itself refuses a line whose predecessor is not the one the sink placed:
-// no gap can enter the stream, whatever the sink believes.
-//
-// On a stream with atomic publish (nats-server 2.12 or later, stream setting AllowAtomicPublish, which
-// CreateStream sets), each Append is published as atomic batches of up to the server's batch limit
-// (1,000 messages by default; a lower limit the server reports is learned and used): the stream stores
-// a batch all together or not at all, and the batch's first message carries the expected last subject
-// sequence, so the broker refuses a gap and half a batch alike. Batches of one run follow each other
-// (the next batch's expectation is the stream sequence the previous one ended at); Append returns once
-// its last batch is acknowledged. On a stream without atomic publish the sink falls back to one line at
-// a time, each waiting for its acknowledgement, because a window of asynchronous publishes would have
-// to drop the expectation from all but the first line and a failure inside the window would let later
-// lines in behind a hole. Mode says which path a sink uses; BatchSize says what relay batch suits it.
-//
-// # Re-deliveries
-//
-// A relay re-sends a batch it could not record, byte for byte. The sink keeps, per run, the stream
-// sequence of the last line it placed, and reads it back from the server (the subject's last message)
-// on first use and after any error. Lines the stream already holds are not published again: the sink
-// reads each back and compares bytes; identical is success, other bytes a conflict (an error wrapping
-// ErrConflict, journal.ErrPayloadConflict and outbox.ErrSinkRefused, which stops that run's
-// projection). This holds inside the stream's duplicate window and after it. A publication the server
-// answers with "duplicate Msg-Id" or "wrong last sequence" (another sink placed lines meanwhile) makes
-// the sink read the run back and decide once more; a duplicate answer for a line the stream does not
-// hold under that run and seq is a refusal, never a retry loop. It holds only while the stream keeps
-// what it was given, so NewSink refuses a stream whose limits delete lines (see CreateStream).
-//
-// # Refusals before anything is published
-//
-// Append checks a whole batch before it publishes any of it, and refuses it (errors wrapping
-// outbox.ErrSinkRefused) when a line's own engine_run_id is not the run it is appended for or its own
-// seq is not its EventLine.Seq (ErrLineKey), when a line holds a newline, when the seqs of the batch
-// are not consecutive (ErrGap), and when the run's subject or a line with its headers would exceed the
-// server's limits (ErrTooLarge): the subject with the stream's name must fit in MaxSubjectLen bytes,
-// well inside the server's default max control line of 4,096 bytes, beyond which the server closes
-// the connection for every other run; a line with its headers must fit the server's max payload and
-// the stream's max message size. A limit lowered after NewSink is learned from the server's answer
-// ("message size exceeds maximum allowed"), which is ErrTooLarge too: the relay stops, naming the run,
-// the seq, the line's size and the limit, instead of sending the line again for ever.
-//
-// # Ids
-//
-// Distinct run ids map to distinct subjects and distinct Msg-Ids: the token encoding is reversible and
-// its alphabet has no whitespace, dot or wildcard, so neither the subject syntax nor nats.go's
-// trimming of header values can merge two runs.
-//
-// # Durability
-//
-// JetStream acknowledges a message once its leader has it (with replicas, once a majority has it),
-// before an fsync unless the server runs with sync always (the default syncs every two minutes). So:
-//
-//   - one replica, default sync: an acknowledged line survives a process crash of the server, not a
-//     power failure of its machine, after the outbox has recorded it as projected;
-//   - one replica, sync always (server setting jetstream.sync_interval: always): survives power failure
-//     of the one machine, not its loss;
-//   - three replicas: an acknowledged line is on a majority of servers, and survives the loss, or the
-//     power failure, of any one of them.
-//
-// CreateStream makes a file-storage stream; WithMinReplicas makes NewSink refuse a stream with fewer
-// replicas than asked for.
 package jetstream
 
 import (
@@ -159,10 +90,12 @@ type sinkOptionFunc func(*config) error
 func (f sinkOptionFunc) sinkOption(c *config) error { return f(c) }
 
 // WithSubjectPrefix sets the subject prefix (default "outbox"): one or more subject tokens of letters,
-// digits, '-' and '_', separated by dots. The stream must capture <prefix>.>.
+// digits, '-' and '_', separated by dots. The stream must capture <prefix>.>. Given to ApplyStream
+// and FollowStream, it is their subject filter, <prefix>.>.
 func WithSubjectPrefix(p string) interface {
 	Option
 	StreamOption
+	ConsumeOption
 } {
 	return prefixOption(p)
 }

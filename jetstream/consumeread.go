@@ -1,0 +1,437 @@
+package jetstream
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/textmachine/outbox/inbox"
+	"github.com/textmachine/outbox/journal"
+)
+
+// streamSource is one call of ApplyStream or FollowStream.
+type streamSource struct {
+	js     jetstream.JetStream
+	name   string // the stream's
+	cfg    consumeConfig
+	filter string
+	source string // the inbox's name for the position
+	in     *inbox.Inbox
+	h      inbox.Handler
+	b      inbox.SourceBounds
+
+	stream  jetstream.Stream
+	created time.Time // the stream's, stored in each position
+	stored  []byte    // the position as the inbox holds it (nil: none)
+	// prev is the last stream sequence read through; front says whether a message after a hole
+	// following it must be checked against the stream's first sequence (not when reading from the
+	// stream's start, which is what was asked for then).
+	prev  uint64
+	front bool
+
+	target    uint64 // ApplyStream: the stream's last sequence when the call began
+	targetSet bool
+	rep       inbox.Report
+	commits   int // batches committed by the call: progress, which resets FollowStream's backoff
+	following bool
+}
+
+// request bounds a request to the server when following: one lost in a server's restart would
+// otherwise wait out the connection's whole request timeout (5 s by default) for an answer that never
+// comes, where asking again costs nothing. ApplyStream keeps the caller's timeout.
+func (s *streamSource) request(ctx context.Context) (context.Context, context.CancelFunc) {
+	if !s.following {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, max(2*time.Second, 2*s.b.Poll))
+}
+
+// errRestart ends a session so that the next one starts from the position stored: a Release moved
+// it, or the consumer stopped delivering what it said it held.
+var errRestart = errors.New("jetstream: read again from the stored position")
+
+// brokerError is an error of the server or the connection, as opposed to one of the lines or the
+// inbox: FollowStream waits and reads on after it.
+type brokerError struct{ err error }
+
+func (e *brokerError) Error() string { return e.err.Error() }
+func (e *brokerError) Unwrap() error { return e.err }
+
+func (s *streamSource) broker(err error, format string, a ...any) error {
+	return &brokerError{fmt.Errorf("jetstream: stream %q: %s: %w", s.name, fmt.Sprintf(format, a...), err)}
+}
+
+// apply is ApplyStream: sessions until one reaches the target.
+func (s *streamSource) apply(ctx context.Context) error {
+	for {
+		err := s.session(ctx, false)
+		if !errors.Is(err, errRestart) {
+			return err
+		}
+	}
+}
+
+// follow is FollowStream: sessions until ctx ends or an error that is not the broker's.
+func (s *streamSource) follow(ctx context.Context) error {
+	s.following = true
+	const firstWait = 20 * time.Millisecond
+	wait, commits := firstWait, 0
+	for {
+		err := s.session(ctx, true)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		var be *brokerError
+		switch {
+		case errors.Is(err, errRestart):
+			continue
+		case !errors.As(err, &be) || errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, nats.ErrConnectionClosed):
+			return err
+		}
+		if s.commits != commits {
+			wait, commits = firstWait, s.commits // it went on for a while: this is a new failure
+		}
+		s.b.Logger.Warn("jetstream: reading the stream failed; reading on from the stored position", "stream", s.name, "err", err, "in", wait)
+		// A request sent to a server going down, or while the connection is down, waits out the
+		// whole request timeout (5 s by default) for an answer that never comes: wait until the
+		// server answers a ping first.
+		for first := true; first || s.js.Conn().FlushTimeout(max(wait, 100*time.Millisecond)) != nil; first = false {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			case <-t.C:
+			}
+			wait = min(2*wait, max(s.b.Poll, 20*time.Millisecond))
+		}
+	}
+}
+
+// session reads with one ordered consumer from the stored position: ApplyStream's to the target,
+// FollowStream's until something ends it.
+func (s *streamSource) session(ctx context.Context, follow bool) error {
+	start, last, err := s.begin(ctx)
+	if err != nil {
+		return err
+	}
+	if !follow && !s.targetSet {
+		s.target, s.targetSet = last, true
+	}
+	if !follow && (s.target == 0 || start > s.target) {
+		return s.advance(ctx)
+	}
+	c, err := s.consume(ctx, start)
+	if err != nil {
+		return err
+	}
+	defer c.stop(s)
+	if c.pending == 0 && !follow {
+		return s.advance(ctx) // nothing of the filter from start to the stream's end
+	}
+	for {
+		b, done, err := s.fill(ctx, c, follow)
+		if err != nil {
+			return err
+		}
+		if err := s.commitBatch(ctx, b); err != nil {
+			return err
+		}
+		if done {
+			return s.advance(ctx)
+		}
+	}
+}
+
+// begin reads the stored position and the stream's state, and says where to read from (0: the
+// stream's first message) and the stream's last sequence now. A stream that no longer holds what
+// follows the position is a retention gap, unless accepted.
+func (s *streamSource) begin(ctx context.Context) (start, last uint64, err error) {
+	pos, err := s.in.SourcePosition(ctx, s.source)
+	if err != nil {
+		return 0, 0, err
+	}
+	s.stored = pos
+	rctx, cancel := s.request(ctx)
+	stream, err := s.js.Stream(rctx, s.name)
+	cancel()
+	if err != nil {
+		return 0, 0, s.broker(err, "read its state")
+	}
+	s.stream = stream
+	info := stream.CachedInfo()
+	s.created = info.Created
+	st := info.State
+	if pos == nil {
+		// No position, or one a Release or AcceptGap rewound: the stream is read from the first
+		// message it holds, which is what the operator asked for. What it no longer holds is then
+		// seen on each run's own seqs: a run whose first line held is not its next is quarantined.
+		s.prev, s.front = 0, false
+		return 0, st.LastSeq, nil
+	}
+	p, err := ParseStreamPosition(pos)
+	if err != nil {
+		return 0, 0, fmt.Errorf("%w (the position stored for stream %q)", err, s.name)
+	}
+	s.prev, s.front = p.Seq, true
+	switch {
+	case !p.Created.Equal(info.Created):
+		if !s.cfg.acceptGap {
+			return 0, 0, s.gapError(ctx, p.Seq, st.FirstSeq, true)
+		}
+		s.b.Logger.Warn("jetstream: retention gap accepted: the stream was created again; reading it from its start",
+			"stream", s.name, "filter", s.filter, "position", p.Seq)
+		s.prev, s.front = 0, false
+		return 0, st.LastSeq, nil
+	case p.Seq > st.LastSeq:
+		// The stream holds fewer messages than were read: it lost its last ones (one replica's power
+		// failure without sync always) and gives their sequences to the next messages, which may
+		// already be there, below the position. Which are new cannot be told by their sequences:
+		// the stream is read again from its start, what was applied coming back as duplicates.
+		s.b.Logger.Warn("jetstream: the stream ends before the stored position; reading it again from its start",
+			"stream", s.name, "position", p.Seq, "last_seq", st.LastSeq)
+		s.prev, s.front = 0, false
+		return 0, st.LastSeq, nil
+	case st.FirstSeq > p.Seq+1:
+		if !s.cfg.acceptGap {
+			return 0, 0, s.gapError(ctx, p.Seq, st.FirstSeq, false)
+		}
+		s.acceptedGap(p.Seq, st.FirstSeq)
+		s.prev = st.FirstSeq - 1
+		return st.FirstSeq, st.LastSeq, nil
+	}
+	return p.Seq + 1, st.LastSeq, nil
+}
+
+func (s *streamSource) acceptedGap(pos, first uint64) {
+	s.b.Logger.Warn("jetstream: retention gap accepted: reading on from the stream's first message",
+		"stream", s.name, "filter", s.filter, "position", pos, "first_seq", first)
+}
+
+// batch is what one transaction applies: lines with their stream sequences and subjects.
+type batch struct {
+	lines    [][]byte
+	seqs     []uint64
+	subjects []string
+	size     int
+	hole     int // the index of the first line after a hole in stream sequences; -1: none
+}
+
+// fill reads the next batch: up to the inbox's bounds, or fewer when the consumer holds no more
+// (its last message's pending count is 0) or, for ApplyStream, at the target. done says the session
+// has read all it is to read.
+func (s *streamSource) fill(ctx context.Context, c *consumer, follow bool) (b *batch, done bool, err error) {
+	b = &batch{hole: -1}
+	prev, front := s.prev, s.front
+	for {
+		m, err := c.next(ctx, max(s.b.Poll, 10*time.Millisecond))
+		switch {
+		case ctx.Err() != nil:
+			return nil, false, ctx.Err()
+		case errors.Is(err, nats.ErrTimeout) && len(b.lines) > 0:
+			return b, false, nil
+		case errors.Is(err, nats.ErrTimeout) && follow:
+			if moved, err := s.moved(ctx); err != nil || moved {
+				return nil, false, errors.Join(err, errRestartIf(moved))
+			}
+			continue
+		case errors.Is(err, nats.ErrTimeout):
+			// The consumer said it held more but delivered nothing (a message deleted meanwhile,
+			// or a server in trouble): start again from the stored position.
+			return nil, false, errRestart
+		case err != nil:
+			return nil, false, s.broker(err, "read from sequence %d", prev+1)
+		}
+		meta, err := m.Metadata()
+		if err != nil {
+			return nil, false, s.broker(err, "read a message's metadata after sequence %d", prev)
+		}
+		seq := meta.Sequence.Stream
+		if len(b.lines) > 0 && (len(b.lines) >= s.b.Lines || b.size+len(m.Data()) > s.b.Bytes) {
+			c.heldMsg = m
+			return b, false, nil
+		}
+		if seq <= prev && front {
+			return nil, false, errRestart // never expected of an ordered consumer: read again rather than trust it
+		}
+		if front && seq > prev+1 && b.hole < 0 {
+			b.hole = len(b.lines)
+		}
+		b.lines = append(b.lines, m.Data())
+		b.seqs = append(b.seqs, seq)
+		b.subjects = append(b.subjects, m.Subject())
+		b.size += len(m.Data())
+		prev, front = seq, true
+		if !follow && seq >= s.target {
+			return b, true, nil
+		}
+		if meta.NumPending == 0 {
+			return b, !follow, nil
+		}
+	}
+}
+
+func errRestartIf(moved bool) error {
+	if moved {
+		return errRestart
+	}
+	return nil
+}
+
+// moved reports whether the stored position is no longer the one this call stored (a Release).
+func (s *streamSource) moved(ctx context.Context) (bool, error) {
+	pos, err := s.in.SourcePosition(ctx, s.source)
+	if err != nil {
+		return false, err
+	}
+	return !bytes.Equal(pos, s.stored), nil
+}
+
+// commitBatch applies a batch with its last stream sequence as the position, after checking each
+// message and the holes in stream sequences: a malformed message or a retention gap stops it, the
+// lines before it applied.
+func (s *streamSource) commitBatch(ctx context.Context, b *batch) error {
+	n, stop := len(b.lines), error(nil)
+	for i := range b.lines {
+		if err := s.check(b.subjects[i], b.seqs[i], b.lines[i]); err != nil {
+			n, stop = i, err
+			break
+		}
+	}
+	if b.hole >= 0 && b.hole < n {
+		before := s.prev
+		if b.hole > 0 {
+			before = b.seqs[b.hole-1]
+		}
+		rctx, cancel := s.request(ctx)
+		info, err := s.stream.Info(rctx)
+		cancel()
+		if err != nil {
+			return s.broker(err, "read its first sequence")
+		}
+		if first := info.State.FirstSeq; first > before+1 {
+			if !s.cfg.acceptGap {
+				n, stop = b.hole, s.gapError(ctx, before, first, false)
+			} else {
+				s.acceptedGap(before, first)
+			}
+		}
+	}
+	if n > 0 {
+		if err := s.applyLines(ctx, b, n); err != nil {
+			return err
+		}
+	}
+	return stop
+}
+
+// applyLines applies b's first n lines, storing the last one's stream sequence with them. A line the
+// inbox refuses as malformed is named by its subject and stream sequence, the lines before it
+// applied.
+func (s *streamSource) applyLines(ctx context.Context, b *batch, n int) error {
+	err := s.store(ctx, b.lines[:n], b.seqs[n-1])
+	var le *inbox.LineError
+	if !errors.As(err, &le) || le.Index < 0 || le.Index >= n {
+		return err
+	}
+	if le.Index > 0 {
+		if err := s.store(ctx, b.lines[:le.Index], b.seqs[le.Index-1]); err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("jetstream: stream %q, subject %s, stream sequence %d: %w", s.name, b.subjects[le.Index], b.seqs[le.Index], le)
+}
+
+// store applies lines and stores seq as the position with them, in one transaction.
+func (s *streamSource) store(ctx context.Context, lines [][]byte, seq uint64) error {
+	to := StreamPosition{Seq: seq, Created: s.created}.encode()
+	rep, err := s.in.ApplyFrom(ctx, s.source, s.stored, to, lines, s.h)
+	if errors.Is(err, inbox.ErrSourceMoved) {
+		return errRestart
+	}
+	if err != nil {
+		var le *inbox.LineError
+		if errors.As(err, &le) {
+			return err
+		}
+		return fmt.Errorf("jetstream: stream %q, the batch of %d lines to stream sequence %d: %w", s.name, len(lines), seq, err)
+	}
+	s.rep.Applied += rep.Applied
+	s.rep.Duplicates += rep.Duplicates
+	s.rep.Stale += rep.Stale
+	s.rep.Quarantined += rep.Quarantined
+	s.stored, s.prev, s.front = to, seq, true
+	s.commits++
+	if afterStreamCommit != nil {
+		afterStreamCommit(s.source, seq)
+	}
+	return nil
+}
+
+// afterStreamCommit, when set, is called after each batch a stream source commits (tests and
+// benchmarks).
+var afterStreamCommit func(source string, seq uint64)
+
+// advance stores the target as the position once everything of the filter up to it is applied, so
+// that a position read through a filter keeps up with the stream's other subjects; then a later
+// removal of their messages is not taken for a gap.
+func (s *streamSource) advance(ctx context.Context) error {
+	if s.target == 0 {
+		return nil
+	}
+	if s.stored != nil {
+		if p, err := ParseStreamPosition(s.stored); err == nil && p.Seq >= s.target && p.Created.Equal(s.created) {
+			return nil
+		}
+	}
+	return s.store(ctx, nil, s.target)
+}
+
+// check refuses a message that is not one journal line of its subject's run: the sink never
+// publishes one, and the inbox never skips what it cannot attribute.
+func (s *streamSource) check(subject string, seq uint64, line []byte) error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("jetstream: stream %q, subject %s, stream sequence %d: %w: %s",
+			s.name, subject, seq, journal.ErrMalformed, fmt.Sprintf(format, a...))
+	}
+	if bytes.IndexByte(line, '\n') >= 0 {
+		return bad("the message holds a newline")
+	}
+	run, _, err := journal.LineKey(line)
+	if err != nil {
+		return bad("%v", err)
+	}
+	if want := s.cfg.prefix + "." + Token(run); subject != want {
+		return bad("engine_run_id %q is not the subject's run (its subject is %s)", run, want)
+	}
+	return nil
+}
+
+// gapError is the retention gap after pos, naming the runs it may have taken whole.
+func (s *streamSource) gapError(ctx context.Context, pos, first uint64, recreated bool) error {
+	e := &RetentionGapError{Stream: s.name, Filter: s.filter, Position: pos, FirstSeq: first, Recreated: recreated}
+	info, err := s.stream.Info(ctx, jetstream.WithSubjectFilter(s.filter))
+	if err != nil {
+		return e // the gap is certain; the names are what could be found
+	}
+	held := info.State.Subjects
+	for r, err := range s.in.AllRuns(ctx) {
+		if err != nil {
+			break
+		}
+		if held[s.cfg.prefix+"."+Token(r.RunID)] > 0 {
+			continue
+		}
+		if len(e.RunsGone) < MaxRunsNamed {
+			e.RunsGone = append(e.RunsGone, r.RunID)
+		} else {
+			e.RunsGoneMore++
+		}
+	}
+	return e
+}

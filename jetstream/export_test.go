@@ -1,0 +1,4 @@
+package jetstream
+
+// SetAfterStreamCommit sets the hook called after each batch a stream source commits (benchmarks).
+func SetAfterStreamCommit(f func(source string, seq uint64)) { afterStreamCommit = f }
