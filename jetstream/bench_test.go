@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -28,7 +29,9 @@ const benchLines = 5120
 //   - atomic-256, atomic-1000: the sink's atomic path, Append in batches of 256 and of 1,000;
 //   - each-256: the sink's one-at-a-time path, on a second stream without atomic publish;
 //   - relay-default, relay-batch: a relay projecting a store through the sink with every default (it
-//     takes the sink's BatchSize), and with outbox.WithBatchSize(sink.BatchSize()) said explicitly.
+//     takes the sink's BatchSize), and with outbox.WithBatchSize(sink.BatchSize()) said explicitly;
+//   - relays-4: four relays with every default, each projecting a run of its own (a quarter of the
+//     lines) through the one sink at the same time, as engines' relays sharing a stream do.
 //
 // Each path's rate is reported in lines/s and as a ratio of async's in the same iterations. R1 is one
 // server with a one-replica file stream; R3 a three-server cluster with a three-replica stream (skipped
@@ -106,6 +109,35 @@ func benchSink(b *testing.B, js njs.JetStream, replicas int) {
 			}
 		}
 	}
+	relays := func(run string, n int) func() {
+		per := benchLines / n
+		flush := make([]func(), n)
+		for r := range flush {
+			sub := fmt.Sprintf("%s-%d", run, r)
+			builds := make([]outbox.EventBuilder, per)
+			for i := range builds {
+				builds[i] = func(seq int64) ([]byte, error) {
+					return fmt.Appendf(nil, `{"engine_run_id":%q,"seq":%d,"type":"spend","pad":"%s"}`, sub, seq, pad), nil
+				}
+			}
+			if _, err := store.EnqueueEvents(ctx, sub, builds); err != nil {
+				b.Fatal(err)
+			}
+			relay := outboxtest.NewRelay(b, store, s, sub)
+			flush[r] = func() {
+				if err := relay.Flush(ctx); err != nil {
+					b.Error(err)
+				}
+			}
+		}
+		return func() {
+			var wg sync.WaitGroup
+			for _, f := range flush {
+				wg.Go(f)
+			}
+			wg.Wait()
+		}
+	}
 	async := func(run string) func() {
 		lines := mk(run)
 		subject := s.Subject(run)
@@ -125,7 +157,7 @@ func benchSink(b *testing.B, js njs.JetStream, replicas int) {
 		}
 	}
 
-	paths := []string{"async", "atomic-256", "atomic-1000", "each-256", "relay-default", "relay-batch"}
+	paths := []string{"async", "atomic-256", "atomic-1000", "each-256", "relay-default", "relay-batch", "relays-4"}
 	took := make(map[string]time.Duration, len(paths))
 	iter := 0
 	for b.Loop() {
@@ -139,6 +171,7 @@ func benchSink(b *testing.B, js njs.JetStream, replicas int) {
 			"each-256":      appendIn(each, run("each"), 256),
 			"relay-default": relayWith(run("relay")),
 			"relay-batch":   relayWith(run("relayb"), outbox.WithBatchSize(s.BatchSize())),
+			"relays-4":      relays(run("relays"), 4),
 		}
 		for _, p := range paths {
 			start := time.Now()

@@ -28,14 +28,17 @@ func (e *staleError) Unwrap() error { return e.err }
 
 // publish places lines, which follow last, through the sink's path, and records each placed part.
 func (s *Sink) publish(ctx context.Context, run, subject string, lines []outbox.EventLine, last placed) error {
-	if s.mode == AtomicBatches {
+	if s.Mode() == AtomicBatches {
 		n, err := s.publishBatches(ctx, run, subject, lines, last)
 		if !hasCode(err, jetstreamext.JSErrCodeBatchPublishNotEnabled) {
 			return err
 		}
 		// The stream no longer allows atomic publish: go on one at a time, for good.
+		s.mu.Lock()
 		s.mode = OneAtATime
-		lines, last = lines[n:], s.last[run]
+		s.mu.Unlock()
+		lines = lines[n:]
+		last, _ = s.lastKnown(run)
 	}
 	return s.publishEach(ctx, run, subject, lines, last)
 }
@@ -49,7 +52,7 @@ func (s *Sink) publishBatches(ctx context.Context, run, subject string, lines []
 		if err := ctx.Err(); err != nil {
 			return done, err // before the first message: a batch never committed holds the server's staging until it times out
 		}
-		chunk := lines[done:min(len(lines), done+s.limit)]
+		chunk := lines[done:min(len(lines), done+s.batchMax())]
 		msgs := make([]*nats.Msg, len(chunk))
 		for i, l := range chunk {
 			m := nats.NewMsg(subject)
@@ -65,7 +68,9 @@ func (s *Sink) publishBatches(ctx context.Context, run, subject string, lines []
 		ack, err := jetstreamext.PublishMsgBatch(ctx, s.js, msgs, jetstreamext.BatchFlowControl{})
 		if err != nil {
 			if limit, ok := batchLimit(err); ok && limit < len(chunk) {
-				s.limit = limit
+				s.mu.Lock()
+				s.limit = min(s.limit, limit)
+				s.mu.Unlock()
 				continue
 			}
 			if hasCode(err, jetstream.JSErrCodeStreamMessageExceedsMaximum) {
@@ -74,7 +79,7 @@ func (s *Sink) publishBatches(ctx context.Context, run, subject string, lines []
 			return done, publishError(err, run, chunk)
 		}
 		last = placed{seq: chunk[len(chunk)-1].Seq, streamSeq: ack.Sequence}
-		s.last[run] = last
+		s.setLast(run, last)
 		done += len(chunk)
 	}
 	return done, nil
@@ -97,7 +102,7 @@ func (s *Sink) publishEach(ctx context.Context, run, subject string, lines []out
 			return publishError(err, run, []outbox.EventLine{l})
 		}
 		last = placed{seq: l.Seq, streamSeq: ack.Sequence}
-		s.last[run] = last
+		s.setLast(run, last)
 	}
 	return nil
 }
@@ -123,9 +128,11 @@ func (s *Sink) tooLarge(ctx context.Context, run, subject string, lines []outbox
 	limit, what := int(s.js.Conn().MaxPayload()), "the server's max payload"
 	info, err := s.stream.Info(ctx)
 	if err == nil && info.Config.MaxMsgSize > 0 {
+		s.mu.Lock()
 		s.maxMsgSize = int(info.Config.MaxMsgSize)
-		if s.maxMsgSize <= limit || limit <= 0 {
-			limit, what = s.maxMsgSize, "the stream's max message size"
+		s.mu.Unlock()
+		if m := int(info.Config.MaxMsgSize); m <= limit || limit <= 0 {
+			limit, what = m, "the stream's max message size"
 		}
 	}
 	over := lines[0]
@@ -146,6 +153,13 @@ func (s *Sink) tooLarge(ctx context.Context, run, subject string, lines []outbox
 	}
 	return fmt.Errorf("%w: run %q, seq %d: a line of %d bytes, which with its headers the server refused as past %s, now %d bytes (%v): %w",
 		ErrTooLarge, run, over.Seq, len(over.Line), what, limit, cause, outbox.ErrSinkRefused)
+}
+
+// batchMax is how many messages an atomic batch may hold, as far as the sink knows.
+func (s *Sink) batchMax() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.limit
 }
 
 func hasCode(err error, code jetstream.ErrorCode) bool {

@@ -144,18 +144,30 @@ func WithMinReplicas(n int) Option {
 }
 
 // Sink is an outbox.Sink that publishes journal lines to a JetStream stream. It is safe for concurrent
-// use; batches are placed one at a time.
+// use. The batches of one run are placed one at a time, each after the one before is acknowledged;
+// batches of different runs (several relays projecting to one stream through one sink) are in flight
+// together, so that one run's wait for the server's staging store, its sync and the acknowledgement
+// does not hold up the others.
 type Sink struct {
-	js         jetstream.JetStream
-	stream     jetstream.Stream
-	name       string
-	cfg        config
-	maxMsgSize int // the stream's limit on one message, 0 for none
+	js     jetstream.JetStream
+	stream jetstream.Stream
+	name   string
+	cfg    config
 
-	mu    sync.Mutex
-	mode  Mode
-	limit int               // messages per atomic batch
-	last  map[string]placed // per run, what the stream is known to hold; absent: read it from the server
+	mu         sync.Mutex // guards what follows; never held across a request to the server
+	maxMsgSize int        // the stream's limit on one message, 0 for none
+	mode       Mode
+	limit      int                 // messages per atomic batch
+	last       map[string]placed   // per run, what the stream is known to hold; absent: read it from the server
+	turns      map[string]*runTurn // per run with an Append under way or waiting
+}
+
+// runTurn orders the Appends of one run: the next batch's expectation is the stream sequence the one
+// before ended at, so only one batch of a run can be in flight. users counts the Appends holding or
+// waiting for it, so that the map keeps no entry for a run nobody appends to.
+type runTurn struct {
+	ch    chan struct{} // holds a token while an Append has the turn
+	users int
 }
 
 // placed is a run's last line in the stream: its journal seq and its stream sequence.
@@ -194,7 +206,7 @@ func NewSink(js jetstream.JetStream, streamName string, opts ...Option) (*Sink, 
 		return nil, fmt.Errorf("%w: stream %q: %s", ErrStreamSettings, streamName, strings.Join(problems, "; "))
 	}
 	s := &Sink{js: js, stream: stream, name: streamName, cfg: cfg, maxMsgSize: int(max(sc.MaxMsgSize, 0)),
-		limit: DefaultBatchLimit, last: map[string]placed{}}
+		limit: DefaultBatchLimit, last: map[string]placed{}, turns: map[string]*runTurn{}}
 	if sc.AllowAtomicPublish {
 		s.mode = AtomicBatches
 	}
@@ -279,6 +291,9 @@ func isLowerHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= '
 // package documentation). A line the stream already holds with the same bytes is success; with other
 // bytes, or without its predecessor, the error wraps outbox.ErrSinkRefused. Any error forgets what the
 // sink believed of the run, so that the next attempt starts from the server.
+//
+// An Append waits for the one of the same run under way, if any, and gives up with ctx's error when
+// ctx ends first; Appends of other runs do not wait for it.
 func (s *Sink) Append(ctx context.Context, runID string, lines []outbox.EventLine) error {
 	if len(lines) == 0 {
 		return nil
@@ -287,13 +302,65 @@ func (s *Sink) Append(ctx context.Context, runID string, lines []outbox.EventLin
 	if err != nil {
 		return err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	release, err := s.takeTurn(ctx, runID)
+	if err != nil {
+		return err
+	}
+	defer release()
 	if err := s.place(ctx, runID, subject, lines); err != nil {
-		delete(s.last, runID)
+		s.forget(runID)
 		return err
 	}
 	return nil
+}
+
+// takeTurn waits until no other Append of run is under way, or ctx ends; release ends the turn.
+func (s *Sink) takeTurn(ctx context.Context, run string) (release func(), err error) {
+	s.mu.Lock()
+	t := s.turns[run]
+	if t == nil {
+		t = &runTurn{ch: make(chan struct{}, 1)}
+		s.turns[run] = t
+	}
+	t.users++
+	s.mu.Unlock()
+	leave := func() {
+		s.mu.Lock()
+		if t.users--; t.users == 0 {
+			delete(s.turns, run)
+		}
+		s.mu.Unlock()
+	}
+	select {
+	case t.ch <- struct{}{}:
+		return func() { <-t.ch; leave() }, nil
+	case <-ctx.Done():
+		leave()
+		return nil, ctx.Err()
+	}
+}
+
+// lastKnown returns what the sink believes the stream holds last for run; ok is false when it must
+// read it from the server.
+func (s *Sink) lastKnown(run string) (p placed, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, ok = s.last[run]
+	return p, ok
+}
+
+// setLast records what the stream holds last for run.
+func (s *Sink) setLast(run string, p placed) {
+	s.mu.Lock()
+	s.last[run] = p
+	s.mu.Unlock()
+}
+
+// forget drops what the sink believed of run: the next Append reads it from the server.
+func (s *Sink) forget(run string) {
+	s.mu.Lock()
+	delete(s.last, run)
+	s.mu.Unlock()
 }
 
 // check refuses a batch that must not reach the stream, before any of it is published.
@@ -307,9 +374,11 @@ func (s *Sink) check(runID string, lines []outbox.EventLine) (string, error) {
 			ErrTooLarge, runID, n, MaxSubjectLen, outbox.ErrSinkRefused)
 	}
 	maxMsg := int(s.js.Conn().MaxPayload())
+	s.mu.Lock()
 	if s.maxMsgSize > 0 && s.maxMsgSize < maxMsg {
 		maxMsg = s.maxMsgSize
 	}
+	s.mu.Unlock()
 	for i, l := range lines {
 		run, seq, err := journal.LineKey(l.Line)
 		switch {
@@ -362,7 +431,7 @@ func (s *Sink) place(ctx context.Context, run, subject string, lines []outbox.Ev
 		}
 		// What the sink believed is stale (another sink, a crash between publish and record): read
 		// the run back once and decide again. A second stale answer after a fresh read is not staleness.
-		delete(s.last, run)
+		s.forget(run)
 		if attempt > 0 {
 			if stale.duplicate {
 				return fmt.Errorf("%w: run %q: the stream answers that a Msg-Id of seqs %d..%d (%s..) is a duplicate, yet holds the run's subject only up to seq %d: %w",
@@ -375,12 +444,12 @@ func (s *Sink) place(ctx context.Context, run, subject string, lines []outbox.Ev
 
 // lastOf returns what the stream holds last for run, from memory or from the server.
 func (s *Sink) lastOf(ctx context.Context, run, subject string) (placed, error) {
-	if p, ok := s.last[run]; ok {
+	if p, ok := s.lastKnown(run); ok {
 		return p, nil
 	}
 	msg, err := s.stream.GetLastMsgForSubject(ctx, subject)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		s.last[run] = placed{}
+		s.setLast(run, placed{})
 		return placed{}, nil
 	}
 	if err != nil {
@@ -395,6 +464,6 @@ func (s *Sink) lastOf(ctx context.Context, run, subject string) (placed, error) 
 			subject, msg.Sequence, run, err, outbox.ErrSinkRefused)
 	}
 	p := placed{seq: seq, streamSeq: msg.Sequence}
-	s.last[run] = p
+	s.setLast(run, p)
 	return p, nil
 }
