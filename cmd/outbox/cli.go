@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -8,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -193,4 +196,33 @@ func ofThem(n int64, one, many string) string {
 		return "1 of them " + one
 	}
 	return strconv.FormatInt(n, 10) + " of them " + many
+}
+
+// printJSON writes v as indented JSON in which every rune a terminal would act on or hide is
+// escaped as \uXXXX. encoding/json escapes only C0 controls and U+2028/U+2029, so a run id holding a
+// bidi override, an isolate or a C1 control would otherwise reach the terminal raw and reorder or
+// rewrite what it shows. The escape is JSON's own, so a decoder gets the exact string back.
+func printJSON(w io.Writer, v any) error {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	// Outside its strings the encoder writes ASCII only, so every rune escaped here is inside one.
+	b := buf.Bytes()
+	out := make([]byte, 0, len(b))
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r < utf8.RuneSelf || strconv.IsPrint(r) {
+			out = append(out, b[i:i+n]...)
+		} else if r1, r2 := utf16.EncodeRune(r); r1 != utf8.RuneError {
+			out = fmt.Appendf(out, `\u%04x\u%04x`, r1, r2)
+		} else {
+			out = fmt.Appendf(out, `\u%04x`, r)
+		}
+		i += n
+	}
+	_, err := w.Write(out)
+	return err
 }

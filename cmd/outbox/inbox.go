@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -261,12 +260,6 @@ func sourceRow(s inbox.Source) inboxSourceRow {
 		row.BehindBytes = &behind
 	}
 	return row
-}
-
-func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }
 
 func printInboxStats(w io.Writer, rep inboxStatsReport) error {

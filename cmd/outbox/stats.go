@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -195,9 +194,7 @@ func fileSize(path string) int64 {
 
 func printStats(w io.Writer, rep statsReport, asJSON bool) error {
 	if asJSON {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
+		return printJSON(w, rep)
 	}
 	fmt.Fprintf(w, "%s: %s, WAL %s; %s in the ledger; %s\n\n",
 		quote(rep.DB), plural(rep.FileBytes, "byte"), plural(rep.WALBytes, "byte"), plural(rep.Ledger, "once key"), plural(int64(len(rep.Runs)), "run"))

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -124,9 +123,7 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		status = exitUsage
 	}
 	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		enc.Encode(out)
+		printJSON(stdout, out)
 	} else {
 		printVerify(stdout, out)
 	}
