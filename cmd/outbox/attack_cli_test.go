@@ -93,3 +93,51 @@ func TestJSONOutputEscapesRunesATerminalActsOnAndStaysExact(t *testing.T) {
 		checkNothingATerminalActsOn(t, strings.Join(args, " ")+" (stderr)", errOut)
 	}
 }
+
+func TestDemoRefusesADirectoryThePlatformCannotFollowAndCreatesNothing(t *testing.T) {
+	parent := t.TempDir()
+	for _, name := range []string{"esc\x1b[2J", "bad\xff"} {
+		dir := filepath.Join(parent, name)
+		code, out, errOut := runOutbox(t, "demo", "--dir", dir, "--units", "2", "--crashes", "0")
+		if code != exitUsage || out != "" || strings.Count(errOut, "\n") != 1 || !strings.HasPrefix(errOut, "outbox demo: ") {
+			t.Errorf("--dir %q: exit %d, stdout %q, stderr %q; want exit 2 and one line", dir, code, out, errOut)
+		}
+		checkNothingATerminalActsOn(t, "stderr", errOut)
+		if _, err := os.Lstat(dir); !os.IsNotExist(err) {
+			t.Errorf("--dir %q was created (%v)", dir, err)
+		}
+	}
+}
+
+func TestDemoRefusesADirectoryItCannotWriteInAndCreatesNothing(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ro")
+	if err := os.Mkdir(dir, 0o555); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := os.CreateTemp(dir, "probe"); err == nil {
+		// Root writes in a read-only directory: take one nobody can create a file in.
+		f.Close()
+		os.Remove(f.Name())
+		dir = "/proc/self"
+	}
+	before, _ := os.ReadDir(dir)
+	code, out, errOut := runOutbox(t, "demo", "--dir", dir, "--units", "2", "--crashes", "0")
+	if code != exitUsage || out != "" || strings.Count(errOut, "\n") != 1 || !strings.HasPrefix(errOut, "outbox demo: ") {
+		t.Errorf("--dir %s: exit %d, stdout %q, stderr %q; want exit 2 and one line", dir, code, out, errOut)
+	}
+	if dir != "/proc/self" {
+		if after, _ := os.ReadDir(dir); len(after) != len(before) {
+			t.Errorf("--dir %s: %d entries before, %d after", dir, len(before), len(after))
+		}
+	}
+}
+
+func TestDemoOutputIsTerminalSafe(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "bidi\u202egnp.exe")
+	code, out, errOut := runOutbox(t, "demo", "--dir", dir, "--units", "2", "--crashes", "0")
+	if code != exitOK {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
+	}
+	checkNothingATerminalActsOn(t, "demo's stdout", out)
+	checkNothingATerminalActsOn(t, "demo's stderr", errOut)
+}
