@@ -161,3 +161,11 @@ func TestStreamCreateUsageErrorsNameStreamCreate(t *testing.T) {
 		t.Errorf("stream delete: exit %d, stderr %q", code, errOut)
 	}
 }
+
+func TestMetricsWithAnEmptyListenSaysTheAddressIsMissing(t *testing.T) {
+	dbPath := emptyBook(t)
+	code, _, errOut := cli(t, "metrics", "--db", dbPath, "--listen", "")
+	if code != exitUsage || !strings.HasPrefix(errOut, "outbox metrics: --listen needs an address") || strings.Count(errOut, "\n") != 1 {
+		t.Errorf("exit %d, stderr %q", code, errOut)
+	}
+}
