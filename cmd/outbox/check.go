@@ -109,7 +109,7 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if p := nf.problem(); p != "" {
 		return usageError(stderr, "outbox check", "%s", p)
 	}
-	rep := checkReport{DB: *dbPath, Journal: *jPath, Stream: *streamName, Findings: []checkFinding{}}
+	rep := checkReport{DB: redact(*dbPath), Journal: redact(*jPath), Stream: *streamName, Findings: []checkFinding{}}
 	read := func(c *checker) error { return c.readFile(ctx, *jPath) }
 	if streamMode {
 		rep.Server = nf.server()

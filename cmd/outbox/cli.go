@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"unicode/utf16"
@@ -122,6 +123,7 @@ func printable(s string) bool {
 // sanitize escapes, in free text such as an error message, every rune that quote would escape, and
 // leaves the rest as it is.
 func sanitize(s string) string {
+	s = redact(s)
 	if printable(s) {
 		return s
 	}
@@ -225,4 +227,19 @@ func printJSON(w io.Writer, v any) error {
 	}
 	_, err := w.Write(out)
 	return err
+}
+
+// userinfo is the user information of a URL (scheme://user:password@ or scheme://token@), up to its
+// last @ before a path, a space or a quote, so that an @ left unencoded in a password is covered.
+var userinfo = regexp.MustCompile(`([A-Za-z][A-Za-z0-9+.-]*://)[^/\s"]*@`)
+
+// redact hides the user information of every URL in s, as the server is named everywhere
+// (nats://xxxxx@host:4222). A server URL given where a file, a name or a number was expected (a
+// forgotten --nats, a flag misplaced) comes back in the error that names the argument, and its
+// password must not come back with it.
+func redact(s string) string {
+	if !strings.Contains(s, "://") {
+		return s
+	}
+	return userinfo.ReplaceAllString(s, "${1}xxxxx@")
 }

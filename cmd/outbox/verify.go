@@ -94,7 +94,7 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		out.File = "-"
 		check = func() (journal.Report, error) { return journal.Verify(stdinOf(stderr)) }
 	case !nf.chosen() && *streamName == "" && len(pos) == 1:
-		out.File = pos[0]
+		out.File = redact(pos[0])
 		check = func() (journal.Report, error) { return verifyFile(pos[0]) }
 	default:
 		return usageError(stderr, "outbox verify", "need exactly one journal FILE (- for standard input), or --nats URL (or --context NAME) --stream NAME")
