@@ -162,7 +162,8 @@ func crossCheck(ctx context.Context, dbPath string, read func(*checker) error, r
 		return err
 	}
 	rep.BookRuns, rep.JournalRuns, rep.JournalLines = len(c.book), len(c.runs), c.lines
-	rep.Compared, rep.TornTail, rep.Findings = c.compared, c.torn, findings
+	rep.Compared, rep.TornTail = c.compared, c.torn
+	rep.Findings = append(rep.Findings, findings...) // [] in the JSON when there are none, never null
 	return nil
 }
 
