@@ -1,6 +1,7 @@
 package main
 
 import (
+	"database/sql"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -218,5 +219,50 @@ func TestCheckJSONFindingsIsAnEmptyListWhenTheBookAndJournalAgree(t *testing.T) 
 	}
 	if code != exitOK || string(rep["findings"]) != "[]" {
 		t.Errorf("exit %d, findings %s; want 0 and []", code, rep["findings"])
+	}
+}
+
+// relay and retire act on an existing book. Pointed at a file that holds none (an empty file,
+// another program's database, a consumer's inbox) they must say so and leave it as it was, not
+// migrate the outbox's tables into it, and relay must create no journal beside it.
+func TestRelayAndRetireRefuseADatabaseThatHoldsNoBookAndChangeNothing(t *testing.T) {
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty.db")
+	if err := os.WriteFile(empty, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(dir, "other.db")
+	d, err := sql.Open("sqlite3", "file:"+other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Exec(`CREATE TABLE x (a)`); err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	consumer, _ := consumerDB(t)
+	for _, db := range []string{empty, other, consumer} {
+		before := fileDigest(t, db)
+		jPath := filepath.Join(t.TempDir(), "j.jsonl")
+		for _, args := range [][]string{
+			{"relay", "--db", db, "--journal", jPath},
+			{"retire", "--db", db, "--run", "a", "--seq", "1", "--reason", "r"},
+		} {
+			code, out, errOut := cli(t, args...)
+			if code != exitUsage || out != "" || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, "no book") {
+				t.Errorf("%q: exit %d, stdout %q, stderr %q; want exit 2 saying it holds no book", args, code, out, errOut)
+			}
+		}
+		if fileDigest(t, db) != before {
+			t.Errorf("%s was changed", db)
+		}
+		if _, err := os.Stat(jPath); !os.IsNotExist(err) {
+			t.Errorf("relay created the journal beside %s (%v)", db, err)
+		}
+		for _, suffix := range []string{"-wal", "-shm"} {
+			if _, err := os.Stat(db + suffix); !os.IsNotExist(err) {
+				t.Errorf("%s%s created (%v)", db, suffix, err)
+			}
+		}
 	}
 }

@@ -47,7 +47,7 @@ func runRetire(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if *seq < 1 {
 		return usageError(stderr, "outbox retire", "--seq must be at least 1")
 	}
-	if err := checkFile(*dbPath, "database"); err != nil {
+	if err := requireBook(ctx, *dbPath); err != nil {
 		return failErr(stderr, exitUsage, "retire", err)
 	}
 	s, err := outbox.Open(ctx, *dbPath)

@@ -137,6 +137,25 @@ func openReadOnly(ctx context.Context, path string) (*outbox.Store, error) {
 	return outbox.OpenReadOnly(ctx, path)
 }
 
+// requireBook refuses, before a command opens path for writing, a database that holds no book:
+// an empty file, another program's database or a consumer's inbox, which outbox.Open would turn
+// into a book by migrating the outbox's tables into it. It reads path read-only, so the refusal
+// leaves the file as it was. Other errors are left to outbox.Open, which says them too (a book of
+// an older schema version is migrated there, as an engine's start would).
+func requireBook(ctx context.Context, path string) error {
+	if err := checkFile(path, "database"); err != nil {
+		return err
+	}
+	s, err := outbox.OpenReadOnly(ctx, path)
+	switch {
+	case errors.Is(err, outbox.ErrNoSchema):
+		return fmt.Errorf("database %s holds no book (no outbox tables); nothing was changed", quote(path))
+	case err == nil:
+		return s.Close()
+	}
+	return nil
+}
+
 // collectStats reads the report; a read that met an engine opening the book is read again, through
 // the engine's WAL.
 func collectStats(ctx context.Context, s *outbox.Store, now time.Time) (statsReport, error) {
