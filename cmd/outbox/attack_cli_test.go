@@ -266,3 +266,24 @@ func TestRelayAndRetireRefuseADatabaseThatHoldsNoBookAndChangeNothing(t *testing
 		}
 	}
 }
+
+// A directory a demo with --sink nats already ran in holds the embedded server's store, whose
+// stream still has that demo's lines, and its stream.jsonl: a second demo there must be refused as
+// a used directory, not run and report lines counted twice.
+func TestDemoWithTheEmbeddedServerRefusesADirectoryAnotherDemoUsed(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "demo")
+	if code, out, errOut := runOutbox(t, "demo", "--dir", dir, "--sink", "nats", "--units", "3", "--crashes", "0"); code != exitOK {
+		t.Fatalf("first demo: exit %d\n%s%s", code, out, errOut)
+	}
+	for _, f := range []string{"book.db", "journal.jsonl", "platform.db"} {
+		os.Remove(filepath.Join(dir, f))
+	}
+	store := fileDigest(t, filepath.Join(dir, "stream.jsonl"))
+	code, out, errOut := runOutbox(t, "demo", "--dir", dir, "--sink", "nats", "--units", "3", "--crashes", "0")
+	if code != exitUsage || out != "" || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, "already exists") {
+		t.Errorf("second demo: exit %d, stdout %q, stderr %q; want exit 2 naming what exists", code, out, errOut)
+	}
+	if fileDigest(t, filepath.Join(dir, "stream.jsonl")) != store {
+		t.Errorf("stream.jsonl was rewritten")
+	}
+}

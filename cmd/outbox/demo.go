@@ -104,7 +104,16 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	dbPath, jPath := filepath.Join(*dir, "book.db"), filepath.Join(*dir, "journal.jsonl")
 	platformDB := filepath.Join(*dir, "platform.db")
-	for _, p := range []string{dbPath, jPath, platformDB} {
+	used := []string{dbPath, jPath, platformDB}
+	if *sinkKind == "nats" {
+		// The stream written out, and the embedded server's store: a stream left there by an
+		// earlier demo still holds its lines, which this one would count as its own.
+		used = append(used, filepath.Join(*dir, "stream.jsonl"))
+		if !nf.chosen() {
+			used = append(used, filepath.Join(*dir, "nats"))
+		}
+	}
+	for _, p := range used {
 		if _, err := os.Stat(p); err == nil {
 			return fail(stderr, exitUsage, "demo: %s already exists; give an empty --dir", quote(p))
 		}
