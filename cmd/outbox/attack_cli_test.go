@@ -287,3 +287,52 @@ func TestDemoWithTheEmbeddedServerRefusesADirectoryAnotherDemoUsed(t *testing.T)
 		t.Errorf("stream.jsonl was rewritten")
 	}
 }
+
+// Paths are bytes: two that differ only in bytes that are not UTF-8 both come out of JSON as
+// U+FFFD, so the reports give each such path escaped beside it, as they do run ids.
+func TestJSONGivesAPathThatIsNotUTF8EscapedBesideIt(t *testing.T) {
+	dbPath, jPath := checkedBook(t)
+	dir := t.TempDir()
+	badDB, badJ := filepath.Join(dir, "b\xff.db"), filepath.Join(dir, "j\xfe.jsonl")
+	for from, to := range map[string]string{dbPath: badDB, jPath: badJ} {
+		b, err := os.ReadFile(from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(to, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	consumer, _ := consumerDB(t)
+	badConsumer := filepath.Join(dir, "c\xfd.db")
+	if err := os.Rename(consumer, badConsumer); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want map[string]string
+	}{
+		{[]string{"stats", "--json", "--db", badDB}, map[string]string{"db_escaped": strconv.Quote(badDB)}},
+		{[]string{"verify", "--json", badJ}, map[string]string{"file_escaped": strconv.Quote(badJ)}},
+		{[]string{"check", "--json", "--db", badDB, "--journal", badJ},
+			map[string]string{"db_escaped": strconv.Quote(badDB), "journal_escaped": strconv.Quote(badJ)}},
+		{[]string{"inbox", "stats", "--json", "--db", badConsumer}, map[string]string{"db_escaped": strconv.Quote(badConsumer)}},
+		{[]string{"inbox", "quarantined", "--json", "--db", badConsumer}, map[string]string{"db_escaped": strconv.Quote(badConsumer)}},
+	} {
+		_, out, errOut := cli(t, tc.args...)
+		var rep map[string]any
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			t.Fatalf("%q: %v\n%s%s", tc.args, err, out, errOut)
+		}
+		for k, v := range tc.want {
+			if rep[k] != v {
+				t.Errorf("%q: %s is %v, want %s", tc.args, k, rep[k], v)
+			}
+		}
+	}
+	// A valid path has no such member.
+	_, out, _ := cli(t, "stats", "--json", "--db", dbPath)
+	if strings.Contains(out, "_escaped") {
+		t.Errorf("stats --json of a UTF-8 path:\n%s", out)
+	}
+}

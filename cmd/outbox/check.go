@@ -55,12 +55,16 @@ Exit status: 0 consistent, 1 any finding, 2 a usage or I/O error.`
 // checkReport is the --json output, one object on every outcome. Field names are part of the
 // command's interface.
 type checkReport struct {
-	DB       string `json:"db"`
-	Journal  string `json:"journal,omitempty"` // the journal file, or
-	Stream   string `json:"stream,omitempty"`  // the stream
-	Server   string `json:"server,omitempty"`  // on this server (its user information hidden)
-	OK       bool   `json:"ok"`
-	BookRuns int    `json:"book_runs"` // runs the book knows: with rows, projected, or forgotten
+	DB      string `json:"db"`
+	Journal string `json:"journal,omitempty"` // the journal file, or
+	// DBEscaped and JournalEscaped are the paths quoted as Go's %q does, each given only when the
+	// path is not valid UTF-8.
+	DBEscaped      string `json:"db_escaped,omitempty"`
+	JournalEscaped string `json:"journal_escaped,omitempty"`
+	Stream         string `json:"stream,omitempty"` // the stream
+	Server         string `json:"server,omitempty"` // on this server (its user information hidden)
+	OK             bool   `json:"ok"`
+	BookRuns       int    `json:"book_runs"` // runs the book knows: with rows, projected, or forgotten
 	// JournalRuns and JournalLines count the journal's runs and complete lines, duplicates included.
 	JournalRuns  int            `json:"journal_runs"`
 	JournalLines int64          `json:"journal_lines"`
@@ -110,6 +114,7 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return usageError(stderr, "outbox check", "%s", p)
 	}
 	rep := checkReport{DB: redact(*dbPath), Journal: redact(*jPath), Stream: *streamName, Findings: []checkFinding{}}
+	rep.DBEscaped, rep.JournalEscaped = escapedIfInvalid(rep.DB), escapedIfInvalid(rep.Journal)
 	read := func(c *checker) error { return c.readFile(ctx, *jPath) }
 	if streamMode {
 		rep.Server = nf.server()

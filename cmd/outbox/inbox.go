@@ -74,7 +74,9 @@ func openInboxReadOnly(ctx context.Context, path string) (*inbox.Inbox, error) {
 // inboxStatsReport is the --json output of `outbox inbox stats`. Field names are part of the
 // command's interface.
 type inboxStatsReport struct {
-	DB          string           `json:"db"`
+	DB string `json:"db"`
+	// DBEscaped is the path quoted as Go's %q does, given only when it is not valid UTF-8.
+	DBEscaped   string           `json:"db_escaped,omitempty"`
 	Runs        []inboxRunRow    `json:"runs"`
 	Quarantined int              `json:"quarantined"`
 	Sources     []inboxSourceRow `json:"sources"`
@@ -174,7 +176,7 @@ func collectInboxStats(ctx context.Context, in *inbox.Inbox, path string) (inbox
 }
 
 func readInboxStats(ctx context.Context, in *inbox.Inbox, path string) (inboxStatsReport, error) {
-	rep := inboxStatsReport{DB: path, Runs: []inboxRunRow{}, Sources: []inboxSourceRow{}}
+	rep := inboxStatsReport{DB: path, DBEscaped: escapedIfInvalid(path), Runs: []inboxRunRow{}, Sources: []inboxSourceRow{}}
 	qs, err := in.Quarantined(ctx)
 	if err != nil {
 		return rep, err
@@ -326,7 +328,9 @@ such a run is applied until 'outbox inbox release' (or, for a gap that cannot be
 
 // inboxQuarantinedReport is the --json output of `outbox inbox quarantined`.
 type inboxQuarantinedReport struct {
-	DB          string            `json:"db"`
+	DB string `json:"db"`
+	// DBEscaped is the path quoted as Go's %q does, given only when it is not valid UTF-8.
+	DBEscaped   string            `json:"db_escaped,omitempty"`
 	Quarantined []inboxQuarantine `json:"quarantined"`
 }
 
@@ -353,7 +357,7 @@ func runInboxQuarantined(ctx context.Context, args []string, stdout, stderr io.W
 	if err != nil {
 		return failErr(stderr, exitUsage, "inbox quarantined", err)
 	}
-	rep := inboxQuarantinedReport{DB: *dbPath, Quarantined: []inboxQuarantine{}}
+	rep := inboxQuarantinedReport{DB: *dbPath, DBEscaped: escapedIfInvalid(*dbPath), Quarantined: []inboxQuarantine{}}
 	for _, q := range qs {
 		rep.Quarantined = append(rep.Quarantined, *quarantineRow(q, true))
 	}

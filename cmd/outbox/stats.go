@@ -23,7 +23,9 @@ func init() {
 
 // statsReport is the --json output. Field names are part of the command's interface.
 type statsReport struct {
-	DB        string        `json:"db"`
+	DB string `json:"db"`
+	// DBEscaped is the path quoted as Go's %q does, given only when it is not valid UTF-8.
+	DBEscaped string        `json:"db_escaped,omitempty"`
 	FileBytes int64         `json:"file_bytes"`
 	WALBytes  int64         `json:"wal_bytes"`
 	Ledger    int64         `json:"ledger_keys"`
@@ -167,7 +169,7 @@ func collectStats(ctx context.Context, s *outbox.Store, now time.Time) (statsRep
 }
 
 func readStats(ctx context.Context, s *outbox.Store, now time.Time) (statsReport, error) {
-	rep := statsReport{DB: s.Path(), Runs: []runStatsRow{}}
+	rep := statsReport{DB: s.Path(), DBEscaped: escapedIfInvalid(s.Path()), Runs: []runStatsRow{}}
 	for r, err := range s.AllRuns(ctx) {
 		if err != nil {
 			return rep, err

@@ -23,16 +23,18 @@ func init() {
 // verifyReport is the --json output, one object on every outcome. Field names are part of the
 // command's interface.
 type verifyReport struct {
-	File       string               `json:"file,omitempty"`   // the journal file checked ("-": standard input)
-	Stream     string               `json:"stream,omitempty"` // or the stream checked,
-	Server     string               `json:"server,omitempty"` // on this server (user information hidden)
-	OK         bool                 `json:"ok"`
-	Lines      int                  `json:"lines"`
-	Duplicates int                  `json:"duplicates"`
-	TornTail   bool                 `json:"torn_tail"`
-	Runs       map[string]verifyRun `json:"runs"`
-	Finding    *verifyFinding       `json:"finding"`         // null when clean
-	Error      string               `json:"error,omitempty"` // set when the input could not be read
+	File string `json:"file,omitempty"` // the journal file checked ("-": standard input)
+	// FileEscaped is the path quoted as Go's %q does, given only when it is not valid UTF-8.
+	FileEscaped string               `json:"file_escaped,omitempty"`
+	Stream      string               `json:"stream,omitempty"` // or the stream checked,
+	Server      string               `json:"server,omitempty"` // on this server (user information hidden)
+	OK          bool                 `json:"ok"`
+	Lines       int                  `json:"lines"`
+	Duplicates  int                  `json:"duplicates"`
+	TornTail    bool                 `json:"torn_tail"`
+	Runs        map[string]verifyRun `json:"runs"`
+	Finding     *verifyFinding       `json:"finding"`         // null when clean
+	Error       string               `json:"error,omitempty"` // set when the input could not be read
 }
 
 type verifyRun struct {
@@ -95,6 +97,7 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		check = func() (journal.Report, error) { return journal.Verify(stdinOf(stderr)) }
 	case !nf.chosen() && *streamName == "" && len(pos) == 1:
 		out.File = redact(pos[0])
+		out.FileEscaped = escapedIfInvalid(out.File)
 		check = func() (journal.Report, error) { return verifyFile(pos[0]) }
 	default:
 		return usageError(stderr, "outbox verify", "need exactly one journal FILE (- for standard input), or --nats URL (or --context NAME) --stream NAME")
