@@ -355,3 +355,25 @@ func TestMigrateRefusesAConsumersDatabaseAndChangesNothing(t *testing.T) {
 		t.Errorf("inbox stats afterwards: exit %d, %s", code, errOut)
 	}
 }
+
+// The tombstone carries the SHA-256 and size of the line it replaced. A retire run again on the
+// same seq (a command repeated from the shell's history) would replace it with a tombstone of the
+// tombstone, and the record of the original's bytes would be gone.
+func TestRetireRefusesALineAlreadyRetiredAndKeepsItsTombstone(t *testing.T) {
+	dbPath, _ := book(t)
+	if code, _, errOut := cli(t, "retire", "--db", dbPath, "--run", "dead", "--seq", "3", "--reason", "bad line"); code != exitOK {
+		t.Fatalf("first retire: exit %d, %s", code, errOut)
+	}
+	_, tombstone, _ := cli(t, "pending", "--db", dbPath, "--run", "dead", "--raw")
+	save := filepath.Join(t.TempDir(), "saved")
+	code, out, errOut := cli(t, "retire", "--db", dbPath, "--run", "dead", "--seq", "3", "--reason", "again", "--save", save)
+	if code != exitUsage || out != "" || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, "already retired") {
+		t.Errorf("second retire: exit %d, stdout %q, stderr %q; want exit 2 saying it is already retired", code, out, errOut)
+	}
+	if _, after, _ := cli(t, "pending", "--db", dbPath, "--run", "dead", "--raw"); after != tombstone {
+		t.Errorf("the tombstone changed:\n%s\nnow\n%s", tombstone, after)
+	}
+	if _, err := os.Stat(save); !os.IsNotExist(err) {
+		t.Errorf("--save wrote %s (%v)", save, err)
+	}
+}
