@@ -130,13 +130,17 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		status = exitFindings
 	}
 	rep.OK = status == exitOK
+	w := &errWriter{w: stdout}
 	if *asJSON {
-		printJSON(stdout, rep)
+		printJSON(w, rep)
 	} else {
-		printCheck(stdout, rep)
+		printCheck(w, rep)
 	}
 	if err != nil {
 		return failErr(stderr, status, "check", err)
+	}
+	if w.err != nil {
+		return failErr(stderr, exitUsage, "check", w.err)
 	}
 	return status
 }

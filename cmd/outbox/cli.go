@@ -243,3 +243,19 @@ func redact(s string) string {
 	}
 	return userinfo.ReplaceAllString(s, "${1}xxxxx@")
 }
+
+// errWriter keeps the first error of the writes through it, so that a report printed in many
+// writes can be checked once: a report that did not reach its reader is an I/O error, not a result.
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) Write(p []byte) (int, error) {
+	if e.err != nil {
+		return 0, e.err
+	}
+	n, err := e.w.Write(p)
+	e.err = err
+	return n, err
+}

@@ -125,13 +125,17 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		out.Error = message(verr)
 		status = exitUsage
 	}
+	w := &errWriter{w: stdout}
 	if *asJSON {
-		printJSON(stdout, out)
+		printJSON(w, out)
 	} else {
-		printVerify(stdout, out)
+		printVerify(w, out)
 	}
 	if verr != nil {
 		return failErr(stderr, status, "verify", verr)
+	}
+	if w.err != nil {
+		return failErr(stderr, exitUsage, "verify", w.err)
 	}
 	return status
 }
