@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -171,7 +172,7 @@ func runInboxStats(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return failErr(stderr, exitUsage, "inbox stats", err)
 	}
-	if nf.chosen() {
+	if nf.chosen() && slices.ContainsFunc(rep.Sources, func(s inboxSourceRow) bool { return s.Stream != nil }) {
 		// Read after the database, so that the stream's last sequence is no older than the
 		// position it is compared with.
 		js, closeConn, err := nf.connect()

@@ -158,7 +158,7 @@ func streamBehindText(sp *inboxStreamPosition) string {
 	case sp.ReadAgain:
 		return fmt.Sprintf("%d sequences: the stream ends at %d, before the position, and is read again from its start", *sp.BehindSeqs, *sp.LastSeq)
 	case sp.BehindSeqs != nil:
-		return fmt.Sprintf("%d sequences (the stream's last is %d)", *sp.BehindSeqs, *sp.LastSeq)
+		return fmt.Sprintf("%d sequences behind (the stream's last is %d)", *sp.BehindSeqs, *sp.LastSeq)
 	}
 	return "-"
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	njs "github.com/nats-io/nats.go/jetstream"
@@ -93,7 +94,7 @@ func TestInboxStatsShowsTheStreamPositionAndHowFarBehindTheStreamsLastSequenceIt
 	if code != exitOK {
 		t.Fatalf("inbox stats: exit %d, %s", code, errOut)
 	}
-	for _, w := range []string{"stream EVENTS (outbox.>) at sequence 3", "2 sequences (the stream's last is 5)"} {
+	for _, w := range []string{"stream EVENTS (outbox.>) at sequence 3", "2 sequences behind (the stream's last is 5)"} {
 		if !strings.Contains(out, w) {
 			t.Errorf("inbox stats does not say %q:\n%s", w, out)
 		}
@@ -254,5 +255,41 @@ func TestMetricsExportTheStreamPositionOfEachStreamSource(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, inboxSeries(scrape(t, url))); diff != "" {
 		t.Errorf("the inbox's series (-want +got):\n%s", diff)
+	}
+}
+
+func TestInboxStatsConnectsToNoServerWhenNoSourceIsAStream(t *testing.T) {
+	dbPath, _ := consumerDB(t) // a file source only
+	code, out, errOut := cli(t, "inbox", "stats", "--db", dbPath, "--nats", "nats://127.0.0.1:1")
+	if code != exitOK || !strings.Contains(out, "1 source") {
+		t.Errorf("inbox stats of file sources, given a server that is not there: exit %d, %q", code, errOut)
+	}
+}
+
+func TestInboxStatsSaysAStreamThatEndsBeforeThePositionIsReadAgainFromItsStart(t *testing.T) {
+	ctx := context.Background()
+	url, _, _, dbPath := streamConsumer(t)
+	created := statsSource(t, "--db", dbPath).Stream.Created
+	in, err := inbox.Open(ctx, dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pos, err := in.SourcePosition(ctx, streamSourceName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The position of a stream that has since lost its last messages: past its last sequence.
+	lost := []byte("99 " + created.UTC().Format(time.RFC3339Nano))
+	if _, err := in.ApplyFrom(ctx, streamSourceName, pos, lost, nil, consumerHandler); err != nil {
+		t.Fatal(err)
+	}
+	in.Close()
+	got := statsSource(t, "--db", dbPath, "--nats", url)
+	if sp := got.Stream; sp == nil || !sp.ReadAgain || sp.RetentionGap || *sp.Seq != 99 || *sp.BehindSeqs != 5 {
+		t.Errorf("a stream that ends before the position: %+v %+v", got, got.Stream)
+	}
+	_, out, _ := cli(t, "inbox", "stats", "--db", dbPath, "--nats", url)
+	if w := "5 sequences: the stream ends at 5, before the position, and is read again from its start"; !strings.Contains(out, w) {
+		t.Errorf("inbox stats does not say %q:\n%s", w, out)
 	}
 }
