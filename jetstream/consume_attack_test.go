@@ -1,0 +1,169 @@
+package jetstream_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	njs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/textmachine/outbox/inbox"
+	"github.com/textmachine/outbox/jetstream"
+)
+
+func TestAttackAStreamThatDoesNotCaptureThePrefixIsRefusedAndStoresNothing(t *testing.T) {
+	ctx := context.Background()
+	_, js, in := consumeSetup(t)
+	if _, err := js.CreateStream(ctx, njs.StreamConfig{Name: "OTHER", Subjects: []string{"foo.>"}, Storage: njs.FileStorage}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "foo.a", jline("a", 1, "x")); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		stream   string
+		opts     []jetstream.ConsumeOption
+		settings bool
+	}{
+		{"OTHER", nil, true},
+		{"EVENTS", []jetstream.ConsumeOption{jetstream.WithSubjectPrefix("nope")}, true},
+		{"EVENTS", []jetstream.ConsumeOption{jetstream.WithSubjectPrefix("bad prefix")}, false},
+		{"MISSING", nil, false},
+	} {
+		rep, err := jetstream.ApplyStream(ctx, js, c.stream, in, insertHandler, c.opts...)
+		t.Logf("%s %d opts: %+v %v", c.stream, len(c.opts), rep, err)
+		if err == nil || rep != (inbox.Report{}) {
+			t.Errorf("stream %s with %d options: %+v, %v", c.stream, len(c.opts), rep, err)
+		}
+		if c.settings && !errors.Is(err, jetstream.ErrStreamSettings) {
+			t.Errorf("stream %s: %v, want ErrStreamSettings", c.stream, err)
+		}
+	}
+	srcs, err := in.Sources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(srcs) != 0 {
+		t.Fatalf("refused calls left positions: %+v", srcs)
+	}
+}
+
+func TestAttackTwoStreamsCarryingTheSameLinesApplyEachOnce(t *testing.T) {
+	ctx := context.Background()
+	_, js, in := consumeSetup(t)
+	if _, err := jetstream.CreateStream(ctx, js, "COPY", jetstream.WithSubjectPrefix("copy")); err != nil {
+		t.Fatal(err)
+	}
+	publishRun(t, js, "a", 1, 5)
+	for s := int64(1); s <= 7; s++ {
+		if _, err := js.Publish(ctx, "copy."+jetstream.Token("a"), jline("a", s, "x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r1 := applyStream(t, js, in)
+	r2, err := jetstream.ApplyStream(ctx, js, "COPY", in, insertHandler, jetstream.WithSubjectPrefix("copy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r1 != (inbox.Report{Applied: 5}) || r2 != (inbox.Report{Applied: 2, Duplicates: 5}) {
+		t.Fatalf("%+v %+v", r1, r2)
+	}
+	if diff := cmp.Diff(map[string][]int64{"a": seqs(1, 7)}, applied(t, in)); diff != "" {
+		t.Fatal(diff)
+	}
+}
+
+func TestAttackApplyStreamBesideFollowStreamOnOneSourceAppliesEachLineOnceAndTheFollowerGoesOn(t *testing.T) {
+	ctx := context.Background()
+	_, js, in := consumeSetup(t, inbox.WithBatchLines(3), inbox.WithPollInterval(20*time.Millisecond))
+	f := follow(t, js, in, insertHandler)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; i < 15; i++ {
+			if _, err := jetstream.ApplyStream(ctx, js, "EVENTS", in, insertHandler); err != nil && !errors.Is(err, inbox.ErrSourceMoved) {
+				t.Errorf("ApplyStream: %v", err)
+				return
+			}
+		}
+	}()
+	publishRun(t, js, "a", 1, 40)
+	wg.Wait()
+	waitApplied(t, in, map[string][]int64{"a": seqs(1, 40)})
+	if err, ended := f.wait(0); ended {
+		t.Fatalf("the follower ended: %v", err)
+	}
+}
+
+func TestAttackClosingTheInboxEndsFollowStreamWithErrClosed(t *testing.T) {
+	_, js, in := consumeSetup(t, inbox.WithPollInterval(20*time.Millisecond))
+	publishRun(t, js, "a", 1, 3)
+	f := follow(t, js, in, insertHandler)
+	waitApplied(t, in, map[string][]int64{"a": seqs(1, 3)})
+	if err := in.Close(); err != nil {
+		t.Fatal(err)
+	}
+	err, ended := f.wait(3 * time.Second)
+	if !ended {
+		t.Fatal("FollowStream went on after the inbox was closed")
+	}
+	if !errors.Is(err, inbox.ErrClosed) {
+		t.Fatalf("FollowStream: %v, want ErrClosed", err)
+	}
+}
+
+func TestAttackAStreamDeletedAndCreatedAgainWhileFollowingEndsTheFollower(t *testing.T) {
+	ctx := context.Background()
+	_, js, in := consumeSetup(t, inbox.WithPollInterval(20*time.Millisecond))
+	publishRun(t, js, "a", 1, 3)
+	f := follow(t, js, in, insertHandler)
+	waitApplied(t, in, map[string][]int64{"a": seqs(1, 3)})
+	if err := js.DeleteStream(ctx, "EVENTS"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Millisecond)
+	stream(t, js, time.Minute, atomicBatches)
+	publishRun(t, js, "b", 1, 5)
+	err, ended := f.wait(4 * time.Second)
+	if !ended {
+		got := applied(t, in)
+		t.Fatalf("the follower goes on over a stream created again; applied %v", got)
+	}
+	t.Logf("FollowStream: %v", err)
+	var gap *jetstream.RetentionGapError
+	if !errors.As(err, &gap) && !errors.Is(err, njs.ErrStreamNotFound) {
+		t.Fatalf("FollowStream: %v", err)
+	}
+	if diff := cmp.Diff(map[string][]int64{"a": seqs(1, 3)}, applied(t, in)); diff != "" {
+		t.Fatal(diff)
+	}
+}
+
+func TestAttackAHandlerCancellingTheContextMidStreamCommitsNothingOfItsBatch(t *testing.T) {
+	_, js, in := consumeSetup(t, inbox.WithBatchLines(4))
+	publishRun(t, js, "a", 1, 10)
+	ctx, cancel := context.WithCancel(context.Background())
+	rep, err := jetstream.ApplyStream(ctx, js, "EVENTS", in, func(c context.Context, tx *sql.Tx, ev inbox.Event) error {
+		if ev.Seq == 6 {
+			cancel()
+		}
+		return insertHandler(c, tx, ev)
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("%+v %v", rep, err)
+	}
+	if rep != (inbox.Report{Applied: 4}) {
+		t.Fatalf("report %+v, want the first batch", rep)
+	}
+	if p := streamPosition(t, in); p == nil || p.Seq != 4 {
+		t.Fatalf("position %v", p)
+	}
+	if r := applyStream(t, js, in); r != (inbox.Report{Applied: 6}) {
+		t.Fatalf("%+v", r)
+	}
+}
