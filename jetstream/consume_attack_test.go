@@ -167,3 +167,31 @@ func TestAttackAHandlerCancellingTheContextMidStreamCommitsNothingOfItsBatch(t *
 		t.Fatalf("%+v", r)
 	}
 }
+
+func TestAttackAMirrorOfTheStreamIsReadThoughItHasNoSubjectsOfItsOwn(t *testing.T) {
+	ctx := context.Background()
+	_, js, in := consumeSetup(t)
+	publishRun(t, js, "a", 1, 4)
+	if _, err := js.CreateStream(ctx, njs.StreamConfig{Name: "MIRROR", Storage: njs.FileStorage,
+		Mirror: &njs.StreamSource{Name: "EVENTS"}}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(4 * time.Second)
+	for {
+		s, err := js.Stream(ctx, "MIRROR")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.CachedInfo().State.Msgs == 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the mirror did not catch up")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	rep, err := jetstream.ApplyStream(ctx, js, "MIRROR", in, insertHandler)
+	if err != nil || rep != (inbox.Report{Applied: 4}) {
+		t.Fatalf("%+v %v", rep, err)
+	}
+}
