@@ -13,6 +13,7 @@ import (
 
 	"github.com/textmachine/outbox/inbox"
 	"github.com/textmachine/outbox/jetstream"
+	"github.com/textmachine/outbox/journal"
 )
 
 func TestAttackAStreamThatDoesNotCaptureThePrefixIsRefusedAndStoresNothing(t *testing.T) {
@@ -193,5 +194,87 @@ func TestAttackAMirrorOfTheStreamIsReadThoughItHasNoSubjectsOfItsOwn(t *testing.
 	rep, err := jetstream.ApplyStream(ctx, js, "MIRROR", in, insertHandler)
 	if err != nil || rep != (inbox.Report{Applied: 4}) {
 		t.Fatalf("%+v %v", rep, err)
+	}
+}
+
+func TestAttackAMessageOnASubjectNoSinkPublishesStopsTheSource(t *testing.T) {
+	for _, c := range []struct {
+		name, subject string
+		data          []byte
+	}{
+		{"two tokens after the prefix", "outbox.x.b", jline("b", 1, "x")},
+		{"a token that is not Token's", "outbox.b~zz", jline("b", 1, "x")},
+		{"an upper-case escape", "outbox.a~2Eb", jline("a.b", 1, "x")},
+		{"an empty payload", "outbox.b", nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := context.Background()
+			_, js, in := consumeSetup(t)
+			if _, err := js.Publish(ctx, c.subject, c.data); err != nil {
+				t.Fatal(err)
+			}
+			rep, err := jetstream.ApplyStream(ctx, js, "EVENTS", in, insertHandler)
+			if !errors.Is(err, journal.ErrMalformed) {
+				t.Fatalf("ApplyStream: %+v, %v, want journal.ErrMalformed", rep, err)
+			}
+			if len(applied(t, in)) != 0 {
+				t.Fatalf("applied %v", applied(t, in))
+			}
+		})
+	}
+}
+
+func TestAttackABatchHookThatPanicsInApplyStreamLeavesNoConsumerAndTheSourceGoesOn(t *testing.T) {
+	ctx := context.Background()
+	panicking := true
+	_, js, in := consumeSetup(t, inbox.WithBatchLines(2), inbox.WithBatchHook(func(string, inbox.Report) {
+		if panicking {
+			panic("hook")
+		}
+	}))
+	publishRun(t, js, "a", 1, 5)
+	func() {
+		defer func() {
+			if r := recover(); r != "hook" {
+				t.Fatalf("recovered %v", r)
+			}
+		}()
+		jetstream.ApplyStream(ctx, js, "EVENTS", in, insertHandler)
+		t.Fatal("no panic")
+	}()
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		s, err := js.Stream(ctx, "EVENTS")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.CachedInfo().State.Consumers == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d consumers left on the server after the panic", s.CachedInfo().State.Consumers)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	panicking = false
+	if rep := applyStream(t, js, in); rep != (inbox.Report{Applied: 3}) {
+		t.Fatalf("%+v", rep)
+	}
+	if diff := cmp.Diff(map[string][]int64{"a": seqs(1, 5)}, applied(t, in)); diff != "" {
+		t.Fatal(diff)
+	}
+}
+
+func TestAttackAHandlerCallingApplyStreamWithItsContextIsErrInHandler(t *testing.T) {
+	ctx := context.Background()
+	_, js, in := consumeSetup(t)
+	publishRun(t, js, "a", 1, 2)
+	var inner error
+	_, err := jetstream.ApplyStream(ctx, js, "EVENTS", in, func(c context.Context, tx *sql.Tx, ev inbox.Event) error {
+		_, inner = jetstream.ApplyStream(c, js, "EVENTS", in, insertHandler)
+		return insertHandler(c, tx, ev)
+	})
+	if err != nil || !errors.Is(inner, inbox.ErrInHandler) {
+		t.Fatalf("outer %v, inner %v", err, inner)
 	}
 }
