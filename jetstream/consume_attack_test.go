@@ -44,6 +44,11 @@ func TestAttackAStreamThatDoesNotCaptureThePrefixIsRefusedAndStoresNothing(t *te
 			t.Errorf("stream %s: %v, want ErrStreamSettings", c.stream, err)
 		}
 	}
+	fctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if err := jetstream.FollowStream(fctx, js, "OTHER", in, insertHandler); !errors.Is(err, jetstream.ErrStreamSettings) {
+		t.Errorf("FollowStream on OTHER: %v, want ErrStreamSettings at once", err)
+	}
 	srcs, err := in.Sources(ctx)
 	if err != nil {
 		t.Fatal(err)
