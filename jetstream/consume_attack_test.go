@@ -283,3 +283,59 @@ func TestAttackAHandlerCallingApplyStreamWithItsContextIsErrInHandler(t *testing
 		t.Fatalf("outer %v, inner %v", err, inner)
 	}
 }
+
+func TestAttackAContextCancelledAtAnyLineOrBatchLeavesAPositionThatLosesAndRepeatsNothing(t *testing.T) {
+	_, js, in := consumeSetup(t, inbox.WithBatchLines(3), inbox.WithBatchHook(func(string, inbox.Report) {
+		if hookCancel != nil {
+			hookCancel()
+		}
+	}))
+	publishRun(t, js, "a", 1, 10)
+	publishRun(t, js, "b", 1, 10)
+	for k := 1; k <= 8; k++ {
+		ctx, cancel := context.WithCancel(context.Background())
+		n := 0
+		h := func(c context.Context, tx *sql.Tx, ev inbox.Event) error {
+			n++
+			if n == k {
+				cancel()
+			}
+			return insertHandler(c, tx, ev)
+		}
+		if k%2 == 0 {
+			hookCancel = cancel // and the hook cancels after the first batch
+		}
+		_, err := jetstream.ApplyStream(ctx, js, "EVENTS", in, h)
+		hookCancel = nil
+		cancel()
+		if err != nil && !errors.Is(err, context.Canceled) {
+			t.Fatalf("k=%d: %v", k, err)
+		}
+		// what is applied is a prefix of the stream up to the position: nothing past it, nothing missing
+		got := applied(t, in)
+		pos := streamPosition(t, in)
+		var seq uint64
+		if pos != nil {
+			seq = pos.Seq
+		}
+		want := map[string][]int64{}
+		for s := uint64(1); s <= seq; s++ {
+			run, rs := "a", int64(s)
+			if s > 10 {
+				run, rs = "b", int64(s-10)
+			}
+			want[run] = append(want[run], rs)
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Fatalf("k=%d position %d (-want +got):\n%s", k, seq, diff)
+		}
+	}
+	hookCancel = nil
+	applyStream(t, js, in)
+	if diff := cmp.Diff(map[string][]int64{"a": seqs(1, 10), "b": seqs(1, 10)}, applied(t, in)); diff != "" {
+		t.Fatal(diff)
+	}
+}
+
+// hookCancel is what the batch hook of the test above cancels, when set; the test runs alone.
+var hookCancel context.CancelFunc
