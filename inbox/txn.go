@@ -194,7 +194,10 @@ func (t *txn) appendDigests(r *runTx) error {
 	buf := make([]byte, 0, digestsPerRow*sha256.Size)
 	for seq := first; seq <= r.hwm; {
 		c := chunkOf(seq)
-		last := min(r.hwm, (c+1)*digestsPerRow)
+		// The row's last seq, (c+1)*digestsPerRow, is past the int64 range for the top row: count
+		// from the row's start instead, so that a run whose seqs an accepted gap took near the top
+		// still gets its digests stored.
+		last := c*digestsPerRow + min(r.hwm-c*digestsPerRow, digestsPerRow)
 		buf = buf[:0]
 		for _, d := range r.digests[seq-r.start-1 : last-r.start] {
 			buf = append(buf, d[:]...)
@@ -203,6 +206,9 @@ func (t *txn) appendDigests(r *runTx) error {
 			EngineRunID: r.id, Chunk: c, FirstSeq: seq, Digests: buf,
 		}); err != nil {
 			return err
+		}
+		if last == r.hwm {
+			break // last + 1 would wrap at the top of the int64 range
 		}
 		seq = last + 1
 	}

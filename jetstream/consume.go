@@ -109,7 +109,9 @@ func StreamSourceName(stream, prefix string) string {
 // A retention gap is a *RetentionGapError wrapping ErrRetentionGap; a message that is not a journal
 // line of its subject's run wraps journal.ErrMalformed and names the subject and stream sequence; an
 // error of the broker (the server down, the connection lost) is returned as it is, and calling again
-// goes on from the position stored.
+// goes on from the position stored. A stream whose subjects do not capture <prefix>.> (another
+// stream, or another prefix; a mirror or a sourced stream is read whatever its own subjects) is
+// refused with ErrStreamSettings before anything is read or stored.
 func ApplyStream(ctx context.Context, js jetstream.JetStream, stream string, in *inbox.Inbox, h inbox.Handler, opts ...ConsumeOption) (inbox.Report, error) {
 	s, err := newStreamSource("ApplyStream", js, stream, in, h, opts)
 	if err != nil {

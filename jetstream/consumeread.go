@@ -165,6 +165,14 @@ func (s *streamSource) begin(ctx context.Context) (start, last uint64, err error
 	}
 	s.stream = stream
 	info := stream.CachedInfo()
+	// A stream none of whose subjects is under the filter holds no line for it: reading it would
+	// find nothing and store a position for good, so that pointing a source at the wrong stream, or
+	// with the wrong prefix, would look like an idle journal. A mirror's or a sourced stream's
+	// messages keep their origin's subjects, whatever its own, and are read.
+	if cfg := info.Config; cfg.Mirror == nil && len(cfg.Sources) == 0 && !capturesAll(cfg.Subjects, s.cfg.prefix) {
+		return 0, 0, fmt.Errorf("%w: stream %q: subjects %q do not capture %s: it is not a stream of that prefix",
+			ErrStreamSettings, s.name, cfg.Subjects, s.filter)
+	}
 	s.created = info.Created
 	st := info.State
 	if pos == nil {

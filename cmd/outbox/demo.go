@@ -54,8 +54,10 @@ database against both, each file read for itself: every line of every run applie
 none skipped, the platform's units and spend the book's. DIR keeps book.db, journal.jsonl
 and platform.db for inspection. With --sink nats the relay projects to a JetStream stream
 instead (a server started in DIR/nats when --nats is not given); the stream, written to
-DIR/stream.jsonl, is checked, and the platform applies that file once the book is done,
-without being killed (it does not read the stream itself).
+DIR/stream.jsonl, is checked, and the platform reads the stream itself (jetstream.FollowStream,
+its stream position committed with its effects), killed and restarted as above, with a final
+catch-up (jetstream.ApplyStream) to the stream's end; its database is checked against the
+stream's lines as against a journal.
 
 Exit status: 0 when every guarantee held, 1 when one did not, 2 on a usage error.`
 
@@ -158,15 +160,16 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(stderr, exitUsage, "demo: %v", err)
 	}
-	plat := &platform{exe: exe, dbPath: platformDB, jPath: checked, stderr: stderr}
+	plat := &platform{exe: exe, dbPath: platformDB, source: []string{"--journal", jPath}, stderr: stderr,
+		killAt: platformKills(*seed, *units, *crashes)}
+	if *sinkKind == "nats" {
+		// The platform reads what the engine's relay reads into: the stream, through the same
+		// connection flags, its URL in the environment.
+		plat.source, plat.env = sinkArgs, engineEnv
+	}
 	engineDone := make(chan struct{})
 	followed := make(chan error, 1)
-	if *sinkKind == "file" {
-		plat.killAt = platformKills(*seed, *units, *crashes)
-		go func() { followed <- plat.follow(ctx, engineDone) }()
-	} else {
-		followed <- nil
-	}
+	go func() { followed <- plat.follow(ctx, engineDone) }()
 	stopFollowing := sync.OnceValue(func() error {
 		close(engineDone)
 		return <-followed

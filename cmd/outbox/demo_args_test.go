@@ -7,8 +7,9 @@ import (
 	"testing"
 )
 
-// The demo's engine is a child process: a password in the server's URL must not be on its command
-// line, which any user of the machine can read, but in its environment.
+// The demo's engine and platform are child processes, both given these arguments and environment:
+// a password in the server's URL must not be on their command lines, which any user of the machine
+// can read, but in their environment.
 func TestTheDemoGivesItsEngineTheServersPasswordInItsEnvironmentNotOnItsCommandLine(t *testing.T) {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)

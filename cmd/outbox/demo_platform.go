@@ -13,8 +13,11 @@ import (
 	"strings"
 	"syscall"
 
+	njs "github.com/nats-io/nats.go/jetstream"
+
 	"github.com/textmachine/outbox/inbox"
 	"github.com/textmachine/outbox/internal/demo"
+	ojs "github.com/textmachine/outbox/jetstream"
 )
 
 // platformCommand is the hidden subcommand the demo re-executes this binary with: one start of the
@@ -26,16 +29,23 @@ func init() {
 }
 
 // runPlatform is one start of the platform, in the child process. After each batch it commits it
-// reports "batch APPLIED DUPLICATES" on standard output. With --follow it follows the journal until
-// its standard input ends (the demo closes it, or the demo itself is gone), then exits 0.
+// reports "batch APPLIED DUPLICATES" on standard output. With --follow it follows its source until
+// its standard input ends (the demo closes it, or the demo itself is gone), then exits 0. Its source
+// is the journal file, or with --stream the JetStream stream, on the server whose URL the demo puts
+// in the environment (demoNATSURLEnv), as for the engine.
 func runPlatform(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags(platformCommand, "outbox "+platformCommand+" --db FILE --journal FILE [--follow]",
+	fs := newFlags(platformCommand, "outbox "+platformCommand+" --db FILE (--journal FILE | --stream NAME) [--follow]",
 		"One start of the demo's platform, run by outbox demo in a child process.")
 	dbPath := fs.String("db", "", "the platform's database `file`")
 	jPath := fs.String("journal", "", "the journal `file`")
-	follow := fs.Bool("follow", false, "follow the journal until standard input ends")
+	streamName := fs.String("stream", "", "read the JetStream stream `name` instead of the journal")
+	follow := fs.Bool("follow", false, "follow the journal, or the stream, until standard input ends")
+	nf := addNATSFlags(fs, "with --stream: the server's `url`")
 	if _, code, done := parseFlags(fs, args, stderr); done {
 		return code
+	}
+	if u := os.Getenv(demoNATSURLEnv); u != "" && nf.url == "" {
+		nf.url = u
 	}
 	if *follow {
 		var cancel context.CancelFunc
@@ -46,22 +56,45 @@ func runPlatform(ctx context.Context, args []string, stdout, stderr io.Writer) i
 			cancel()
 		}()
 	}
-	err := demo.RunPlatform(ctx, demo.PlatformConfig{
+	cfg := demo.PlatformConfig{
 		DB: *dbPath, Journal: *jPath, Follow: *follow,
 		Batch: func(r inbox.Report) { fmt.Fprintf(stdout, "batch %d %d\n", r.Applied, r.Duplicates) },
-	})
-	if err != nil {
+	}
+	if *streamName != "" {
+		js, closeConn, err := nf.connect()
+		if err != nil {
+			return fail(stderr, exitFindings, "demo: platform: %v", err)
+		}
+		defer closeConn()
+		cfg.Source = streamSource(js, *streamName, nf.prefix)
+	}
+	if err := demo.RunPlatform(ctx, cfg); err != nil {
 		return fail(stderr, exitFindings, "demo: platform: %v", err)
 	}
 	return exitOK
 }
 
+// streamSource is the platform's source for a stream: FollowStream while the engine works, and
+// ApplyStream for the final catch-up, both storing the stream position with the effects.
+func streamSource(js njs.JetStream, stream, prefix string) func(context.Context, *inbox.Inbox, inbox.Handler, bool) error {
+	return func(ctx context.Context, in *inbox.Inbox, h inbox.Handler, follow bool) error {
+		if follow {
+			return ojs.FollowStream(ctx, js, stream, in, h, ojs.WithSubjectPrefix(prefix))
+		}
+		_, err := ojs.ApplyStream(ctx, js, stream, in, h, ojs.WithSubjectPrefix(prefix))
+		return err
+	}
+}
+
 // platform runs the platform's starts for the demo and kills them with SIGKILL once they have
 // applied, all starts together, each of killAt lines.
 type platform struct {
-	exe, dbPath, jPath string
-	stderr             io.Writer
-	killAt             []int // increasing
+	exe, dbPath string
+	// source is the start's arguments naming what it reads (--journal FILE, or --stream NAME and the
+	// connection flags); env is added to its environment (the server's URL, never on its command line).
+	source, env []string
+	stderr      io.Writer
+	killAt      []int // increasing
 
 	// applied and duplicates add up what the starts reported. A start killed after a commit and
 	// before it printed that batch's report leaves the batch out, so they can fall short, never
@@ -108,11 +141,12 @@ func (p *platform) catchUp(ctx context.Context) error {
 // start runs one start, following the journal until stop is closed when stop is not nil, and
 // reports whether it was killed.
 func (p *platform) start(ctx context.Context, stop <-chan struct{}) (bool, error) {
-	args := []string{platformCommand, "--db", p.dbPath, "--journal", p.jPath}
+	args := append([]string{platformCommand, "--db", p.dbPath}, p.source...)
 	if stop != nil {
 		args = append(args, "--follow")
 	}
 	cmd := exec.CommandContext(ctx, p.exe, args...)
+	cmd.Env = append(os.Environ(), p.env...)
 	cmd.Stderr = p.stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {

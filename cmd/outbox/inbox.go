@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/textmachine/outbox/inbox"
+	"github.com/textmachine/outbox/jetstream"
 	"github.com/textmachine/outbox/outbox"
 )
 
@@ -35,7 +37,8 @@ Inspects and operates the inbox in a consumer's database (the database an Inbox 
 applies the journal into, never the book):
 
   stats        per run, the high-water mark (the last seq applied) and any quarantine; per
-               source, its position and, for a file, how many bytes behind the file's end it is
+               source, its position and, for a file, how many bytes behind the file's end it is;
+               for a stream, given the server, how far behind the stream's last sequence
   quarantined  the quarantined runs: why, the seq expected and the one that came, since when
   release      lift a run's quarantine: it goes on from its high-water mark + 1, and every
                source reads again from its start (what was applied is skipped as duplicates)
@@ -108,12 +111,16 @@ type inboxSourceRow struct {
 	NameEscaped string `json:"source_escaped,omitempty"`
 	// File is a file source's position decoded; null for a source of another kind, and for a
 	// source rewound to read again from its start.
-	File        *inboxFilePosition `json:"file"`
-	PositionHex string             `json:"position_hex,omitempty"` // another kind's position, as stored
-	Rewound     bool               `json:"rewound"`                // no position: it reads again from its start
-	Updated     time.Time          `json:"updated"`
+	File *inboxFilePosition `json:"file"`
+	// Stream is a stream source's position decoded, and the stream's state when a server was given;
+	// null for a source of another kind.
+	Stream      *inboxStreamPosition `json:"stream"`
+	PositionHex string               `json:"position_hex,omitempty"` // another kind's position, as stored
+	Rewound     bool                 `json:"rewound"`                // no position: it reads again from its start
+	Updated     time.Time            `json:"updated"`
 	// BehindBytes is how many bytes of the followed file are still to be read; null when it cannot
-	// be told (BehindError says why) or the source is not a file.
+	// be told (BehindError says why) or the source is not a file. For a stream source, BehindError
+	// says why its lag (stream.behind_seqs) is unknown.
 	BehindBytes *int64 `json:"behind_bytes"`
 	BehindError string `json:"behind_error,omitempty"`
 }
@@ -131,19 +138,31 @@ Per run: the high-water mark (the last seq applied, or given up by accept-gap), 
 applied a line, and its quarantine if it has one. Per source: its position (for a file source the
 file it reads, the byte it has read to, its device and inode) and, for a file, how many bytes are
 still to be read to the end of the file the path names now (counting the rest of a rotated file
-first). Opens the database read-only: beside a running consumer it reads what the consumer has
-committed; on a database no consumer holds open it leaves the directory exactly as it found it.`
+first). For a JetStream stream source (jetstream.ApplyStream, FollowStream): the stream, the
+subject filter and the last stream sequence applied; given the server (--nats or --context), also
+the stream's last sequence and how many sequences behind it the source is, and a retention gap
+(the stream no longer holds what follows the position) said plainly. Without a server the lag is
+unknown: stats connects to nothing unless asked. Opens the database read-only: beside a running
+consumer it reads what the consumer has committed; on a database no consumer holds open it leaves
+the directory exactly as it found it.`
 
 func runInboxStats(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("inbox stats", "outbox inbox stats --db FILE [--json]", inboxStatsAbout)
+	fs := newFlags("inbox stats", "outbox inbox stats --db FILE [--json] [--nats URL | --context NAME]", inboxStatsAbout)
 	dbPath := fs.String("db", "", "the consumer's database `file`")
 	asJSON := fs.Bool("json", false, "print JSON")
+	nf := addNATSFlags(fs, "read the state of the streams its stream sources read from the server at `url`, to tell how far behind they are")
 	pos, code, done := parseFlags(fs, args, stderr)
 	if done {
 		return code
 	}
 	if len(pos) != 0 || *dbPath == "" {
 		return usageError(stderr, "outbox inbox stats", "need --db FILE and no arguments")
+	}
+	if nf.given("subject-prefix") {
+		return usageError(stderr, "outbox inbox stats", "--subject-prefix does not apply: each stream source's name holds its subject filter")
+	}
+	if p := nf.problem(); p != "" {
+		return usageError(stderr, "outbox inbox stats", "%s", p)
 	}
 	in, err := openInboxReadOnly(ctx, *dbPath)
 	if err != nil {
@@ -153,6 +172,16 @@ func runInboxStats(ctx context.Context, args []string, stdout, stderr io.Writer)
 	rep, err := collectInboxStats(ctx, in, *dbPath)
 	if err != nil {
 		return failErr(stderr, exitUsage, "inbox stats", err)
+	}
+	if nf.chosen() && slices.ContainsFunc(rep.Sources, func(s inboxSourceRow) bool { return s.Stream != nil }) {
+		// Read after the database, so that the stream's last sequence is no older than the
+		// position it is compared with.
+		js, closeConn, err := nf.connect()
+		if err != nil {
+			return failErr(stderr, exitUsage, "inbox stats", err)
+		}
+		defer closeConn()
+		newStreamLag(js).fill(ctx, rep.Sources)
 	}
 	if *asJSON {
 		err = printJSON(stdout, rep)
@@ -227,6 +256,9 @@ func quarantineRow(q inbox.Quarantine, withRun bool) *inboxQuarantine {
 
 func sourceRow(s inbox.Source) inboxSourceRow {
 	row := inboxSourceRow{Name: s.Name, NameEscaped: escapedIfInvalid(s.Name), Rewound: s.Position == nil, Updated: s.Updated.UTC()}
+	if strings.HasPrefix(s.Name, jetstream.StreamSourcePrefix) {
+		return streamSourceRow(s, row)
+	}
 	if !strings.HasPrefix(s.Name, inbox.FileSourcePrefix) {
 		if s.Position != nil {
 			row.PositionHex = hex.EncodeToString(s.Position)
@@ -291,6 +323,8 @@ func printInboxStats(w io.Writer, rep inboxStatsReport) error {
 	for _, s := range rep.Sources {
 		pos := "opaque, " + fmt.Sprint(len(s.PositionHex)/2) + " bytes"
 		switch {
+		case s.Stream != nil:
+			pos = streamPositionText(s.Stream)
 		case s.Rewound:
 			pos = "none: reads again from its start"
 		case s.File != nil:
@@ -298,6 +332,8 @@ func printInboxStats(w io.Writer, rep inboxStatsReport) error {
 		}
 		behind := "-"
 		switch {
+		case s.Stream != nil && s.BehindError == "":
+			behind = streamBehindText(s.Stream)
 		case s.BehindBytes != nil:
 			behind = fmt.Sprintf("%d bytes", *s.BehindBytes)
 		case s.BehindError != "":

@@ -39,8 +39,9 @@ say: lines not yet projected, or a projection a relay stopped on the sink's refu
 (outbox_run_stopped, 1). Every engine start begins a run, so series for every run would grow
 without end; these come and go with the runs that need an operator. With --inbox, a consumer's
 inbox: how many runs it has applied, each quarantined run (one series per quarantined run, none
-for a healthy one) with its high-water mark, and per file source the bytes still to be read to the
-file's end. Give either or both. It opens each database read-only, as stats does: it runs beside
+for a healthy one) with its high-water mark, per file source the bytes still to be read to the
+file's end, and per JetStream stream source the last stream sequence applied (the stream's own
+last sequence is the server's to export: the exporter connects to no server). Give either or both. It opens each database read-only, as stats does: it runs beside
 an engine and a consumer, keeps working when one starts or stops, and on a database no process
 holds open leaves the directory as it found it. outbox_build_info names the version (as outbox
 version prints it), and the go_ and process_ series are the exporter's own process.

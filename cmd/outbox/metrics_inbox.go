@@ -14,7 +14,7 @@ import (
 )
 
 // The inbox's series are bounded by what needs attention, never by the runs seen: one figure for
-// all runs, a series per quarantined run, a series per file source (an inbox follows a few).
+// all runs, a series per quarantined run, a series per file or stream source (an inbox reads a few).
 var (
 	descInboxUp         = prometheus.NewDesc("outbox_inbox_up", "1 when the last read of the inbox succeeded, 0 when it failed.", nil, nil)
 	descInboxRuns       = prometheus.NewDesc("outbox_inbox_runs", "Runs the inbox has applied lines of (one figure for the database, not a series per run).", nil, nil)
@@ -22,7 +22,8 @@ var (
 	descInboxQuarantine = prometheus.NewDesc("outbox_inbox_run_quarantined", "1 for each quarantined run, with why (gap, conflict or handler); no series for a healthy run.", []string{"run", "reason"}, nil)
 	descInboxQuarPos    = prometheus.NewDesc("outbox_inbox_quarantined_run_position", "A quarantined run's high-water mark: the last seq it applied.", []string{"run"}, nil)
 	descInboxBehind     = prometheus.NewDesc("outbox_inbox_source_behind_bytes", "Bytes of a followed journal file still to be read to its end; absent when it cannot be told.", []string{"source"}, nil)
-	inboxDescriptions   = []*prometheus.Desc{descInboxUp, descInboxRuns, descInboxQuarCount, descInboxQuarantine, descInboxQuarPos, descInboxBehind}
+	descInboxStreamPos  = prometheus.NewDesc("outbox_inbox_stream_position", "The last stream sequence a JetStream stream source applied (one series per stream and subject filter); absent while it reads the stream again from its start.", []string{"source"}, nil)
+	inboxDescriptions   = []*prometheus.Desc{descInboxUp, descInboxRuns, descInboxQuarCount, descInboxQuarantine, descInboxQuarPos, descInboxBehind, descInboxStreamPos}
 )
 
 // inboxCollector reads a consumer's inbox at each scrape.
@@ -74,6 +75,11 @@ func (c *inboxCollector) Collect(ch chan<- prometheus.Metric) {
 		if s.BehindBytes != nil {
 			gauge(descInboxBehind, float64(*s.BehindBytes), labelValue(s.Name))
 		}
+		// The stream's last sequence is the server's: a scrape reads the database only, and the
+		// lag is the difference with the stream's own metrics.
+		if s.Stream != nil && s.Stream.Seq != nil {
+			gauge(descInboxStreamPos, float64(*s.Stream.Seq), labelValue(s.Name))
+		}
 	}
 }
 
@@ -97,7 +103,7 @@ func readInboxFigures(ctx context.Context, in *inbox.Inbox) (inboxFigures, error
 		return f, err
 	}
 	for _, s := range srcs {
-		if row := sourceRow(s); row.BehindBytes != nil || row.BehindError != "" {
+		if row := sourceRow(s); row.BehindBytes != nil || row.BehindError != "" || row.Stream != nil {
 			f.sources = append(f.sources, row)
 		}
 	}

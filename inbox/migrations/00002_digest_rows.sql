@@ -19,7 +19,7 @@ CREATE TABLE inbox_digests (
     first_seq     INTEGER NOT NULL CHECK ((first_seq - 1) / 16 = chunk),
     digests       BLOB    NOT NULL CHECK (typeof(digests) = 'blob' AND length(digests) % 32 = 0
                                           AND length(digests) >= 32
-                                          AND (first_seq + length(digests) / 32 - 2) / 16 = chunk),
+                                          AND (first_seq - 2 + length(digests) / 32) / 16 = chunk),
     PRIMARY KEY (engine_run_id, chunk)
 ) WITHOUT ROWID;
 

@@ -17,10 +17,15 @@ import (
 // summing the spend.
 type PlatformConfig struct {
 	DB      string // the platform's own database, never the book
-	Journal string // the journal file it reads
+	Journal string // the journal file it reads, when Source is nil
 	// Follow makes the start follow the journal (FollowFile) until ctx ends; without it the start
 	// applies the journal to its end (ApplyFile) and returns.
 	Follow bool
+	// Source, when set, reads the lines in place of the journal file: it applies them to in through
+	// h, to the source's end (follow false) or on until ctx ends (follow true), storing its position
+	// with the effects as the inbox's sources do. It is how a caller feeds the platform from a
+	// stream without this package depending on the broker's client.
+	Source func(ctx context.Context, in *inbox.Inbox, h inbox.Handler, follow bool) error
 	// Batch, when set, is called after each batch the inbox commits, with that batch's Report.
 	Batch func(inbox.Report)
 	// PollInterval and BatchLines, when set, are the inbox's (WithPollInterval, WithBatchLines).
@@ -72,6 +77,9 @@ func RunPlatform(ctx context.Context, cfg PlatformConfig) (err error) {
 		return err
 	}); err != nil {
 		return fmt.Errorf("demo: platform schema: %w", err)
+	}
+	if cfg.Source != nil {
+		return cfg.Source(ctx, in, applyLine, cfg.Follow)
 	}
 	if !cfg.Follow {
 		_, err := in.ApplyFile(ctx, cfg.Journal, applyLine)
