@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
@@ -56,12 +55,16 @@ Exit status: 0 consistent, 1 any finding, 2 a usage or I/O error.`
 // checkReport is the --json output, one object on every outcome. Field names are part of the
 // command's interface.
 type checkReport struct {
-	DB       string `json:"db"`
-	Journal  string `json:"journal,omitempty"` // the journal file, or
-	Stream   string `json:"stream,omitempty"`  // the stream
-	Server   string `json:"server,omitempty"`  // on this server (its user information hidden)
-	OK       bool   `json:"ok"`
-	BookRuns int    `json:"book_runs"` // runs the book knows: with rows, projected, or forgotten
+	DB      string `json:"db"`
+	Journal string `json:"journal,omitempty"` // the journal file, or
+	// DBEscaped and JournalEscaped are the paths quoted as Go's %q does, each given only when the
+	// path is not valid UTF-8.
+	DBEscaped      string `json:"db_escaped,omitempty"`
+	JournalEscaped string `json:"journal_escaped,omitempty"`
+	Stream         string `json:"stream,omitempty"` // the stream
+	Server         string `json:"server,omitempty"` // on this server (its user information hidden)
+	OK             bool   `json:"ok"`
+	BookRuns       int    `json:"book_runs"` // runs the book knows: with rows, projected, or forgotten
 	// JournalRuns and JournalLines count the journal's runs and complete lines, duplicates included.
 	JournalRuns  int            `json:"journal_runs"`
 	JournalLines int64          `json:"journal_lines"`
@@ -110,7 +113,8 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if p := nf.problem(); p != "" {
 		return usageError(stderr, "outbox check", "%s", p)
 	}
-	rep := checkReport{DB: *dbPath, Journal: *jPath, Stream: *streamName, Findings: []checkFinding{}}
+	rep := checkReport{DB: redact(*dbPath), Journal: redact(*jPath), Stream: *streamName, Findings: []checkFinding{}}
+	rep.DBEscaped, rep.JournalEscaped = escapedIfInvalid(rep.DB), escapedIfInvalid(rep.Journal)
 	read := func(c *checker) error { return c.readFile(ctx, *jPath) }
 	if streamMode {
 		rep.Server = nf.server()
@@ -126,15 +130,17 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		status = exitFindings
 	}
 	rep.OK = status == exitOK
+	w := &errWriter{w: stdout}
 	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		enc.Encode(rep)
+		printJSON(w, rep)
 	} else {
-		printCheck(stdout, rep)
+		printCheck(w, rep)
 	}
 	if err != nil {
 		return failErr(stderr, status, "check", err)
+	}
+	if w.err != nil {
+		return failErr(stderr, exitUsage, "check", w.err)
 	}
 	return status
 }
@@ -165,7 +171,8 @@ func crossCheck(ctx context.Context, dbPath string, read func(*checker) error, r
 		return err
 	}
 	rep.BookRuns, rep.JournalRuns, rep.JournalLines = len(c.book), len(c.runs), c.lines
-	rep.Compared, rep.TornTail, rep.Findings = c.compared, c.torn, findings
+	rep.Compared, rep.TornTail = c.compared, c.torn
+	rep.Findings = append(rep.Findings, findings...) // [] in the JSON when there are none, never null
 	return nil
 }
 

@@ -1,13 +1,17 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -119,6 +123,7 @@ func printable(s string) bool {
 // sanitize escapes, in free text such as an error message, every rune that quote would escape, and
 // leaves the rest as it is.
 func sanitize(s string) string {
+	s = redact(s)
 	if printable(s) {
 		return s
 	}
@@ -193,4 +198,64 @@ func ofThem(n int64, one, many string) string {
 		return "1 of them " + one
 	}
 	return strconv.FormatInt(n, 10) + " of them " + many
+}
+
+// printJSON writes v as indented JSON in which every rune a terminal would act on or hide is
+// escaped as \uXXXX. encoding/json escapes only C0 controls and U+2028/U+2029, so a run id holding a
+// bidi override, an isolate or a C1 control would otherwise reach the terminal raw and reorder or
+// rewrite what it shows. The escape is JSON's own, so a decoder gets the exact string back.
+func printJSON(w io.Writer, v any) error {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	// Outside its strings the encoder writes ASCII only, so every rune escaped here is inside one.
+	b := buf.Bytes()
+	out := make([]byte, 0, len(b))
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r < utf8.RuneSelf || strconv.IsPrint(r) {
+			out = append(out, b[i:i+n]...)
+		} else if r1, r2 := utf16.EncodeRune(r); r1 != utf8.RuneError {
+			out = fmt.Appendf(out, `\u%04x\u%04x`, r1, r2)
+		} else {
+			out = fmt.Appendf(out, `\u%04x`, r)
+		}
+		i += n
+	}
+	_, err := w.Write(out)
+	return err
+}
+
+// userinfo is the user information of a URL (scheme://user:password@ or scheme://token@), up to its
+// last @ before a path, a space or a quote, so that an @ left unencoded in a password is covered.
+var userinfo = regexp.MustCompile(`([A-Za-z][A-Za-z0-9+.-]*://)[^/\s"]*@`)
+
+// redact hides the user information of every URL in s, as the server is named everywhere
+// (nats://xxxxx@host:4222). A server URL given where a file, a name or a number was expected (a
+// forgotten --nats, a flag misplaced) comes back in the error that names the argument, and its
+// password must not come back with it.
+func redact(s string) string {
+	if !strings.Contains(s, "://") {
+		return s
+	}
+	return userinfo.ReplaceAllString(s, "${1}xxxxx@")
+}
+
+// errWriter keeps the first error of the writes through it, so that a report printed in many
+// writes can be checked once: a report that did not reach its reader is an I/O error, not a result.
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) Write(p []byte) (int, error) {
+	if e.err != nil {
+		return 0, e.err
+	}
+	n, err := e.w.Write(p)
+	e.err = err
+	return n, err
 }

@@ -17,7 +17,9 @@ import (
 	"syscall"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
+	"github.com/textmachine/outbox/inbox"
 	"github.com/textmachine/outbox/internal/demo"
 	ojs "github.com/textmachine/outbox/jetstream"
 	"github.com/textmachine/outbox/journal"
@@ -88,6 +90,11 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if p := nf.problem(); p != "" {
 		return usageError(stderr, "outbox demo", "%s", p)
 	}
+	if *dir != "" {
+		if p := unfollowable(*dir); p != "" {
+			return fail(stderr, exitUsage, "demo: --dir %s: %s, so the platform could not follow the journal in it", quote(*dir), p)
+		}
+	}
 	if *dir == "" {
 		d, err := os.MkdirTemp("", "outbox-demo-")
 		if err != nil {
@@ -99,10 +106,27 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	dbPath, jPath := filepath.Join(*dir, "book.db"), filepath.Join(*dir, "journal.jsonl")
 	platformDB := filepath.Join(*dir, "platform.db")
-	for _, p := range []string{dbPath, jPath, platformDB} {
-		if _, err := os.Stat(p); err == nil {
-			return fail(stderr, exitUsage, "demo: %s already exists; give an empty --dir", p)
+	used := []string{dbPath, jPath, platformDB}
+	if *sinkKind == "nats" {
+		// The stream written out, and the embedded server's store: a stream left there by an
+		// earlier demo still holds its lines, which this one would count as its own.
+		used = append(used, filepath.Join(*dir, "stream.jsonl"))
+		if !nf.chosen() {
+			used = append(used, filepath.Join(*dir, "nats"))
 		}
+	}
+	for _, p := range used {
+		if _, err := os.Stat(p); err == nil {
+			return fail(stderr, exitUsage, "demo: %s already exists; give an empty --dir", quote(p))
+		}
+	}
+	// The engine and the platform would each fail on their own, after the demo started, and the
+	// demo would report a broken guarantee (exit 1) for what is a directory it cannot use.
+	if probe, err := os.CreateTemp(*dir, ".outbox-demo-probe-"); err != nil {
+		return fail(stderr, exitUsage, "demo: --dir %s: cannot create a file in it: %v", quote(*dir), errors.Unwrap(err))
+	} else {
+		probe.Close()
+		os.Remove(probe.Name())
 	}
 	sinkArgs := []string{"--journal", jPath}
 	var engineEnv []string
@@ -120,9 +144,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		sinkArgs, engineEnv = natsEngineArgs(nf, *streamName)
 		checked = filepath.Join(*dir, "stream.jsonl")
-		fmt.Fprintf(stdout, "demo: projecting to stream %s at %s\n", *streamName, nf.server())
+		fmt.Fprintf(stdout, "demo: projecting to stream %s at %s\n", quote(*streamName), nf.server())
 	}
-	fmt.Fprintf(stdout, "demo: a book of %d units in %s, %s, seed %d\n\n", *units, *dir, crashCount(*crashes), *seed)
+	fmt.Fprintf(stdout, "demo: a book of %d units in %s, %s, seed %d\n\n", *units, quote(*dir), crashCount(*crashes), *seed)
 
 	// The units at which the engine is killed: distinct, increasing, inside the book.
 	rng := rand.New(rand.NewPCG(*seed, 0x64656d6f))
@@ -221,7 +245,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(tw, "time\t%v\n", time.Since(began).Round(10*time.Millisecond))
 	tw.Flush()
 	fmt.Fprintf(stdout, "%s\n", platformLine(pres, *units, plat))
-	fmt.Fprintf(stdout, "\nbook: %s\njournal: %s\nplatform database: %s\n", dbPath, checked, platformDB)
+	fmt.Fprintf(stdout, "\nbook: %s\njournal: %s\nplatform database: %s\n", quote(dbPath), quote(checked), quote(platformDB))
 	if !res.OK() || !pres.OK() {
 		fmt.Fprintf(stdout, "\nFAILED: %s\n", problems(res, pres))
 		return exitFindings
@@ -365,4 +389,26 @@ func crashCount(n int) string {
 		return "1 crash"
 	}
 	return strconv.Itoa(n) + " crashes"
+}
+
+// unfollowable says why the platform's inbox would refuse a journal in dir as a source (a source's
+// name is its absolute path: valid UTF-8, no control byte, at most inbox.MaxSourceNameLen bytes), or
+// "" when it would not.
+func unfollowable(dir string) string {
+	abs, err := filepath.Abs(filepath.Join(dir, "stream.jsonl"))
+	if err != nil {
+		return err.Error()
+	}
+	switch {
+	case !utf8.ValidString(abs):
+		return "its path is not valid UTF-8"
+	case len(abs) > inbox.MaxSourceNameLen:
+		return fmt.Sprintf("its path is longer than %d bytes", inbox.MaxSourceNameLen)
+	}
+	for i := 0; i < len(abs); i++ {
+		if c := abs[i]; c < 0x20 || c == 0x7f {
+			return fmt.Sprintf("its path holds control byte 0x%02x", c)
+		}
+	}
+	return ""
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -78,7 +77,9 @@ func openInboxReadOnly(ctx context.Context, path string) (*inbox.Inbox, error) {
 // inboxStatsReport is the --json output of `outbox inbox stats`. Field names are part of the
 // command's interface.
 type inboxStatsReport struct {
-	DB          string           `json:"db"`
+	DB string `json:"db"`
+	// DBEscaped is the path quoted as Go's %q does, given only when it is not valid UTF-8.
+	DBEscaped   string           `json:"db_escaped,omitempty"`
 	Runs        []inboxRunRow    `json:"runs"`
 	Quarantined int              `json:"quarantined"`
 	Sources     []inboxSourceRow `json:"sources"`
@@ -204,7 +205,7 @@ func collectInboxStats(ctx context.Context, in *inbox.Inbox, path string) (inbox
 }
 
 func readInboxStats(ctx context.Context, in *inbox.Inbox, path string) (inboxStatsReport, error) {
-	rep := inboxStatsReport{DB: path, Runs: []inboxRunRow{}, Sources: []inboxSourceRow{}}
+	rep := inboxStatsReport{DB: path, DBEscaped: escapedIfInvalid(path), Runs: []inboxRunRow{}, Sources: []inboxSourceRow{}}
 	qs, err := in.Quarantined(ctx)
 	if err != nil {
 		return rep, err
@@ -295,12 +296,6 @@ func sourceRow(s inbox.Source) inboxSourceRow {
 	return row
 }
 
-func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
-
 func printInboxStats(w io.Writer, rep inboxStatsReport) error {
 	fmt.Fprintf(w, "%s: %s, %d quarantined; %s\n\n", quote(rep.DB), plural(int64(len(rep.Runs)), "run"), rep.Quarantined, plural(int64(len(rep.Sources)), "source"))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -369,7 +364,9 @@ such a run is applied until 'outbox inbox release' (or, for a gap that cannot be
 
 // inboxQuarantinedReport is the --json output of `outbox inbox quarantined`.
 type inboxQuarantinedReport struct {
-	DB          string            `json:"db"`
+	DB string `json:"db"`
+	// DBEscaped is the path quoted as Go's %q does, given only when it is not valid UTF-8.
+	DBEscaped   string            `json:"db_escaped,omitempty"`
 	Quarantined []inboxQuarantine `json:"quarantined"`
 }
 
@@ -396,7 +393,7 @@ func runInboxQuarantined(ctx context.Context, args []string, stdout, stderr io.W
 	if err != nil {
 		return failErr(stderr, exitUsage, "inbox quarantined", err)
 	}
-	rep := inboxQuarantinedReport{DB: *dbPath, Quarantined: []inboxQuarantine{}}
+	rep := inboxQuarantinedReport{DB: *dbPath, DBEscaped: escapedIfInvalid(*dbPath), Quarantined: []inboxQuarantine{}}
 	for _, q := range qs {
 		rep.Quarantined = append(rep.Quarantined, *quarantineRow(q, true))
 	}

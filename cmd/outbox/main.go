@@ -57,7 +57,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		c, ok = hidden[args[0]]
 	}
 	if !ok {
-		fmt.Fprintf(stderr, "outbox: unknown command %s (run 'outbox help')\n", quote(args[0]))
+		fmt.Fprintf(stderr, "outbox: unknown command %s (run 'outbox help')\n", redact(quote(args[0])))
 		return exitUsage
 	}
 	return c.run(ctx, args[1:], stdout, &streams{Writer: stderr, out: stdout, in: os.Stdin})

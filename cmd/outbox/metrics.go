@@ -76,7 +76,10 @@ func parseMetrics(args []string, stderr io.Writer) (cfg metricsConfig, code int,
 	if done {
 		return cfg, code, true
 	}
-	if len(pos) != 0 || (cfg.db == "" && cfg.inbox == "") || cfg.listen == "" {
+	if cfg.listen == "" {
+		return cfg, usageError(stderr, "outbox metrics", "--listen needs an address, HOST:PORT or :PORT"), true
+	}
+	if len(pos) != 0 || (cfg.db == "" && cfg.inbox == "") {
 		return cfg, usageError(stderr, "outbox metrics", "need --db FILE or --inbox FILE (or both), and no arguments"), true
 	}
 	return cfg, 0, false

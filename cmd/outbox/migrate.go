@@ -17,6 +17,7 @@ import (
 	"github.com/ncruces/go-sqlite3"
 	"github.com/ncruces/go-sqlite3/driver"
 
+	"github.com/textmachine/outbox/inbox"
 	"github.com/textmachine/outbox/internal/flock"
 	"github.com/textmachine/outbox/migrations"
 	"github.com/textmachine/outbox/outbox"
@@ -189,6 +190,14 @@ func knownMigrations() ([]migration, error) {
 func migrateWrite(ctx context.Context, path, action string, force bool, stdout io.Writer) error {
 	if err := checkFile(path, "database"); err != nil && !(action == "up" && missing(path)) {
 		return err
+	}
+	if !missing(path) {
+		// The consumer's database is the other SQLite file beside a book: the outbox's tables added
+		// to it make the inbox refuse it as a book, and the consumer could not start again.
+		if in, err := inbox.OpenReadOnly(ctx, path); err == nil {
+			in.Close()
+			return fmt.Errorf("database %s is a consumer's database (it holds an inbox), not a book; nothing was changed", quote(path))
+		}
 	}
 	lock, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {

@@ -367,8 +367,12 @@ func TestConnectionFlagsWithoutAServerAreAUsageError(t *testing.T) {
 		{"demo", "--nkey", "u.nk"},
 		{"demo", "--sink", "file", "--subject-prefix", "book"},
 	} {
+		name := args[0]
+		if name == "stream" {
+			name = "stream create"
+		}
 		code, out, errOut := cli(t, args...)
-		if code != exitUsage || out != "" || strings.Count(errOut, "\n") != 1 || !strings.HasPrefix(errOut, "outbox "+args[0]+": ") {
+		if code != exitUsage || out != "" || strings.Count(errOut, "\n") != 1 || !strings.HasPrefix(errOut, "outbox "+name+": ") {
 			t.Errorf("%v: %d %q %q, want a one-line usage error", args, code, out, errOut)
 		}
 	}

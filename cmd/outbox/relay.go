@@ -50,7 +50,7 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if p := nf.problem(); p != "" {
 		return usageError(stderr, "outbox relay", "%s", p)
 	}
-	if err := checkFile(*dbPath, "database"); err != nil {
+	if err := requireBook(ctx, *dbPath); err != nil {
 		return failErr(stderr, exitUsage, "relay", err)
 	}
 	s, err := outbox.Open(ctx, *dbPath)

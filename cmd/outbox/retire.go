@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -47,7 +48,7 @@ func runRetire(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if *seq < 1 {
 		return usageError(stderr, "outbox retire", "--seq must be at least 1")
 	}
-	if err := checkFile(*dbPath, "database"); err != nil {
+	if err := requireBook(ctx, *dbPath); err != nil {
 		return failErr(stderr, exitUsage, "retire", err)
 	}
 	s, err := outbox.Open(ctx, *dbPath)
@@ -95,7 +96,23 @@ func storedLine(ctx context.Context, s *outbox.Store, runID string, seq int64) (
 	if len(lines) == 0 || lines[0].Seq != seq {
 		return nil, fmt.Errorf("line %d of run %s: %w", seq, quote(runID), outbox.ErrUnknownEvent)
 	}
+	if retired(lines[0].Line) {
+		return nil, fmt.Errorf("line %d of run %s is already retired; retiring it again would replace the SHA-256 and size of the original with the tombstone's", seq, quote(runID))
+	}
 	return lines[0].Line, nil
+}
+
+// retired reports whether line is a tombstone RetireEvent wrote: type "retired" with the digest and
+// size of the line it replaced.
+func retired(line []byte) bool {
+	var t struct {
+		Type string `json:"type"`
+		Data struct {
+			SHA256 string `json:"sha256"`
+			Size   *int64 `json:"size"`
+		} `json:"data"`
+	}
+	return json.Unmarshal(line, &t) == nil && t.Type == "retired" && t.Data.SHA256 != "" && t.Data.Size != nil
 }
 
 // saveLine writes b to a new file at path and syncs it and its directory.

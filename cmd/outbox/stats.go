@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -24,7 +23,9 @@ func init() {
 
 // statsReport is the --json output. Field names are part of the command's interface.
 type statsReport struct {
-	DB        string        `json:"db"`
+	DB string `json:"db"`
+	// DBEscaped is the path quoted as Go's %q does, given only when it is not valid UTF-8.
+	DBEscaped string        `json:"db_escaped,omitempty"`
 	FileBytes int64         `json:"file_bytes"`
 	WALBytes  int64         `json:"wal_bytes"`
 	Ledger    int64         `json:"ledger_keys"`
@@ -138,6 +139,25 @@ func openReadOnly(ctx context.Context, path string) (*outbox.Store, error) {
 	return outbox.OpenReadOnly(ctx, path)
 }
 
+// requireBook refuses, before a command opens path for writing, a database that holds no book:
+// an empty file, another program's database or a consumer's inbox, which outbox.Open would turn
+// into a book by migrating the outbox's tables into it. It reads path read-only, so the refusal
+// leaves the file as it was. Other errors are left to outbox.Open, which says them too (a book of
+// an older schema version is migrated there, as an engine's start would).
+func requireBook(ctx context.Context, path string) error {
+	if err := checkFile(path, "database"); err != nil {
+		return err
+	}
+	s, err := outbox.OpenReadOnly(ctx, path)
+	switch {
+	case errors.Is(err, outbox.ErrNoSchema):
+		return fmt.Errorf("database %s holds no book (no outbox tables); nothing was changed", quote(path))
+	case err == nil:
+		return s.Close()
+	}
+	return nil
+}
+
 // collectStats reads the report; a read that met an engine opening the book is read again, through
 // the engine's WAL.
 func collectStats(ctx context.Context, s *outbox.Store, now time.Time) (statsReport, error) {
@@ -149,7 +169,7 @@ func collectStats(ctx context.Context, s *outbox.Store, now time.Time) (statsRep
 }
 
 func readStats(ctx context.Context, s *outbox.Store, now time.Time) (statsReport, error) {
-	rep := statsReport{DB: s.Path(), Runs: []runStatsRow{}}
+	rep := statsReport{DB: s.Path(), DBEscaped: escapedIfInvalid(s.Path()), Runs: []runStatsRow{}}
 	for r, err := range s.AllRuns(ctx) {
 		if err != nil {
 			return rep, err
@@ -195,9 +215,7 @@ func fileSize(path string) int64 {
 
 func printStats(w io.Writer, rep statsReport, asJSON bool) error {
 	if asJSON {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
+		return printJSON(w, rep)
 	}
 	fmt.Fprintf(w, "%s: %s, WAL %s; %s in the ledger; %s\n\n",
 		quote(rep.DB), plural(rep.FileBytes, "byte"), plural(rep.WALBytes, "byte"), plural(rep.Ledger, "once key"), plural(int64(len(rep.Runs)), "run"))

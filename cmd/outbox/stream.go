@@ -28,24 +28,34 @@ not a power failure of its machine (unless the server syncs always); --replicas 
 the loss or the power failure of any one of three servers.`
 
 func runStream(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("stream", "outbox stream create (--nats URL | --context NAME) --stream NAME [--replicas N] [--subject-prefix PREFIX]", streamAbout)
+	// Its one subcommand names the command in every message, as "outbox inbox stats" does, once
+	// it is given first; a bare or unknown subcommand is the usage error of "outbox stream".
+	cmd := "stream"
+	if len(args) > 0 && args[0] == "create" {
+		cmd, args = "stream create", args[1:]
+	}
+	fs := newFlags(cmd, "outbox stream create (--nats URL | --context NAME) --stream NAME [--replicas N] [--subject-prefix PREFIX]", streamAbout)
 	name := fs.String("stream", "", "the stream `NAME`")
 	replicas := fs.Int("replicas", 1, "the number of replicas, `N`: 1 to 5, usually 1 or 3 (3 needs a cluster of three or more servers)")
 	nf := addNATSFlags(fs, "the NATS server `URL`")
 	pos, code, done := parseFlags(fs, args, stderr)
+	if !done && cmd == "stream" && len(pos) > 0 && pos[0] == "create" {
+		cmd, pos = "stream create", pos[1:]
+	}
+	usage := "outbox " + cmd
 	switch {
 	case done:
 		return code
-	case len(pos) == 0 || pos[0] != "create":
-		return usageError(stderr, "outbox stream", "need the subcommand create")
-	case len(pos) > 1:
-		return usageError(stderr, "outbox stream", "unexpected argument %q", pos[1])
+	case cmd != "stream create":
+		return usageError(stderr, usage, "need the subcommand create")
+	case len(pos) > 0:
+		return usageError(stderr, usage, "unexpected argument %q", pos[0])
 	case !nf.chosen() || *name == "":
-		return usageError(stderr, "outbox stream", "need --nats URL (or --context NAME) and --stream NAME")
+		return usageError(stderr, usage, "need --nats URL (or --context NAME) and --stream NAME")
 	case *replicas < 1 || *replicas > 5:
-		return usageError(stderr, "outbox stream", "--replicas %d: need 1 to 5", *replicas)
+		return usageError(stderr, usage, "--replicas %d: need 1 to 5", *replicas)
 	case nf.problem() != "":
-		return usageError(stderr, "outbox stream", "%s", nf.problem())
+		return usageError(stderr, usage, "%s", nf.problem())
 	}
 	js, closeConn, err := nf.connect()
 	if err != nil {

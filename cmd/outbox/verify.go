@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -24,16 +23,18 @@ func init() {
 // verifyReport is the --json output, one object on every outcome. Field names are part of the
 // command's interface.
 type verifyReport struct {
-	File       string               `json:"file,omitempty"`   // the journal file checked ("-": standard input)
-	Stream     string               `json:"stream,omitempty"` // or the stream checked,
-	Server     string               `json:"server,omitempty"` // on this server (user information hidden)
-	OK         bool                 `json:"ok"`
-	Lines      int                  `json:"lines"`
-	Duplicates int                  `json:"duplicates"`
-	TornTail   bool                 `json:"torn_tail"`
-	Runs       map[string]verifyRun `json:"runs"`
-	Finding    *verifyFinding       `json:"finding"`         // null when clean
-	Error      string               `json:"error,omitempty"` // set when the input could not be read
+	File string `json:"file,omitempty"` // the journal file checked ("-": standard input)
+	// FileEscaped is the path quoted as Go's %q does, given only when it is not valid UTF-8.
+	FileEscaped string               `json:"file_escaped,omitempty"`
+	Stream      string               `json:"stream,omitempty"` // or the stream checked,
+	Server      string               `json:"server,omitempty"` // on this server (user information hidden)
+	OK          bool                 `json:"ok"`
+	Lines       int                  `json:"lines"`
+	Duplicates  int                  `json:"duplicates"`
+	TornTail    bool                 `json:"torn_tail"`
+	Runs        map[string]verifyRun `json:"runs"`
+	Finding     *verifyFinding       `json:"finding"`         // null when clean
+	Error       string               `json:"error,omitempty"` // set when the input could not be read
 }
 
 type verifyRun struct {
@@ -95,7 +96,8 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		out.File = "-"
 		check = func() (journal.Report, error) { return journal.Verify(stdinOf(stderr)) }
 	case !nf.chosen() && *streamName == "" && len(pos) == 1:
-		out.File = pos[0]
+		out.File = redact(pos[0])
+		out.FileEscaped = escapedIfInvalid(out.File)
 		check = func() (journal.Report, error) { return verifyFile(pos[0]) }
 	default:
 		return usageError(stderr, "outbox verify", "need exactly one journal FILE (- for standard input), or --nats URL (or --context NAME) --stream NAME")
@@ -123,15 +125,17 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		out.Error = message(verr)
 		status = exitUsage
 	}
+	w := &errWriter{w: stdout}
 	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		enc.Encode(out)
+		printJSON(w, out)
 	} else {
-		printVerify(stdout, out)
+		printVerify(w, out)
 	}
 	if verr != nil {
 		return failErr(stderr, status, "verify", verr)
+	}
+	if w.err != nil {
+		return failErr(stderr, exitUsage, "verify", w.err)
 	}
 	return status
 }
