@@ -150,16 +150,13 @@ func runInboxStats(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs := newFlags("inbox stats", "outbox inbox stats --db FILE [--json] [--nats URL | --context NAME]", inboxStatsAbout)
 	dbPath := fs.String("db", "", "the consumer's database `file`")
 	asJSON := fs.Bool("json", false, "print JSON")
-	nf := addNATSFlags(fs, "read the state of the streams its stream sources read from the server at `url`, to tell how far behind they are")
+	nf := addNATSConnFlags(fs, "read the state of the streams its stream sources read from the server at `url`, to tell how far behind they are")
 	pos, code, done := parseFlags(fs, args, stderr)
 	if done {
 		return code
 	}
 	if len(pos) != 0 || *dbPath == "" {
 		return usageError(stderr, "outbox inbox stats", "need --db FILE and no arguments")
-	}
-	if nf.given("subject-prefix") {
-		return usageError(stderr, "outbox inbox stats", "--subject-prefix does not apply: each stream source's name holds its subject filter")
 	}
 	if p := nf.problem(); p != "" {
 		return usageError(stderr, "outbox inbox stats", "%s", p)

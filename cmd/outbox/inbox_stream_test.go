@@ -233,9 +233,14 @@ func TestInboxStatsOfAStreamSourceIsTerminalSafeAndRefusesWhatDoesNotApply(t *te
 		t.Fatalf("exit %d", code)
 	}
 	checkTerminalSafe(t, "inbox stats", out)
+	// Each stream source's name holds its subject filter: the command has no --subject-prefix, in
+	// its help or on its command line.
 	if code, _, errOut := cli(t, "inbox", "stats", "--db", dbPath, "--nats", url, "--subject-prefix", "other"); code != exitUsage ||
-		!strings.Contains(errOut, "--subject-prefix does not apply") {
+		!strings.Contains(errOut, "subject-prefix") {
 		t.Errorf("--subject-prefix: exit %d, %q", code, errOut)
+	}
+	if _, help, _ := cli(t, "inbox", "stats", "--help"); strings.Contains(help, "subject-prefix") || !strings.Contains(help, "--nats") {
+		t.Errorf("inbox stats --help lists --subject-prefix, or lacks --nats:\n%s", help)
 	}
 	if code, _, _ := cli(t, "inbox", "stats", "--db", dbPath, "--creds", "x"); code != exitUsage {
 		t.Errorf("--creds without a server: exit %d", code)

@@ -46,6 +46,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case len(args) == 0:
 		fmt.Fprintln(stderr, "outbox: need a command (run 'outbox help' for the list)")
 		return exitUsage
+	case args[0] == "help" && len(args) > 1:
+		// "outbox help stats" is "outbox stats --help", as in the go command; an unknown name
+		// falls through to the unknown-command error below.
+		if _, ok := commands[args[1]]; ok {
+			args = []string{args[1], "--help"}
+		} else {
+			args = args[1:]
+		}
 	case args[0] == "help" || args[0] == "-h" || args[0] == "--help" || args[0] == "-help":
 		usage(stdout)
 		return exitOK

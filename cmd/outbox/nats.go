@@ -33,8 +33,9 @@ type natsFlags struct {
 	embedded bool
 }
 
-// addNATSFlags registers the connection flags on fs; urlUsage is --nats's meaning in that command.
-func addNATSFlags(fs *flag.FlagSet, urlUsage string) *natsFlags {
+// addNATSConnFlags registers the connection flags on fs; urlUsage is --nats's meaning in that
+// command. The subject prefix stays the default: the command names no stream's lines by it.
+func addNATSConnFlags(fs *flag.FlagSet, urlUsage string) *natsFlags {
 	f := &natsFlags{fs: fs}
 	fs.StringVar(&f.url, "nats", "", urlUsage+"; user and password (or a token) may be given in it, as nats://user:password@host:4222, and are never printed")
 	fs.StringVar(&f.context, "context", "", "take the server and credentials from the nats CLI's context `name` ($XDG_CONFIG_HOME/nats/context/NAME.json, or ~/.config/nats/context/NAME.json); the flags given override its values")
@@ -43,6 +44,14 @@ func addNATSFlags(fs *flag.FlagSet, urlUsage string) *natsFlags {
 	fs.StringVar(&f.tlsCert, "tls-cert", "", "present the client certificate in `file` (PEM), with --tls-key")
 	fs.StringVar(&f.tlsKey, "tls-key", "", "the client certificate's private key, in `file` (PEM)")
 	fs.StringVar(&f.tlsCA, "tls-ca", "", "verify the server's certificate with the CA certificates in `file` (PEM)")
+	f.prefix = jetstream.DefaultPrefix
+	return f
+}
+
+// addNATSFlags is addNATSConnFlags and --subject-prefix, for the commands that publish or read a
+// stream's lines under one prefix.
+func addNATSFlags(fs *flag.FlagSet, urlUsage string) *natsFlags {
+	f := addNATSConnFlags(fs, urlUsage)
 	fs.StringVar(&f.prefix, "subject-prefix", jetstream.DefaultPrefix, "the lines' subjects are `prefix`.<run>, as the stream was created with")
 	return f
 }

@@ -78,8 +78,8 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if len(pos) != 0 || *dbPath == "" {
 		return usageError(stderr, "outbox stats", "need --db FILE and no arguments")
 	}
-	if *watch < 0 {
-		return usageError(stderr, "outbox stats", "--watch must be a positive duration")
+	if *watch < 0 || (*watch > 0 && *watch < minWatch) {
+		return usageError(stderr, "outbox stats", "--watch must be at least %v: each redraw reads the whole book", minWatch)
 	}
 	s, err := openReadOnly(ctx, *dbPath)
 	if err != nil {
@@ -98,6 +98,10 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	return watchStats(ctx, s, *watch, *asJSON, stdout, stderr)
 }
+
+// minWatch bounds how often --watch reads the book: a redraw reads every run, and a loop without a
+// pause would keep a core and the book's read connection busy beside the engine.
+const minWatch = 10 * time.Millisecond
 
 // watchStats prints the report every interval until ctx ends: redrawn in place on a terminal, one
 // block after another elsewhere.
