@@ -197,6 +197,9 @@ func NewSink(js jetstream.JetStream, streamName string, opts ...Option) (*Sink, 
 	if js == nil || streamName == "" {
 		return nil, errors.New("jetstream: NewSink needs a JetStream context and a stream name")
 	}
+	if !validStreamName(streamName) {
+		return nil, fmt.Errorf("jetstream: invalid stream name %q", streamName)
+	}
 	stream, err := js.Stream(context.Background(), streamName)
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: stream %q: %w", streamName, err)

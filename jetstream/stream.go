@@ -72,7 +72,7 @@ func CreateStream(ctx context.Context, js jetstream.JetStream, name string, opts
 			}
 		}
 	}
-	if js == nil || name == "" || strings.ContainsAny(name, " \t\r\n.*>/\\") {
+	if js == nil || !validStreamName(name) {
 		return nil, fmt.Errorf("jetstream: invalid stream name %q", name)
 	}
 	want := jetstream.StreamConfig{
