@@ -63,6 +63,45 @@ func (q *Queries) ProgressKeepLastSeqs(ctx context.Context, db DBTX, engineRunID
 	return err
 }
 
+const ProgressPage = `-- name: ProgressPage :many
+SELECT engine_run_id, projected, last_seq
+FROM outbox_progress
+WHERE engine_run_id > CAST(?1 AS TEXT)
+ORDER BY engine_run_id
+LIMIT ?2
+`
+
+type ProgressPageParams struct {
+	AfterRun string
+	MaxRuns  int64
+}
+
+// One page of every run's recorded positions, after a run id (keyset paging along the primary key):
+// the runs ever projected or forgotten, whose rows may all be gone, for a cross-check of the book
+// against its journal (outbox check) that holds neither the whole list nor a long read.
+func (q *Queries) ProgressPage(ctx context.Context, db DBTX, arg ProgressPageParams) ([]OutboxProgress, error) {
+	rows, err := db.QueryContext(ctx, ProgressPage, arg.AfterRun, arg.MaxRuns)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []OutboxProgress
+	for rows.Next() {
+		var i OutboxProgress
+		if err := rows.Scan(&i.EngineRunID, &i.Projected, &i.LastSeq); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const ProgressSet = `-- name: ProgressSet :exec
 INSERT INTO outbox_progress (engine_run_id, projected)
 VALUES (?1, ?2)

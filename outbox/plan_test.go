@@ -80,6 +80,8 @@ var queryPlans = map[string]struct {
 			"SEARCH st USING PRIMARY KEY (engine_run_id=?)"}, ""},
 	"ProgressGet": {db.ProgressGet,
 		[]string{"SEARCH outbox_progress USING PRIMARY KEY (engine_run_id=?)"}, ""},
+	"ProgressPage": {db.ProgressPage,
+		[]string{"SEARCH outbox_progress USING PRIMARY KEY (engine_run_id>?)"}, ""},
 	"ProgressSet": {db.ProgressSet, nil, ""},
 	"StopSet":     {db.StopSet, nil, ""},
 	"EventGet": {db.EventGet,

@@ -27,3 +27,13 @@ WHERE engine_run_id = sqlc.arg(engine_run_id);
 INSERT INTO outbox_progress (engine_run_id, projected)
 VALUES (sqlc.arg(engine_run_id), sqlc.arg(projected))
 ON CONFLICT (engine_run_id) DO UPDATE SET projected = max(projected, excluded.projected);
+
+-- name: ProgressPage :many
+-- One page of every run's recorded positions, after a run id (keyset paging along the primary key):
+-- the runs ever projected or forgotten, whose rows may all be gone, for a cross-check of the book
+-- against its journal (outbox check) that holds neither the whole list nor a long read.
+SELECT engine_run_id, projected, last_seq
+FROM outbox_progress
+WHERE engine_run_id > CAST(sqlc.arg(after_run) AS TEXT)
+ORDER BY engine_run_id
+LIMIT sqlc.arg(max_runs);

@@ -58,25 +58,22 @@ func readBook(ctx context.Context, d *sql.DB) (map[string]*bookRun, error) {
 	}
 	defer tx.Rollback()
 	runs := map[string]*bookRun{}
-	// The positions of every run ever projected or forgotten, whose lines may all be gone: no
-	// shipping query lists them, since the library only ever asks for one run's.
-	rows, err := tx.QueryContext(ctx, `SELECT engine_run_id, projected, last_seq FROM outbox_progress`)
-	if err != nil {
-		return nil, err
-	}
-	for rows.Next() {
-		var id string
-		r := &bookRun{}
-		if err := rows.Scan(&id, &r.projected, &r.last); err != nil {
-			rows.Close()
+	// The positions of every run ever projected or forgotten, whose lines may all be gone, a page at
+	// a time.
+	q := db.New()
+	for after := ""; ; {
+		page, err := q.ProgressPage(ctx, tx, db.ProgressPageParams{AfterRun: after, MaxRuns: bookPage})
+		if err != nil {
 			return nil, err
 		}
-		runs[id] = r
+		for _, p := range page {
+			runs[p.EngineRunID] = &bookRun{projected: p.Projected, last: p.LastSeq}
+		}
+		if len(page) < bookPage {
+			break
+		}
+		after = page[len(page)-1].EngineRunID
 	}
-	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-		return nil, err
-	}
-	q := db.New()
 	for after := ""; ; {
 		page, err := q.EventsRuns(ctx, tx, db.EventsRunsParams{AfterRun: after, MaxRuns: bookPage})
 		if err != nil {
