@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"database/sql"
 	"os"
 	"path/filepath"
 	"strings"
@@ -162,5 +163,29 @@ func TestInboxMigrateFollowsTheConventions(t *testing.T) {
 		if code != exitUsage || out != "" || strings.Count(errOut, "\n") != 1 || !strings.HasPrefix(errOut, "outbox inbox migrate: ") {
 			t.Errorf("%v: exit %d, %q %q; want 2 and one line", args, code, out, errOut)
 		}
+	}
+}
+
+func TestInboxMigrateRefusesAnInboxOfANewerRelease(t *testing.T) {
+	dbPath, _ := consumerDB(t)
+	d, err := sql.Open("sqlite3", "file:"+dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Exec(`INSERT INTO inbox_db_version (version_id, is_applied) VALUES (99, 1)`); err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	for _, action := range []string{"up", "down"} {
+		code, out, errOut := cli(t, "inbox", "migrate", action, "--db", dbPath, "--force")
+		if code != exitUsage || out != "" || !strings.Contains(errOut, "version 99") {
+			t.Errorf("%s: exit %d, %q %q", action, code, out, errOut)
+		}
+	}
+	if code, out, _ := cli(t, "inbox", "migrate", "status", "--db", dbPath); code != exitOK || !strings.Contains(out, "00099 (unknown to this outbox)") {
+		t.Errorf("status: exit %d, %q", code, out)
+	}
+	if code, out, _ := cli(t, "inbox", "migrate", "version", "--db", dbPath); out != "99\n" {
+		t.Errorf("version: exit %d, %q", code, out)
 	}
 }
