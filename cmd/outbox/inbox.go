@@ -19,7 +19,7 @@ import (
 
 func init() {
 	commands["inbox"] = command{
-		summary: "a consumer's inbox: stats, quarantined runs, release, accept-gap",
+		summary: "a consumer's inbox: stats, quarantined runs, release, accept-gap, migrate",
 		run:     runInbox,
 	}
 }
@@ -43,14 +43,16 @@ applies the journal into, never the book):
   release      lift a run's quarantine: it goes on from its high-water mark + 1, and every
                source reads again from its start (what was applied is skipped as duplicates)
   accept-gap   give up the seqs of a gap that cannot be filled, recording why, who and when
+  migrate      apply, roll back or report the inbox's schema migrations (up|down|status|version)
 
 stats and quarantined only read: beside a running consumer they read what it has committed, and
-on a database no consumer holds open they write nothing and create no file beside it. release
-and accept-gap take the inbox's lock: they refuse to run beside a running consumer. Run
-'outbox inbox SUBCOMMAND --help' for a subcommand's flags.`
+on a database no consumer holds open they write nothing and create no file beside it; so do
+migrate status and version. release, accept-gap, and migrate up and down take the inbox's lock:
+they refuse to run beside a running consumer. Run 'outbox inbox SUBCOMMAND --help' for a
+subcommand's flags.`
 
 func runInbox(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	const synopsis = "outbox inbox stats|quarantined|release|accept-gap --db FILE [flags]"
+	const synopsis = "outbox inbox stats|quarantined|release|accept-gap|migrate --db FILE [flags]"
 	if len(args) > 0 {
 		switch args[0] {
 		case "-h", "-help", "--help", "help":
@@ -60,9 +62,9 @@ func runInbox(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		if sub, ok := inboxCommands[args[0]]; ok {
 			return sub(ctx, args[1:], stdout, stderr)
 		}
-		return usageError(stderr, "outbox inbox", "unknown subcommand %s (stats, quarantined, release or accept-gap)", quote(args[0]))
+		return usageError(stderr, "outbox inbox", "unknown subcommand %s (stats, quarantined, release, accept-gap or migrate)", quote(args[0]))
 	}
-	return usageError(stderr, "outbox inbox", "need a subcommand: stats, quarantined, release or accept-gap")
+	return usageError(stderr, "outbox inbox", "need a subcommand: stats, quarantined, release, accept-gap or migrate")
 }
 
 // openInboxReadOnly opens the consumer's database at path read-only, after refusing a missing file

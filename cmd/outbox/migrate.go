@@ -85,11 +85,11 @@ func migrateRead(ctx context.Context, path, action string, stdout io.Writer) err
 		return err
 	}
 	defer d.Close()
-	applied, err := appliedVersions(ctx, d)
+	applied, err := appliedVersions(ctx, d, migrations.TableName)
 	for i := 0; i < 100 && (errors.Is(err, sqlite3.READONLY_RECOVERY) || errors.Is(err, sqlite3.READONLY_CANTINIT)); i++ {
 		// Read beside an engine whose -shm this user cannot write, the read met a commit and
 		// read nothing: read again.
-		applied, err = appliedVersions(ctx, d)
+		applied, err = appliedVersions(ctx, d, migrations.TableName)
 	}
 	if err != nil {
 		return err
@@ -102,10 +102,17 @@ func migrateRead(ctx context.Context, path, action string, stdout io.Writer) err
 		fmt.Fprintln(stdout, v)
 		return nil
 	}
-	known, err := knownMigrations()
+	known, err := knownMigrations(migrations.FS())
 	if err != nil {
 		return err
 	}
+	printMigrations(stdout, known, applied, "this outbox")
+	return nil
+}
+
+// printMigrations lists each known migration, applied or pending, then the applied versions that
+// release (e.g. "this outbox") does not know.
+func printMigrations(stdout io.Writer, known []migration, applied map[int64]string, release string) {
 	for _, m := range known {
 		state := "pending"
 		if at, ok := applied[m.version]; ok {
@@ -121,23 +128,22 @@ func migrateRead(ctx context.Context, path, action string, stdout io.Writer) err
 	}
 	slices.Sort(unknown)
 	for _, v := range unknown {
-		fmt.Fprintf(stdout, "%-40s applied %s\n", fmt.Sprintf("%05d (unknown to this outbox)", v), applied[v])
+		fmt.Fprintf(stdout, "%-40s applied %s\n", fmt.Sprintf("%05d (unknown to %s)", v, release), applied[v])
 	}
-	return nil
 }
 
 // appliedVersions reads the version table as goose keeps it: a row per applied version (and the
-// version 0 row goose writes when it creates the table). A book without the table has none.
-func appliedVersions(ctx context.Context, d *sql.DB) (map[int64]string, error) {
+// version 0 row goose writes when it creates the table). A database without the table has none.
+func appliedVersions(ctx context.Context, d *sql.DB, table string) (map[int64]string, error) {
 	var n int
-	err := d.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = ?`, migrations.TableName).Scan(&n)
+	err := d.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = ?`, table).Scan(&n)
 	if err != nil || n == 0 {
 		return map[int64]string{}, err
 	}
 	// The latest row of a version says whether it stands (see migrations.Applied).
-	rows, err := d.QueryContext(ctx, `SELECT version_id, tstamp FROM `+migrations.TableName+` AS v
+	rows, err := d.QueryContext(ctx, `SELECT version_id, tstamp FROM `+table+` AS v
 		WHERE version_id > 0 AND is_applied
-		  AND id = (SELECT MAX(id) FROM `+migrations.TableName+` WHERE version_id = v.version_id)`)
+		  AND id = (SELECT MAX(id) FROM `+table+` WHERE version_id = v.version_id)`)
 	if err != nil {
 		return nil, err
 	}
@@ -169,9 +175,9 @@ type migration struct {
 	name    string
 }
 
-// knownMigrations lists the migrations embedded in this outbox, by version.
-func knownMigrations() ([]migration, error) {
-	entries, err := fs.ReadDir(migrations.FS(), ".")
+// knownMigrations lists the migrations embedded in fsys, by version.
+func knownMigrations(fsys fs.FS) ([]migration, error) {
+	entries, err := fs.ReadDir(fsys, ".")
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,120 @@
+package inbox
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+
+	"github.com/ncruces/go-sqlite3/driver"
+
+	"github.com/textmachine/outbox/internal/dirsync"
+	"github.com/textmachine/outbox/outbox"
+)
+
+// ErrNotDatabase is returned by Migrate for a path that names something other than a SQLite
+// database: a directory, a pipe or device, or a file of other bytes (a journal).
+var ErrNotDatabase = errors.New("inbox: not a SQLite database")
+
+// sqliteHeader opens every SQLite database file; an empty file is a database not yet written.
+const sqliteHeader = "SQLite format 3\x00"
+
+// Migrate runs fn on the consumer's database at path while holding the inbox's lock, for a tool
+// that applies or rolls back the inbox's migrations (package migrations) at deploy time: db is one
+// connection in WAL mode with synchronous=FULL, and fn must not keep it. Holding the lock, it
+// refuses to run beside an open Inbox (ErrLocked) and an Inbox cannot open the database meanwhile.
+// A missing file is created, as Open creates it.
+//
+// It refuses, before it takes the lock or writes anything, and creating no file: a path that is
+// not a SQLite database (ErrNotDatabase), a book (ErrOutboxDatabase), and a file with more than one
+// name (ErrHardLinked). The goose CLI run on the same file does none of this.
+func Migrate(ctx context.Context, path string, fn func(ctx context.Context, db *sql.DB) error) error {
+	if path == "" {
+		return errors.New("inbox: empty database path")
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("inbox: migrate %s: %w", path, err)
+	}
+	if err := checkMigrateTarget(ctx, path); err != nil {
+		return err
+	}
+	_, statErr := os.Stat(path)
+	lock, err := lockFile(path)
+	if err != nil {
+		return err
+	}
+	defer unlockFile(lock)
+	if errors.Is(statErr, os.ErrNotExist) {
+		// A new file's directory entry is durable only once its directory is synced.
+		if err := dirsync.Sync(filepath.Dir(path)); err != nil {
+			return fmt.Errorf("inbox: %w", err)
+		}
+	}
+	u := url.URL{Scheme: "file", OmitHost: true, Path: path,
+		RawQuery: "_pragma=busy_timeout(5000)&_pragma=journal_mode(wal)&_pragma=synchronous(full)"}
+	d, err := driver.Open(u.String())
+	if err != nil {
+		return fmt.Errorf("inbox: migrate %s: %w", path, err)
+	}
+	defer d.Close()
+	d.SetMaxOpenConns(1)
+	// Checked again under the lock: the outbox's tables could have come since the look before it.
+	var n int
+	if err := d.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema
+		WHERE type = 'table' AND name IN ('events_outbox', 'outbox_progress', ?)`, outboxVersionTable).Scan(&n); err != nil {
+		return fmt.Errorf("inbox: migrate %s: %w", path, withCtx(ctx, err))
+	}
+	if n > 0 {
+		return fmt.Errorf("%w: %s is a book, not a consumer's database", ErrOutboxDatabase, path)
+	}
+	if err := fn(ctx, d); err != nil {
+		return err
+	}
+	return d.Close()
+}
+
+// checkMigrateTarget refuses what Migrate must not open read-write: a SQLite connection that sets
+// WAL mode would create -wal and -shm files beside a book or write a header into a journal, so
+// both are read first, without SQLite for the header and through a read-only connection (which
+// creates nothing) for the schema.
+func checkMigrateTarget(ctx context.Context, path string) error {
+	st, err := os.Stat(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("inbox: migrate: %w", err)
+	case !st.Mode().IsRegular():
+		return fmt.Errorf("%w: %s is not a regular file", ErrNotDatabase, path)
+	case st.Size() == 0:
+		return nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("inbox: migrate: %w", err)
+	}
+	head := make([]byte, len(sqliteHeader))
+	_, err = io.ReadFull(f, head)
+	f.Close()
+	if err != nil || string(head) != sqliteHeader {
+		return fmt.Errorf("%w: %s does not begin with SQLite's header", ErrNotDatabase, path)
+	}
+	r, err := outbox.OpenReadOnlyDB(ctx, path)
+	if err != nil {
+		return fmt.Errorf("inbox: migrate: %w", err)
+	}
+	defer r.Close()
+	var n int
+	if err := r.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema
+		WHERE type = 'table' AND name IN ('events_outbox', 'outbox_progress', ?)`, outboxVersionTable).Scan(&n); err != nil {
+		return fmt.Errorf("inbox: migrate %s: %w", path, err)
+	}
+	if n > 0 {
+		return fmt.Errorf("%w: %s is a book, not a consumer's database", ErrOutboxDatabase, path)
+	}
+	return nil
+}
