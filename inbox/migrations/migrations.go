@@ -1,8 +1,10 @@
 // Package migrations holds the goose migrations that create and evolve the inbox's tables in a
 // consumer's database.
 //
-// The inbox package runs them when an Inbox is opened; an operator runs them at deploy time with the
-// goose CLI, naming the inbox's own version table:
+// The inbox package runs them when an Inbox is opened; an operator runs them at deploy time with
+// `outbox inbox migrate up --db ./consumer.db`, which takes the inbox's lock (it refuses beside a
+// running consumer) and guards a down step that would drop state, or with the goose CLI, which does
+// neither, naming the inbox's own version table:
 //
 //	goose -dir inbox/migrations -table inbox_db_version sqlite3 ./consumer.db up
 //
