@@ -34,35 +34,11 @@ refuses a book and what is not a SQLite database, and creates nothing. status an
 read: they write nothing and create no file beside the database.`
 
 func runInboxMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("inbox migrate", "outbox inbox migrate up|down|status|version --db FILE [--force]", inboxMigrateAbout)
-	dbPath := fs.String("db", "", "the consumer's database `file`")
-	force := fs.Bool("force", false, "with down: roll back even a step that drops the inbox's state")
-	pos, code, done := parseFlags(fs, args, stderr)
-	if done {
-		return code
-	}
-	if len(pos) != 1 || *dbPath == "" {
-		return usageError(stderr, "outbox inbox migrate", "need an action (up, down, status or version) and --db FILE")
-	}
-	action := pos[0]
-	var err error
-	switch action {
-	case "status", "version":
-		err = inboxMigrateRead(ctx, *dbPath, action, stdout)
-	case "up", "down":
-		err = inboxMigrateWrite(ctx, *dbPath, action, *force, stdout)
-	default:
-		return usageError(stderr, "outbox inbox migrate", "unknown action %s (up, down, status or version)", quote(action))
-	}
-	var refused *lossError
-	if errors.As(err, &refused) {
-		fmt.Fprintf(stderr, "outbox inbox migrate down: %s\n", sanitize(refused.Error()))
-		return exitUsage
-	}
-	if err != nil {
-		return failErr(stderr, exitUsage, "inbox migrate "+action, err)
-	}
-	return exitOK
+	return runMigrations(ctx, args, stdout, stderr, migrationsCommand{
+		name: "inbox migrate", about: inboxMigrateAbout, dbUsage: "the consumer's database `file`",
+		forceUsage: "with down: roll back even a step that drops the inbox's state",
+		read:       inboxMigrateRead, write: inboxMigrateWrite,
+	})
 }
 
 // inboxMigrateRead reports the inbox's migrations through a read-only connection, which writes
@@ -84,29 +60,10 @@ func inboxMigrateRead(ctx context.Context, path, action string, stdout io.Writer
 		applied, err = appliedVersions(ctx, d, imigrations.TableName)
 		return err
 	}
-	err = read()
-	for i := 0; i < 100 && (errors.Is(err, sqlite3.READONLY_RECOVERY) || errors.Is(err, sqlite3.READONLY_CANTINIT)); i++ {
-		// Read beside a consumer whose -shm this user cannot write, the read met a commit and
-		// read nothing: read again.
-		err = read()
-	}
-	if err != nil {
+	if err := readAgain(read); err != nil {
 		return inboxMigrateError(path, err)
 	}
-	if action == "version" {
-		var v int64
-		for version := range applied {
-			v = max(v, version)
-		}
-		fmt.Fprintln(stdout, v)
-		return nil
-	}
-	known, err := knownMigrations(imigrations.FS())
-	if err != nil {
-		return err
-	}
-	printMigrations(stdout, known, applied, "this outbox")
-	return nil
+	return reportMigrations(stdout, action, applied, imigrations.FS())
 }
 
 func refuseBook(ctx context.Context, d *sql.DB, path string) error {

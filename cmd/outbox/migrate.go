@@ -44,35 +44,83 @@ after it are sent to the sink again, which skips the copies it holds as duplicat
 status and version only read: they write nothing and create no file beside the database.`
 
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("migrate", "outbox migrate up|down|status|version --db FILE [--force]", migrateAbout)
-	dbPath := fs.String("db", "", "the database `file`")
-	force := fs.Bool("force", false, "with down: roll back even a step that drops stored events, once keys or positions")
+	return runMigrations(ctx, args, stdout, stderr, migrationsCommand{
+		name: "migrate", about: migrateAbout, dbUsage: "the database `file`",
+		forceUsage: "with down: roll back even a step that drops stored events, once keys or positions",
+		read:       migrateRead, write: migrateWrite,
+	})
+}
+
+// migrationsCommand is one of the two migrate commands, the book's and the inbox's, which share
+// their actions, flags and refusals and differ in what they migrate.
+type migrationsCommand struct {
+	name                string // after "outbox "
+	about               string
+	dbUsage, forceUsage string
+	read                func(ctx context.Context, path, action string, stdout io.Writer) error
+	write               func(ctx context.Context, path, action string, force bool, stdout io.Writer) error
+}
+
+func runMigrations(ctx context.Context, args []string, stdout, stderr io.Writer, c migrationsCommand) int {
+	fs := newFlags(c.name, "outbox "+c.name+" up|down|status|version --db FILE [--force]", c.about)
+	dbPath := fs.String("db", "", c.dbUsage)
+	force := fs.Bool("force", false, c.forceUsage)
 	pos, code, done := parseFlags(fs, args, stderr)
 	if done {
 		return code
 	}
 	if len(pos) != 1 || *dbPath == "" {
-		return usageError(stderr, "outbox migrate", "need an action (up, down, status or version) and --db FILE")
+		return usageError(stderr, "outbox "+c.name, "need an action (up, down, status or version) and --db FILE")
 	}
 	action := pos[0]
 	var err error
 	switch action {
 	case "status", "version":
-		err = migrateRead(ctx, *dbPath, action, stdout)
+		err = c.read(ctx, *dbPath, action, stdout)
 	case "up", "down":
-		err = migrateWrite(ctx, *dbPath, action, *force, stdout)
+		err = c.write(ctx, *dbPath, action, *force, stdout)
 	default:
-		return usageError(stderr, "outbox migrate", "unknown action %s (up, down, status or version)", quote(action))
+		return usageError(stderr, "outbox "+c.name, "unknown action %s (up, down, status or version)", quote(action))
 	}
 	var refused *lossError
 	if errors.As(err, &refused) {
-		fmt.Fprintf(stderr, "outbox migrate down: %s\n", sanitize(refused.Error()))
+		fmt.Fprintf(stderr, "outbox %s down: %s\n", c.name, sanitize(refused.Error()))
 		return exitUsage
 	}
 	if err != nil {
-		return failErr(stderr, exitUsage, "migrate "+action, err)
+		return failErr(stderr, exitUsage, c.name+" "+action, err)
 	}
 	return exitOK
+}
+
+// readAgain runs read until it has not met a commit it could not wait out: a reader beside an
+// engine or a consumer whose -shm this user cannot write may meet one mid-way (SQLITE_READONLY_RECOVERY,
+// or CANTINIT just after a WAL restart) having read nothing, and the same read again succeeds.
+func readAgain(read func() error) error {
+	err := read()
+	for i := 0; i < 100 && (errors.Is(err, sqlite3.READONLY_RECOVERY) || errors.Is(err, sqlite3.READONLY_CANTINIT)); i++ {
+		err = read()
+	}
+	return err
+}
+
+// reportMigrations prints what action asks of the applied versions: the highest (version), or each
+// migration of fsys applied or pending and the applied ones this release does not know (status).
+func reportMigrations(stdout io.Writer, action string, applied map[int64]string, fsys fs.FS) error {
+	if action == "version" {
+		var v int64
+		for version := range applied {
+			v = max(v, version)
+		}
+		fmt.Fprintln(stdout, v)
+		return nil
+	}
+	known, err := knownMigrations(fsys)
+	if err != nil {
+		return err
+	}
+	printMigrations(stdout, known, applied, "this outbox")
+	return nil
 }
 
 // migrateRead reports the book's migrations through a read-only connection.
@@ -85,29 +133,14 @@ func migrateRead(ctx context.Context, path, action string, stdout io.Writer) err
 		return err
 	}
 	defer d.Close()
-	applied, err := appliedVersions(ctx, d, migrations.TableName)
-	for i := 0; i < 100 && (errors.Is(err, sqlite3.READONLY_RECOVERY) || errors.Is(err, sqlite3.READONLY_CANTINIT)); i++ {
-		// Read beside an engine whose -shm this user cannot write, the read met a commit and
-		// read nothing: read again.
+	var applied map[int64]string
+	if err := readAgain(func() (err error) {
 		applied, err = appliedVersions(ctx, d, migrations.TableName)
-	}
-	if err != nil {
+		return err
+	}); err != nil {
 		return err
 	}
-	if action == "version" {
-		var v int64
-		for version := range applied {
-			v = max(v, version)
-		}
-		fmt.Fprintln(stdout, v)
-		return nil
-	}
-	known, err := knownMigrations(migrations.FS())
-	if err != nil {
-		return err
-	}
-	printMigrations(stdout, known, applied, "this outbox")
-	return nil
+	return reportMigrations(stdout, action, applied, migrations.FS())
 }
 
 // printMigrations lists each known migration, applied or pending, then the applied versions that
