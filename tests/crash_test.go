@@ -91,31 +91,11 @@ func TestCrashesAtEveryPointLoseNothingAndCountNothingTwice(t *testing.T) {
 			for i, st := range crashPlan(rng, units) {
 				env := []string{"DB=" + db, "JOURNAL=" + jpath, "COMMITTED=" + committed,
 					"UNITS=" + strconv.Itoa(units), fmt.Sprintf("RUN=run-%d-%d", seed, i)}
-				if st.point != "" && st.point != "timer" {
-					env = append(env, crashtest.KillAt(st.point, st.at)...)
-				}
-				if st.point == "timer" {
-					env = append(env, "PACE=2ms")
-				}
-				cmd := crashtest.Child(t, "crash-engine", env...)
-				if err := cmd.Start(); err != nil {
-					t.Fatal(err)
-				}
-				if st.point == "timer" {
-					timer := time.AfterFunc(st.delay, func() { cmd.Process.Kill() })
-					defer timer.Stop()
-				}
-				err := cmd.Wait()
 				switch {
-				case err == nil:
-					if st.point == "" {
-						break
-					}
-					t.Logf("start %d finished the book before reaching %s #%d", i, st.point, st.at)
-				case crashtest.Killed(err):
+				case runEngineStart(t, env, st):
 					kills++
-				default:
-					t.Fatalf("start %d (%s #%d): %v", i, st.point, st.at, err)
+				case st.point != "":
+					t.Logf("start %d finished the book before reaching %s #%d", i, st.point, st.at)
 				}
 			}
 			res, err := demo.Check(context.Background(), db, jpath, units, committed)
