@@ -174,8 +174,8 @@ func WithRelayLogger(l *slog.Logger) RelayOption {
 
 // Relay projects a store's lines to a sink: in seq order per run, in bounded batches, recording after
 // each batch how far it got and moving the batch's once keys into the ledger. A line is recorded only
-// after the sink has it, so a crash re-sends at most the batch in flight, byte for byte; it never
-// skips one.
+// after the sink has it, so a crash re-sends at most the batches in flight, byte for byte: the one
+// being appended, and the one before it, whose record runs beside that append. It never skips one.
 //
 // A relay serves one run, its own (runID), and Recover serves the runs of earlier processes. Its
 // methods are safe for concurrent use; batches are projected one at a time. Relays of one Store that
@@ -189,15 +189,6 @@ type Relay struct {
 
 	mu      sync.Mutex // one batch at a time; guards failing
 	failing error      // the error of the last failed batch, until a batch succeeds
-}
-
-// batchRecord is what recording a batch writes: the run's new position and the once keys to move
-// into the ledger.
-type batchRecord struct {
-	runID  string
-	last   int64
-	toMark []int64
-	lines  int
 }
 
 // NewRelay returns a relay from s to sink for runID. It fails, and returns no relay, when s or sink is
@@ -355,10 +346,10 @@ func lineBytes(lines []EventLine) int64 {
 // It holds the run's turn throughout (see projections): the position it starts from and the batches
 // it reads ahead stay valid only while no other relay of the store appends the run's lines.
 //
-// Each batch is appended to the sink and recorded before the next one is appended, so a crash leaves
-// at most one batch in the sink that is not recorded: K crashes re-send at most K batches. (Recording
-// batch k while appending batch k+1 would be faster, and would make that two.)
-func (r *Relay) project(ctx context.Context, runID string, target int64) (int, error) {
+// A batch is recorded while the next one is appended (see recorder), and recorded before the one after
+// that is appended, so a crash leaves at most two batches in the sink that are not recorded: K crashes
+// re-send at most 2K batches.
+func (r *Relay) project(ctx context.Context, runID string, target int64) (placed int, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	turn, err := r.s.proj.acquire(ctx, runID)
@@ -373,16 +364,23 @@ func (r *Relay) project(ctx context.Context, runID string, target int64) (int, e
 	if err != nil || (target > 0 && cursor >= target) {
 		return 0, err
 	}
+	rec := recorder{r: r, turn: turn}
+	defer func() {
+		// The last batch's record ends before the turn is given up: another relay, RetireEvent and
+		// Close rely on what the turn's holder leaves recorded or in turn.unrecorded.
+		if rerr := rec.settle(); err == nil {
+			err = rerr
+		}
+	}()
 	src := batches{r: r, runID: runID, target: target}
 	defer src.close()
-	placed := 0
 	for {
 		b, err := src.next(ctx, cursor)
 		if err != nil || len(b.lines) == 0 {
 			return placed, err
 		}
 		n := len(b.lines)
-		last, err := r.place(ctx, turn, runID, b.lines, b.toMark)
+		last, err := r.place(ctx, &rec, runID, b.lines, b.toMark)
 		if err != nil {
 			return placed, err
 		}
@@ -472,28 +470,41 @@ func (b *batches) close() {
 	}
 }
 
-// place appends one batch to the sink and records it, as one batch in flight that Close waits for,
-// and returns the batch's last seq. A closing store refuses it before the append (ErrClosed).
+// place appends one batch to the sink and starts its record, as one batch in flight that Close waits
+// for until it is recorded, and returns the batch's last seq. A closing store refuses it before the
+// append (ErrClosed).
 //
 // What is recorded is taken from the batch before the sink is called: the sink is handed the slice
 // and may clear it, reorder it or rewrite its seqs, and none of that may move the recorded position
 // to a line the sink was not given, or make the next batch look as if rows were missing.
-func (r *Relay) place(ctx context.Context, turn *runTurn, runID string, lines []EventLine, toMark []int64) (last int64, err error) {
+func (r *Relay) place(ctx context.Context, rec *recorder, runID string, lines []EventLine, toMark []int64) (last int64, err error) {
 	if err := r.s.proj.begin(); err != nil {
 		return 0, err
 	}
-	defer r.s.proj.end()
 	first, last := lines[0].Seq, lines[len(lines)-1].Seq
-	rec := &batchRecord{runID: runID, last: last, toMark: marksUpTo(toMark, last), lines: len(lines)}
-	if err := r.sink.Append(ctx, runID, lines); err != nil {
-		if errors.Is(err, ErrSinkRefused) {
-			r.stopped(ctx, runID, first, err)
+	b := &batchRecord{runID: runID, last: last, toMark: marksUpTo(toMark, last), lines: len(lines)}
+	appendErr := r.sink.Append(ctx, runID, lines)
+	// The batch before this one was being recorded beside the append. Its record ends first: records
+	// go in order, and a stop written below must not be cleared by an earlier batch's record.
+	recErr := rec.settle()
+	if appendErr != nil {
+		r.s.proj.end()
+		if errors.Is(appendErr, ErrSinkRefused) {
+			r.stopped(ctx, runID, first, appendErr)
 		}
-		return 0, &sinkError{err}
+		return 0, &sinkError{appendErr}
 	}
 	faultpoint.Hit(faultpoint.RelayAfterAppend)
-	turn.unrecorded = rec
-	return last, r.record(ctx, turn)
+	if recErr != nil {
+		// The sink has this batch and the one before, neither recorded: one record covers both, by
+		// whoever takes the run's turn next.
+		rec.turn.unrecorded = rec.turn.unrecorded.merge(b)
+		r.s.proj.end()
+		return last, recErr
+	}
+	rec.turn.unrecorded = b
+	rec.start(ctx, b)
+	return last, nil
 }
 
 // stopped says, at Error level and durably in the book (RunStats.StoppedSeq), that the sink refused
@@ -504,45 +515,6 @@ func (r *Relay) stopped(ctx context.Context, runID string, seq int64, err error)
 	if rerr := r.s.recordStop(ctx, runID, seq, err.Error()); rerr != nil {
 		r.cfg.log.Error("outbox: the relay's stop could not be recorded", "run", runID, "seq", seq, "err", rerr)
 	}
-}
-
-// record records the batch the sink has and the store has not, if there is one. Call it holding the
-// run's turn, and mu.
-//
-// The sink holds the batch whatever the caller's context does now, so its record does not take that
-// context's end (a signal.NotifyContext cancelled on SIGINT, an engine that cancels Run before Close):
-// dropped, it would make the next relay send the batch again. It is bounded by the operation timeout
-// instead (DefaultOpTimeout when the store has none), the wait Close gives a batch in flight.
-func (r *Relay) record(ctx context.Context, turn *runTurn) error {
-	b := turn.unrecorded
-	if b == nil {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.s.closeWait())
-	defer cancel()
-	if err := r.s.recordProjected(ctx, b.runID, b.last, b.toMark, r.cfg.forget); err != nil {
-		return fmt.Errorf("record lines up to %d of run %q as projected: %w", b.last, b.runID, err)
-	}
-	turn.unrecorded = nil
-	if r.failing != nil {
-		// The change of state is the first batch that gets through, not the end of a drain.
-		r.cfg.log.Info("outbox: relay recovered", "run", b.runID, "after", r.failing)
-		r.failing = nil
-	}
-	if r.cfg.onProjected != nil {
-		r.cfg.onProjected(b.runID, b.lines, b.last)
-	}
-	return nil
-}
-
-// marksUpTo returns the seqs of toMark up to last: contiguous may have cut the batch short.
-func marksUpTo(toMark []int64, last int64) []int64 {
-	for i, seq := range toMark {
-		if seq > last {
-			return toMark[:i]
-		}
-	}
-	return toMark
 }
 
 // contiguous returns the prefix of lines that follows cursor without a hole. A hole at the front is

@@ -441,8 +441,9 @@ const (
 	// relaxed is for a transaction whose loss on power failure costs nothing but repeated work: the
 	// write returns without waiting for the WAL sync and becomes durable with the next commit that
 	// does wait (the WAL is appended in order). The relay's progress record is the one such
-	// transaction: if power takes it, the relay re-sends one batch, byte for byte, and the batch's
-	// once keys, still pending, are marked again. At FULL that saves one of the two fdatasyncs per
+	// transaction: if power takes it (with the records before it, back to the last commit that waited
+	// for a sync), the relay re-sends those batches, byte for byte, and their once keys, still
+	// pending, are marked again. At FULL that saves one of the two fdatasyncs per
 	// batch. Its function is the store's own and calls none of the caller's code.
 	relaxed
 )
