@@ -24,7 +24,9 @@ import (
 var ErrCallInsideTx = errors.New("outbox: a call from inside a transaction of the same store (a WriteTx function, an EventBuilder or a line check called the store); the transaction holds the store's one writer, so the call would wait for itself: use EnqueueTx on that transaction instead")
 
 // goid returns the calling goroutine's id, read from its stack header ("goroutine 42 [running]:").
-// The runtime gives no other way; it costs about a microsecond, paid only while the writer is held.
+// The runtime gives no other way; it costs some microseconds (more on a deep stack), paid by a write
+// only while the caller's code holds the writer: a WriteTx function, or a builder or line check on the
+// committer's goroutine.
 func goid() int64 {
 	var buf [64]byte
 	b := buf[:runtime.Stack(buf[:], false)]

@@ -51,8 +51,9 @@ type Store struct {
 	// current is the transaction write has open, so that EnqueueTx can tell the store's own transaction
 	// from a foreign one.
 	current atomic.Pointer[sql.Tx]
-	// writerG is the goroutine that holds the writer connection in a transaction (0: none), so that
-	// a write called on it fails at once instead of waiting for itself (ErrCallInsideTx).
+	// writerG is the goroutine that holds the writer connection in a transaction while the caller's
+	// code runs in it (0: none), so that a write called on it fails at once instead of waiting for
+	// itself (ErrCallInsideTx).
 	writerG atomic.Int64
 	// committing is true while the store itself commits on the writer connection; any other commit
 	// there is refused (see attachWriter).
