@@ -165,6 +165,11 @@ func (r *Relay) place(ctx context.Context, rec *recorder, runID string, lines []
 	first, last := lines[0].Seq, lines[len(lines)-1].Seq
 	b := &batchRecord{runID: runID, last: last, toMark: marksUpTo(toMark, last), lines: len(lines)}
 	appendErr := r.sink.Append(ctx, runID, lines)
+	if appendErr == nil {
+		// The sink has this batch, and the record of the one before may not have ended: a crash
+		// here leaves both to be sent again.
+		faultpoint.Hit(faultpoint.RelayAfterAppend)
+	}
 	// The batch before this one was being recorded beside the append. Its record ends first: records
 	// go in order, and a stop written below must not be cleared by an earlier batch's record.
 	recErr := rec.settle()
@@ -175,7 +180,6 @@ func (r *Relay) place(ctx context.Context, rec *recorder, runID string, lines []
 		}
 		return 0, &sinkError{appendErr}
 	}
-	faultpoint.Hit(faultpoint.RelayAfterAppend)
 	if recErr != nil {
 		// The sink has this batch and the one before, neither recorded: one record covers both, by
 		// whoever takes the run's turn next.
