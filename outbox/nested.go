@@ -10,8 +10,8 @@ import (
 	"strconv"
 )
 
-// ErrCallInsideTx is returned at once by a write of the store called from inside a transaction of the
-// same store: from WriteTx's function, or from an EventBuilder or a line check, which run inside the
+// ErrCallInsideTx is returned at once by a write of the store (a relay's Flush, Run and Recover
+// included, before they append anything) called from inside a transaction of the same store: from WriteTx's function, or from an EventBuilder or a line check, which run inside the
 // enqueue's transaction (with group commit, on the store's committer goroutine). That transaction
 // holds the store's one writer connection, so the call would wait for itself until its deadline. Use
 // EnqueueTx or EnqueueOnceTx with WriteTx's transaction instead; reads (ReadTx, PendingEvents, …) use

@@ -108,6 +108,13 @@ func (e *sinkError) Unwrap() error { return e.err }
 // that is appended, so a crash leaves at most two batches in the sink that are not recorded: K crashes
 // re-send at most 2K batches.
 func (r *Relay) project(ctx context.Context, runID string, target int64) (placed int, err error) {
+	// Called from inside a transaction of the store (a WriteTx function, a builder), the relay could
+	// append but never record: the record waits for the writer that transaction holds, and it runs on
+	// a goroutine of its own (recorder), where the store cannot tell it is the caller's. So the call
+	// is refused here, before anything reaches the sink.
+	if err := r.s.checkNotInsideTx(); err != nil {
+		return 0, err
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	turn, err := r.s.proj.acquire(ctx, runID)
