@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -90,4 +91,111 @@ func TestARelayCalledFromInsideATransactionFailsAtOnceAndAppendsNothing(t *testi
 			}
 		}
 	}
+}
+
+// nestedEnqueue is a builder that calls the store, as a careless one would, and says what it was told.
+func nestedEnqueue(s *outbox.Store, told chan<- error) outbox.EventBuilder {
+	return func(int64) ([]byte, error) {
+		_, err := s.EnqueueEvent(context.Background(), "inner", outboxtest.LineOf("x"))
+		told <- err
+		return []byte("x"), err
+	}
+}
+
+// enqueueWithin makes an EnqueueEvent with build and fails the test when it has not returned within
+// the liveness bound: a nested call that is not caught waits for itself until the operation timeout.
+func enqueueWithin(t *testing.T, s *outbox.Store, ctx context.Context, build outbox.EventBuilder) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.EnqueueEvent(ctx, "outer", build)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(liveness):
+		t.Fatal("EnqueueEvent did not return")
+		return nil
+	}
+}
+
+// The committer marks its goroutine as the writer's only while a builder or the line check runs, and
+// reads that goroutine once per loop. A line check that calls the store is caught as a builder is,
+// with group commit on and off; and after the committer's goroutine was replaced (a builder called
+// runtime.Goexit, or overran its deadline and its group was taken over), a builder that calls the
+// store on the new goroutine is still caught at once.
+func TestTheCommittersNestedCallCheckHoldsForLineChecksAndAfterItsGoroutineIsReplaced(t *testing.T) {
+	ctx := context.Background()
+	for _, group := range []bool{true, false} {
+		t.Run(fmt.Sprintf("line check/group=%v", group), func(t *testing.T) {
+			var s *outbox.Store
+			told := make(chan error, 1)
+			s = openStore(t, outbox.WithGroupCommit(group), outbox.WithOpTimeout(time.Minute),
+				outbox.WithLineCheck(func(runID string, _ int64, _ []byte) error {
+					if runID != "outer" {
+						return nil
+					}
+					_, err := s.EnqueueEvent(context.Background(), "inner", outboxtest.LineOf("x"))
+					told <- err
+					return err
+				}))
+			if err := enqueueWithin(t, s, ctx, outboxtest.LineOf("y")); !errors.Is(err, outbox.ErrCallInsideTx) {
+				t.Errorf("EnqueueEvent whose line check calls the store: %v, want ErrCallInsideTx", err)
+			}
+			if err := <-told; !errors.Is(err, outbox.ErrCallInsideTx) {
+				t.Errorf("the line check's call: %v, want ErrCallInsideTx", err)
+			}
+		})
+	}
+	t.Run("after Goexit", func(t *testing.T) {
+		s := openStore(t, outbox.WithOpTimeout(time.Minute))
+		for round := range 3 {
+			err := enqueueWithin(t, s, ctx, func(int64) ([]byte, error) { runtime.Goexit(); return nil, nil })
+			if err == nil {
+				t.Fatalf("round %d: a builder that called runtime.Goexit: nil error", round)
+			}
+			told := make(chan error, 1)
+			if err := enqueueWithin(t, s, ctx, nestedEnqueue(s, told)); !errors.Is(err, outbox.ErrCallInsideTx) {
+				t.Fatalf("round %d: a nested call on the new committer: %v, want ErrCallInsideTx", round, err)
+			}
+			if err := <-told; !errors.Is(err, outbox.ErrCallInsideTx) {
+				t.Fatalf("round %d: the builder was told %v, want ErrCallInsideTx", round, err)
+			}
+		}
+	})
+	t.Run("after a takeover", func(t *testing.T) {
+		s := openStore(t, outbox.WithOpTimeout(time.Minute))
+		release := make(chan struct{})
+		stuckTold := make(chan error, 1)
+		stuck := func(int64) ([]byte, error) {
+			<-release
+			// Called once the builder returns from its wait, its group long taken over.
+			_, err := s.EnqueueEvent(context.Background(), "late", outboxtest.LineOf("x"))
+			stuckTold <- err
+			return []byte("stuck"), nil
+		}
+		short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		defer cancel()
+		if err := enqueueWithin(t, s, short, stuck); !errors.Is(err, outbox.ErrBuilderStuck) {
+			t.Fatalf("a builder past its deadline: %v, want ErrBuilderStuck", err)
+		}
+		told := make(chan error, 1)
+		if err := enqueueWithin(t, s, ctx, nestedEnqueue(s, told)); !errors.Is(err, outbox.ErrCallInsideTx) {
+			t.Fatalf("a nested call on the goroutine that took the group over: %v, want ErrCallInsideTx", err)
+		}
+		<-told
+		close(release)
+		select {
+		case err := <-stuckTold:
+			// Its goroutine no longer holds the writer: whether the call is caught as nested (the mark
+			// is still its own) or served, it must not wait for itself.
+			t.Logf("the stuck builder's own call, once it returned: %v", err)
+		case <-time.After(liveness):
+			t.Fatal("the stuck builder's call, once it returned, did not return")
+		}
+		if _, err := s.EnqueueEvent(ctx, "outer", outboxtest.LineOf("after")); err != nil {
+			t.Fatalf("the store after the takeover: %v", err)
+		}
+	})
 }
