@@ -5,7 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
 
@@ -198,4 +200,153 @@ func TestTheCommittersNestedCallCheckHoldsForLineChecksAndAfterItsGoroutineIsRep
 			t.Fatalf("the store after the takeover: %v", err)
 		}
 	})
+}
+
+// hookedSink is a sink over another one whose calls a test steers: before, if set, runs before each
+// call with the call's number (from 1) and may fail it; after, if set, runs after a call that went
+// through.
+type hookedSink struct {
+	sink   outbox.Sink
+	mu     sync.Mutex
+	calls  int
+	before func(call int, ctx context.Context, lines []outbox.EventLine) error
+	after  func(call int)
+}
+
+func (h *hookedSink) Append(ctx context.Context, runID string, lines []outbox.EventLine) error {
+	h.mu.Lock()
+	h.calls++
+	call := h.calls
+	h.mu.Unlock()
+	if h.before != nil {
+		if err := h.before(call, ctx, lines); err != nil {
+			return err
+		}
+	}
+	if err := h.sink.Append(ctx, runID, lines); err != nil {
+		return err
+	}
+	if h.after != nil {
+		h.after(call)
+	}
+	return nil
+}
+
+// holdWriteLock takes the book's write lock from a connection of its own, so that the relay's next
+// record waits for it (the store's busy timeout must outlast the hold); the returned function lets
+// it go, once.
+func holdWriteLock(t *testing.T, path string) (release func()) {
+	t.Helper()
+	tx, err := outboxtest.RawDBRW(t, path).Begin()
+	if err == nil {
+		_, err = tx.Exec(`UPDATE outbox_progress SET projected = projected WHERE 0`)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			if err := tx.Rollback(); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	t.Cleanup(release)
+	return release
+}
+
+// A Flush whose context ends while the batch before the one being appended is still being recorded:
+// the sink has that batch, so its record goes on to the end (bounded by the operation timeout, not by
+// the caller's context), and the next Flush sends nothing twice.
+func TestCancellingFlushWhileARecordIsInFlightStillRecordsTheBatchTheSinkHas(t *testing.T) {
+	s := openStore(t, outbox.WithBusyTimeout(time.Minute))
+	path := filepath.Join(t.TempDir(), "journal.jsonl")
+	enqueueSpends(t, s, 30)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var release func()
+	sink := &hookedSink{sink: openJournal(t, path)}
+	sink.after = func(call int) {
+		if call == 1 {
+			release = holdWriteLock(t, s.Path())
+		}
+	}
+	sink.before = func(call int, ctx context.Context, _ []outbox.EventLine) error {
+		if call != 2 {
+			return nil
+		}
+		cancel() // batch 1's record waits for the lock: it is in flight now
+		time.AfterFunc(20*time.Millisecond, release)
+		return ctx.Err()
+	}
+	r := outboxtest.NewRelay(t, s, sink, "run", outbox.WithBatchSize(10))
+	if err := r.Flush(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Flush: %v, want context.Canceled", err)
+	}
+	if got, err := s.Projected(context.Background(), "run"); err != nil || got != 10 {
+		t.Errorf("Projected after the cancelled Flush: %d, %v; want 10, the batch the sink has", got, err)
+	}
+	if err := r.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if rep := verifyFile(t, path); rep.Lines != 30 || rep.Duplicates != 0 {
+		t.Errorf("the journal holds %d lines and %d duplicates, want 30 and 0", rep.Lines, rep.Duplicates)
+	}
+}
+
+// Close while batch 1 is being recorded and batch 2's append is blocked: Close waits for both (the
+// append, then its record), so the next process re-sends nothing; the relay is refused the batch
+// after (ErrClosed).
+func TestCloseWhileARecordIsInFlightAndTheNextAppendIsBlockedRecordsBothFirst(t *testing.T) {
+	opts := []outbox.Option{outbox.WithBusyTimeout(time.Minute), outbox.WithOpTimeout(time.Minute)}
+	s := openStore(t, opts...)
+	path := filepath.Join(t.TempDir(), "journal.jsonl")
+	enqueueSpends(t, s, 30)
+	var release func()
+	inSecond, unblock := make(chan struct{}), make(chan struct{})
+	j := openJournal(t, path)
+	sink := &hookedSink{sink: j}
+	sink.after = func(call int) {
+		if call == 1 {
+			release = holdWriteLock(t, s.Path())
+		}
+	}
+	sink.before = func(call int, _ context.Context, _ []outbox.EventLine) error {
+		if call == 2 {
+			close(inSecond)
+			<-unblock // deaf to its context, as a slow disk is
+		}
+		return nil
+	}
+	r := outboxtest.NewRelay(t, s, sink, "run", outbox.WithBatchSize(10))
+	flushed := make(chan error, 1)
+	go func() { flushed <- r.Flush(context.Background()) }()
+	<-inSecond
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	// Close is meant to be waiting by now; if it is not, the test checks the same outcome.
+	time.Sleep(50 * time.Millisecond)
+	release()
+	close(unblock)
+	if err := <-closed; err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := <-flushed; !errors.Is(err, outbox.ErrClosed) {
+		t.Errorf("Flush across Close: %v, want ErrClosed", err)
+	}
+	s2, err := outbox.Open(context.Background(), s.Path(), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s2.Close() })
+	if got, err := s2.Projected(context.Background(), "run"); err != nil || got != 20 {
+		t.Errorf("Projected after Close: %d, %v; want 20, both batches the sink had", got, err)
+	}
+	if err := outboxtest.NewRelay(t, s2, j, "later").Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if rep := verifyFile(t, path); rep.Lines != 30 || rep.Duplicates != 0 {
+		t.Errorf("the journal holds %d lines and %d duplicates, want 30 and 0", rep.Lines, rep.Duplicates)
+	}
 }
