@@ -350,3 +350,65 @@ func TestCloseWhileARecordIsInFlightAndTheNextAppendIsBlockedRecordsBothFirst(t 
 		t.Errorf("the journal holds %d lines and %d duplicates, want 30 and 0", rep.Lines, rep.Duplicates)
 	}
 }
+
+// projectedReports collects WithOnProjected's calls and checks each as it comes: the batch it reports
+// is recorded by then, and reports follow each other without a gap or an overlap.
+type projectedReports struct {
+	t     *testing.T
+	s     *outbox.Store
+	last  int64
+	lines int
+	calls []int // the lines of each report
+}
+
+func (p *projectedReports) report(runID string, lines int, last int64) {
+	if got, err := p.s.Projected(context.Background(), runID); err != nil || got < last {
+		p.t.Errorf("WithOnProjected reported up to %d while the store has recorded %d (%v)", last, got, err)
+	}
+	if lines < 1 || last != p.last+int64(lines) {
+		p.t.Errorf("WithOnProjected reported %d lines up to %d after a report up to %d", lines, last, p.last)
+	}
+	p.last, p.lines = last, p.lines+lines
+	p.calls = append(p.calls, lines)
+}
+
+// WithOnProjected hears of each batch once it is recorded, in order, and of every line once, whether
+// the batch's record ran beside the next append or failed and was made, merged with the next batch,
+// by the relay's next attempt.
+func TestOnProjectedReportsOnlyRecordedBatchesInOrderAndEachLineOnce(t *testing.T) {
+	for _, failRecord := range []bool{false, true} {
+		t.Run(fmt.Sprintf("failing record=%v", failRecord), func(t *testing.T) {
+			s := openStore(t, outbox.WithBusyTimeout(5*time.Millisecond))
+			path := filepath.Join(t.TempDir(), "journal.jsonl")
+			enqueueSpends(t, s, 30)
+			var release func()
+			sink := &hookedSink{sink: openJournal(t, path)}
+			if failRecord {
+				sink.after = func(call int) {
+					if call == 1 {
+						release = holdWriteLock(t, s.Path())
+					}
+				}
+				sink.before = func(call int, _ context.Context, _ []outbox.EventLine) error {
+					if call == 2 {
+						time.Sleep(200 * time.Millisecond) // far past the busy timeout: batch 1's record fails
+						release()
+					}
+					return nil
+				}
+			}
+			rep := &projectedReports{t: t, s: s}
+			r := outboxtest.FastRelay(t, s, sink, "run", outbox.WithBatchSize(10), outbox.WithOnProjected(rep.report))
+			if err := r.Flush(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if rep.lines != 30 || rep.last != 30 {
+				t.Errorf("WithOnProjected heard of %d lines up to %d, want 30 up to 30", rep.lines, rep.last)
+			}
+			t.Logf("reports: %v", rep.calls)
+			if v := verifyFile(t, path); v.Lines != 30 || v.Duplicates != 0 {
+				t.Errorf("the journal holds %d lines and %d duplicates, want 30 and 0", v.Lines, v.Duplicates)
+			}
+		})
+	}
+}
