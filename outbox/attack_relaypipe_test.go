@@ -412,3 +412,49 @@ func TestOnProjectedReportsOnlyRecordedBatchesInOrderAndEachLineOnce(t *testing.
 		})
 	}
 }
+
+// Batch 2's append blocks, deaf to everything but its context, while batch 1's record fails. When
+// the caller gives up, batch 1 is the sink's and not recorded: RetireEvent refuses its lines
+// (ErrProjected), and the next Flush records it first and sends batch 2 and on, nothing twice.
+func TestABlockedAppendBesideAFailedRecordLeavesTheBatchToTheNextFlushNotToRetire(t *testing.T) {
+	s := openStore(t, outbox.WithBusyTimeout(5*time.Millisecond))
+	path := filepath.Join(t.TempDir(), "journal.jsonl")
+	enqueueSpends(t, s, 30)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var release func()
+	sink := &hookedSink{sink: openJournal(t, path)}
+	sink.after = func(call int) {
+		if call == 1 {
+			release = holdWriteLock(t, s.Path())
+		}
+	}
+	sink.before = func(call int, ctx context.Context, _ []outbox.EventLine) error {
+		if call == 2 {
+			time.AfterFunc(200*time.Millisecond, func() { release(); cancel() })
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		return nil
+	}
+	r := outboxtest.FastRelay(t, s, sink, "run", outbox.WithBatchSize(10))
+	if err := r.Flush(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Flush: %v, want context.Canceled", err)
+	}
+	bg := context.Background()
+	if got, err := s.Projected(bg, "run"); err != nil || got != 0 {
+		t.Fatalf("Projected: %d, %v; want 0, batch 1's record having failed", got, err)
+	}
+	if err := s.RetireEvent(bg, "run", 5, "attack"); !errors.Is(err, outbox.ErrProjected) {
+		t.Errorf("RetireEvent of a line the sink has, not recorded: %v, want ErrProjected", err)
+	}
+	if err := s.RetireEvent(bg, "run", 15, "attack"); err != nil {
+		t.Errorf("RetireEvent of a line of the batch the sink never took: %v", err)
+	}
+	if err := r.Flush(bg); err != nil {
+		t.Fatal(err)
+	}
+	if v := verifyFile(t, path); v.Lines != 30 || v.Duplicates != 0 {
+		t.Errorf("the journal holds %d lines and %d duplicates, want 30 and 0", v.Lines, v.Duplicates)
+	}
+}
