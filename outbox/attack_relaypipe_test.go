@@ -2,16 +2,20 @@ package outbox_test
 
 import (
 	"context"
+	"bytes"
 	"database/sql"
 	"errors"
 	"fmt"
 	"path/filepath"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/textmachine/outbox/internal/faultpoint"
 	"github.com/textmachine/outbox/internal/outboxtest"
+	"github.com/textmachine/outbox/journal"
 	"github.com/textmachine/outbox/outbox"
 )
 
@@ -457,4 +461,130 @@ func TestABlockedAppendBesideAFailedRecordLeavesTheBatchToTheNextFlushNotToRetir
 	if v := verifyFile(t, path); v.Lines != 30 || v.Duplicates != 0 {
 		t.Errorf("the journal holds %d lines and %d duplicates, want 30 and 0", v.Lines, v.Duplicates)
 	}
+}
+
+// slowRecords makes every commit of the store wait a moment before it commits, so that a relay's
+// record runs well beside the next append, and the relays, the retirer and the producers meet it
+// there.
+func slowRecords(t *testing.T) {
+	faultpoint.Set(func(p string) {
+		if p == faultpoint.BeforeCommit {
+			time.Sleep(time.Millisecond)
+		}
+	})
+	t.Cleanup(func() { faultpoint.Set(nil) })
+}
+
+// Two relays of one run, each forgetting what it projects, take turns while their records run beside
+// their appends; producers enqueue and a caller retires lines meanwhile. Each line reaches the sink
+// once, as a tombstone exactly when RetireEvent said it retired it, and the book keeps none of them.
+func TestRelaysTakingTurnsWithRecordsInFlightRacingRetireEventSendEachLineOnce(t *testing.T) {
+	const producers, perProducer = 2, 300
+	slowRecords(t)
+	ctx := context.Background()
+	s := openStore(t)
+	mem := outboxtest.NewMemSink()
+	// A slow sink keeps the relays behind the producers, so that the retirer finds pending lines.
+	// A sink that fails every third batch makes the relays give their turn up with lines pending,
+	// which the retirer then finds.
+	sink := &hookedSink{sink: mem, before: func(call int, _ context.Context, _ []outbox.EventLine) error {
+		if call%3 == 0 {
+			return outboxtest.ErrSinkDown
+		}
+		return nil
+	}}
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for i := range 2 {
+		r := outboxtest.FastRelay(t, s, sink, "run", outbox.WithBatchSize(4+i*3), outbox.WithForgetProjected(true),
+			outbox.WithPollInterval(time.Millisecond))
+		wg.Go(func() {
+			if i == 0 {
+				if err := r.Run(runCtx); !errors.Is(err, context.Canceled) {
+					errs <- fmt.Errorf("Run: %w", err)
+				}
+				return
+			}
+			for runCtx.Err() == nil {
+				if err := r.Flush(runCtx); err != nil && runCtx.Err() == nil && !errors.Is(err, outboxtest.ErrSinkDown) {
+					errs <- fmt.Errorf("Flush: %w", err)
+					return
+				}
+			}
+		})
+	}
+	var retiredMu sync.Mutex
+	retired := map[int64]bool{}
+	var newest atomic.Int64 // the last seq a producer was given
+	wg.Go(func() {
+		for done := int64(0); runCtx.Err() == nil && done < producers*perProducer; {
+			seq := newest.Load()
+			if seq == done {
+				time.Sleep(100 * time.Microsecond)
+				continue
+			}
+			done = seq
+			err := s.RetireEvent(runCtx, "run", seq, "attack")
+			switch {
+			case err == nil:
+				retiredMu.Lock()
+				retired[seq] = true
+				retiredMu.Unlock()
+			case errors.Is(err, outbox.ErrProjected), runCtx.Err() != nil:
+			default:
+				errs <- fmt.Errorf("RetireEvent %d: %w", seq, err)
+				return
+			}
+		}
+	})
+	var pw sync.WaitGroup
+	for p := range producers {
+		pw.Go(func() {
+			for i := 0; i < perProducer; i += 5 {
+				builds := make([]outbox.EventBuilder, 5)
+				for k := range builds {
+					builds[k] = journal.Builder("run", "spend", map[string]int{"producer": p, "i": i + k})
+				}
+				seqs, err := s.EnqueueEvents(ctx, "run", builds)
+				if err != nil {
+					errs <- err
+					return
+				}
+				for last := seqs[len(seqs)-1]; ; {
+					if old := newest.Load(); old >= last || newest.CompareAndSwap(old, last) {
+						break
+					}
+				}
+			}
+		})
+	}
+	pw.Wait()
+	if err := outboxtest.FastRelay(t, s, sink, "run", outbox.WithForgetProjected(true), outbox.WithFlushAttempts(10)).Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	seen := map[int64]int{}
+	for _, l := range mem.All() {
+		seen[l.Seq]++
+		if tomb := bytes.Contains(l.Line, []byte(`"type":"retired"`)); tomb != retired[l.Seq] {
+			t.Errorf("seq %d reached the sink as a tombstone: %v; RetireEvent retired it: %v", l.Seq, tomb, retired[l.Seq])
+		}
+	}
+	for seq := int64(1); seq <= producers*perProducer; seq++ {
+		if seen[seq] != 1 {
+			t.Errorf("seq %d reached the sink %d times, want once", seq, seen[seq])
+		}
+	}
+	projected, err := s.Projected(ctx, "run")
+	if kept := outboxtest.CountRows(t, s.Path(), "engine_run_id = 'run'"); err != nil || kept != 0 || projected != producers*perProducer {
+		t.Errorf("after the relays: %d rows kept, projected %d (%v); want 0 and %d", kept, projected, err, producers*perProducer)
+	}
+	t.Logf("%d lines retired", len(retired))
 }
