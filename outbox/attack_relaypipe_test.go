@@ -1,8 +1,8 @@
 package outbox_test
 
 import (
-	"context"
 	"bytes"
+	"context"
 	"database/sql"
 	"errors"
 	"fmt"
