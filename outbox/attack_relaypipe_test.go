@@ -662,3 +662,81 @@ func TestTwoUnrecordedBatchesOfOnceKeysAreLedgeredByTheNextAttemptOrTheNextStart
 		})
 	}
 }
+
+// Close gives a blocked append its wait (the operation timeout) and no more; the append that returns
+// after the store closed is left unrecorded, the record before it kept, and the relay is told
+// ErrClosed, not left hanging or touching a closed book. The next start re-sends that batch only.
+func TestCloseGivesUpOnAnAppendBlockedPastItsWaitAndTheNextStartResendsOnlyThatBatch(t *testing.T) {
+	opts := []outbox.Option{outbox.WithOpTimeout(100 * time.Millisecond)}
+	s := openStore(t, opts...)
+	path := filepath.Join(t.TempDir(), "journal.jsonl")
+	enqueueSpends(t, s, 30)
+	j := openJournal(t, path)
+	inSecond, unblock := make(chan struct{}), make(chan struct{})
+	sink := &hookedSink{sink: j, before: func(call int, _ context.Context, _ []outbox.EventLine) error {
+		if call == 2 {
+			close(inSecond)
+			<-unblock
+		}
+		return nil
+	}}
+	r := outboxtest.NewRelay(t, s, sink, "run", outbox.WithBatchSize(10))
+	flushed := make(chan error, 1)
+	go func() { flushed <- r.Flush(context.Background()) }()
+	<-inSecond
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	close(unblock)
+	select {
+	case err := <-flushed:
+		if !errors.Is(err, outbox.ErrClosed) {
+			t.Errorf("Flush across Close: %v, want ErrClosed", err)
+		}
+	case <-time.After(liveness):
+		t.Fatal("Flush did not return after Close")
+	}
+	s2, err := outbox.Open(context.Background(), s.Path(), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s2.Close() })
+	if got, err := s2.Projected(context.Background(), "run"); err != nil || got != 10 {
+		t.Errorf("Projected after Close: %d, %v; want 10", got, err)
+	}
+	if err := outboxtest.NewRelay(t, s2, j, "later").Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if v := verifyFile(t, path); v.Lines != 30 || v.Duplicates != 10 {
+		t.Errorf("the journal holds %d lines and %d duplicates, want 30 and 10 (the batch Close gave up on)", v.Lines, v.Duplicates)
+	}
+}
+
+// Run's context cancelled at any moment (before a batch, during an append, while a record is in
+// flight) costs nothing twice: each Run returns context.Canceled, and what the sink took is recorded
+// or re-sent by no one.
+func TestRunCancelledAtAnyMomentSendsNothingTwice(t *testing.T) {
+	slowRecords(t)
+	s := openStore(t)
+	path := filepath.Join(t.TempDir(), "journal.jsonl")
+	j := openJournal(t, path)
+	sink := &hookedSink{sink: j, before: func(call int, _ context.Context, _ []outbox.EventLine) error {
+		time.Sleep(time.Duration(call%3) * time.Millisecond)
+		return nil
+	}}
+	r := outboxtest.NewRelay(t, s, sink, "run", outbox.WithBatchSize(3))
+	for i := range 40 {
+		enqueueSpends(t, s, 10)
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(time.Duration(i%8)*time.Millisecond, cancel)
+		if err := r.Run(ctx); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Run %d: %v, want context.Canceled", i, err)
+		}
+	}
+	if err := r.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if v := verifyFile(t, path); v.Lines != 400 || v.Duplicates != 0 {
+		t.Errorf("the journal holds %d lines and %d duplicates, want 400 and 0", v.Lines, v.Duplicates)
+	}
+}
