@@ -740,3 +740,39 @@ func TestRunCancelledAtAnyMomentSendsNothingTwice(t *testing.T) {
 		t.Errorf("the journal holds %d lines and %d duplicates, want 400 and 0", v.Lines, v.Duplicates)
 	}
 }
+
+// A sink that panics in Append (a caller's bug, which the caller's goroutine recovers from): the
+// relay lets go of the batch in flight as it unwinds, so that Close does not wait out its whole wait
+// for a batch that will never be recorded, and the batch before it is recorded.
+func TestASinkThatPanicsLeavesNoBatchInFlightForCloseToWaitFor(t *testing.T) {
+	s := openStore(t, outbox.WithOpTimeout(time.Minute))
+	enqueueSpends(t, s, 30)
+	sink := &hookedSink{sink: outboxtest.NewMemSink(), before: func(call int, _ context.Context, _ []outbox.EventLine) error {
+		if call == 2 {
+			panic("the sink's bug")
+		}
+		return nil
+	}}
+	r := outboxtest.NewRelay(t, s, sink, "run", outbox.WithBatchSize(10))
+	func() {
+		defer func() {
+			if v := recover(); v != "the sink's bug" {
+				t.Errorf("Flush over a panicking sink: recovered %v, want the sink's panic", v)
+			}
+		}()
+		r.Flush(context.Background())
+	}()
+	if got, err := s.Projected(context.Background(), "run"); err != nil || got != 10 {
+		t.Errorf("Projected after the panic: %d, %v; want 10", got, err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	case <-time.After(liveness):
+		t.Fatal("Close waited for a batch whose sink panicked")
+	}
+}

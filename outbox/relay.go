@@ -169,6 +169,14 @@ func (r *Relay) place(ctx context.Context, rec *recorder, runID string, lines []
 	if err := r.s.proj.begin(); err != nil {
 		return 0, err
 	}
+	recording := false
+	defer func() {
+		// Every way out but a record started ends the batch for Close here, a sink's panic included:
+		// a batch left registered would make every Close wait out its whole wait.
+		if !recording {
+			r.s.proj.end()
+		}
+	}()
 	first, last := lines[0].Seq, lines[len(lines)-1].Seq
 	b := &batchRecord{runID: runID, last: last, toMark: marksUpTo(toMark, last), lines: len(lines)}
 	appendErr := r.sink.Append(ctx, runID, lines)
@@ -181,7 +189,6 @@ func (r *Relay) place(ctx context.Context, rec *recorder, runID string, lines []
 	// go in order, and a stop written below must not be cleared by an earlier batch's record.
 	recErr := rec.settle()
 	if appendErr != nil {
-		r.s.proj.end()
 		if errors.Is(appendErr, ErrSinkRefused) {
 			r.stopped(ctx, runID, first, appendErr)
 		}
@@ -191,10 +198,10 @@ func (r *Relay) place(ctx context.Context, rec *recorder, runID string, lines []
 		// The sink has this batch and the one before, neither recorded: one record covers both, by
 		// whoever takes the run's turn next.
 		rec.turn.unrecorded = rec.turn.unrecorded.merge(b)
-		r.s.proj.end()
 		return last, recErr
 	}
 	rec.turn.unrecorded = b
+	recording = true // the record's goroutine ends the batch
 	rec.start(ctx, b)
 	return last, nil
 }
