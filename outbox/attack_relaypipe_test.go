@@ -741,38 +741,74 @@ func TestRunCancelledAtAnyMomentSendsNothingTwice(t *testing.T) {
 	}
 }
 
-// A sink that panics in Append (a caller's bug, which the caller's goroutine recovers from): the
-// relay lets go of the batch in flight as it unwinds, so that Close does not wait out its whole wait
-// for a batch that will never be recorded, and the batch before it is recorded.
-func TestASinkThatPanicsLeavesNoBatchInFlightForCloseToWaitFor(t *testing.T) {
-	s := openStore(t, outbox.WithOpTimeout(time.Minute))
-	enqueueSpends(t, s, 30)
-	sink := &hookedSink{sink: outboxtest.NewMemSink(), before: func(call int, _ context.Context, _ []outbox.EventLine) error {
-		if call == 2 {
-			panic("the sink's bug")
-		}
-		return nil
-	}}
-	r := outboxtest.NewRelay(t, s, sink, "run", outbox.WithBatchSize(10))
-	func() {
-		defer func() {
-			if v := recover(); v != "the sink's bug" {
-				t.Errorf("Flush over a panicking sink: recovered %v, want the sink's panic", v)
-			}
-		}()
-		r.Flush(context.Background())
-	}()
-	if got, err := s.Projected(context.Background(), "run"); err != nil || got != 10 {
-		t.Errorf("Projected after the panic: %d, %v; want 10", got, err)
+// A sink that panics in Append, or calls runtime.Goexit (t.FailNow in a test's sink), and a
+// WithOnProjected callback that panics: the caller's goroutine recovers or ends, and the relay lets go
+// of the batch in flight as it unwinds, so that Close does not wait out its whole wait for a batch
+// that will never be recorded; the batch the sink took before is recorded, and the next Flush sends
+// nothing twice.
+func TestACallerPanicOrGoexitInsideTheRelayLeavesNoBatchInFlightForCloseToWaitFor(t *testing.T) {
+	// projected is where the run is recorded once the goroutine has unwound: up to the batch before
+	// the sink's failing call; up to the batch appended beside the record of the batch the callback
+	// hears of, since that batch's record was already under way.
+	cases := map[string]struct {
+		sink      func(call int)
+		callback  func(calls int)
+		projected int64
+	}{
+		"sink panics":           {sink: func(call int) { panic("the caller's bug") }, projected: 10},
+		"sink calls Goexit":     {sink: func(call int) { runtime.Goexit() }, projected: 10},
+		"callback panics":       {callback: func(int) { panic("the caller's bug") }, projected: 20},
+		"callback calls Goexit": {callback: func(int) { runtime.Goexit() }, projected: 20},
 	}
-	closed := make(chan error, 1)
-	go func() { closed <- s.Close() }()
-	select {
-	case err := <-closed:
-		if err != nil {
-			t.Fatalf("Close: %v", err)
-		}
-	case <-time.After(liveness):
-		t.Fatal("Close waited for a batch whose sink panicked")
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			s := openStore(t, outbox.WithOpTimeout(time.Minute))
+			path := filepath.Join(t.TempDir(), "journal.jsonl")
+			enqueueSpends(t, s, 30)
+			armed := true
+			sink := &hookedSink{sink: openJournal(t, path), before: func(call int, _ context.Context, _ []outbox.EventLine) error {
+				if call == 2 && armed && c.sink != nil {
+					c.sink(call)
+				}
+				return nil
+			}}
+			calls := 0
+			r := outboxtest.NewRelay(t, s, sink, "run", outbox.WithBatchSize(10), outbox.WithOnProjected(func(string, int, int64) {
+				calls++
+				if calls == 1 && armed && c.callback != nil {
+					c.callback(calls)
+				}
+			}))
+			done := make(chan any, 1)
+			go func() {
+				defer func() { done <- recover() }()
+				r.Flush(context.Background())
+			}()
+			select {
+			case <-done:
+			case <-time.After(liveness):
+				t.Fatal("Flush did not end")
+			}
+			armed = false
+			if got, err := s.Projected(context.Background(), "run"); err != nil || got != c.projected {
+				t.Errorf("Projected after the relay's goroutine unwound: %d, %v; want %d", got, err, c.projected)
+			}
+			if err := r.Flush(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if v := verifyFile(t, path); v.Lines != 30 || v.Duplicates != 0 {
+				t.Errorf("the journal holds %d lines and %d duplicates, want 30 and 0", v.Lines, v.Duplicates)
+			}
+			closed := make(chan error, 1)
+			go func() { closed <- s.Close() }()
+			select {
+			case err := <-closed:
+				if err != nil {
+					t.Fatalf("Close: %v", err)
+				}
+			case <-time.After(liveness):
+				t.Fatal("Close waited for a batch the relay let go of")
+			}
+		})
 	}
 }

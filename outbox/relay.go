@@ -136,6 +136,7 @@ func (r *Relay) project(ctx context.Context, runID string, target int64) (placed
 		if rerr := rec.settle(); err == nil {
 			err = rerr
 		}
+		rec.report()
 	}()
 	src := batches{r: r, runID: runID, target: target}
 	defer src.close()
@@ -169,6 +170,8 @@ func (r *Relay) place(ctx context.Context, rec *recorder, runID string, lines []
 	if err := r.s.proj.begin(); err != nil {
 		return 0, err
 	}
+	// WithOnProjected hears of the batch before this one last, once this one is in the turn's hands.
+	defer rec.report()
 	recording := false
 	defer func() {
 		// Every way out but a record started ends the batch for Close here, a sink's panic included:

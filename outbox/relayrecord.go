@@ -43,6 +43,8 @@ type recorder struct {
 	turn *runTurn
 	b    *batchRecord // being recorded
 	done chan error   // its outcome
+	// heard is the batch settle found recorded, for report to tell WithOnProjected of.
+	heard *batchRecord
 }
 
 // start records b, which the sink has and which is turn.unrecorded, on a goroutine of its own. The
@@ -56,8 +58,9 @@ func (rc *recorder) start(ctx context.Context, b *batchRecord) {
 	}()
 }
 
-// settle waits for the record in flight, if any. On success the batch is no longer unrecorded; on
-// failure it stays turn.unrecorded, for the next holder of the turn to record first.
+// settle waits for the record in flight, if any. On success the batch is no longer unrecorded (report
+// then tells WithOnProjected of it); on failure it stays turn.unrecorded, for the next holder of the
+// turn to record first.
 func (rc *recorder) settle() error {
 	if rc.done == nil {
 		return nil
@@ -69,7 +72,20 @@ func (rc *recorder) settle() error {
 		return err
 	}
 	rc.r.recorded(rc.turn, b)
+	rc.heard = b
 	return nil
+}
+
+// report tells WithOnProjected of the batch settle found recorded, if any. It is called once the
+// turn holds every batch the sink has and the store has not recorded (turn.unrecorded): the callback
+// is the caller's code, and one that panics or ends the goroutine must not leave a batch appended
+// that no one will record, for the next relay to send again.
+func (rc *recorder) report() {
+	b := rc.heard
+	rc.heard = nil
+	if b != nil {
+		rc.r.report(b)
+	}
 }
 
 // record records the batch the sink has and the store has not, if there is one, and waits for it.
@@ -83,6 +99,7 @@ func (r *Relay) record(ctx context.Context, turn *runTurn) error {
 		return err
 	}
 	r.recorded(turn, b)
+	r.report(b)
 	return nil
 }
 
@@ -101,8 +118,8 @@ func (r *Relay) recordBatch(ctx context.Context, b *batchRecord) error {
 	return nil
 }
 
-// recorded is what follows b's record, on the relay's goroutine: the turn no longer holds it, a
-// failing relay says it has recovered, and WithOnProjected hears of it.
+// recorded is what follows b's record, on the relay's goroutine: the turn no longer holds it, and a
+// failing relay says it has recovered. WithOnProjected hears of it after (report).
 func (r *Relay) recorded(turn *runTurn, b *batchRecord) {
 	if turn.unrecorded == b {
 		turn.unrecorded = nil
@@ -112,6 +129,10 @@ func (r *Relay) recorded(turn *runTurn, b *batchRecord) {
 		r.cfg.log.Info("outbox: relay recovered", "run", b.runID, "after", r.failing)
 		r.failing = nil
 	}
+}
+
+// report tells WithOnProjected of b, recorded.
+func (r *Relay) report(b *batchRecord) {
 	if r.cfg.onProjected != nil {
 		r.cfg.onProjected(b.runID, b.lines, b.last)
 	}
