@@ -812,3 +812,51 @@ func TestACallerPanicOrGoexitInsideTheRelayLeavesNoBatchInFlightForCloseToWaitFo
 		})
 	}
 }
+
+// Recover over many earlier runs, its context cancelled again and again at any moment, with records
+// running beside appends: each attempt goes on where the last one stopped, and once one finishes the
+// journal holds every line once and the book none of the earlier runs' rows.
+func TestRecoverCancelledAtAnyMomentOverManyRunsSendsNothingTwice(t *testing.T) {
+	const runs, perRun = 12, 9
+	slowRecords(t)
+	ctx := context.Background()
+	s := openStore(t)
+	for i := range runs {
+		run := fmt.Sprintf("earlier-%02d", i)
+		builds := make([]outbox.EventBuilder, perRun)
+		for k := range builds {
+			builds[k] = journal.Builder(run, "spend", k)
+		}
+		if _, err := s.EnqueueEvents(ctx, run, builds); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s = outboxtest.Reopen(t, s)
+	path := filepath.Join(t.TempDir(), "journal.jsonl")
+	r := outboxtest.NewRelay(t, s, openJournal(t, path), "next", outbox.WithBatchSize(4))
+	progressed := 0
+	for i := 0; ; i++ {
+		cctx, cancel := context.WithCancel(ctx)
+		if i < 100 { // then one to the end
+			time.AfterFunc(time.Duration(i%12)*time.Millisecond, cancel)
+		}
+		if v := verifyFile(t, path); v.Lines > 0 && v.Lines < runs*perRun {
+			progressed++
+		}
+		err := r.Recover(cctx)
+		cancel()
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Recover %d: %v, want context.Canceled or nil", i, err)
+		}
+	}
+	if v := verifyFile(t, path); v.Lines != runs*perRun || v.Duplicates != 0 {
+		t.Errorf("the journal holds %d lines and %d duplicates, want %d and 0", v.Lines, v.Duplicates, runs*perRun)
+	}
+	t.Logf("%d attempts began part of the way through", progressed)
+	if kept := outboxtest.CountRows(t, s.Path(), "1"); kept != 0 {
+		t.Errorf("the book keeps %d rows of the earlier runs, want 0", kept)
+	}
+}
