@@ -860,3 +860,47 @@ func TestRecoverCancelledAtAnyMomentOverManyRunsSendsNothingTwice(t *testing.T) 
 		t.Errorf("the book keeps %d rows of the earlier runs, want 0", kept)
 	}
 }
+
+// RetireEvent called from inside a transaction of the store while a relay of the run has a batch in
+// flight: the relay holds the run's turn and waits for its record, which waits for the writer the
+// transaction holds. RetireEvent fails at once with ErrCallInsideTx instead of waiting for that turn
+// until the record gives up.
+func TestRetireEventFromInsideATransactionFailsAtOnceWhileARelayHoldsTheTurn(t *testing.T) {
+	s := openStore(t, outbox.WithOpTimeout(time.Minute), outbox.WithBusyTimeout(time.Minute))
+	enqueueSpends(t, s, 30)
+	inSecond, unblock := make(chan struct{}), make(chan struct{})
+	sink := &hookedSink{sink: outboxtest.NewMemSink(), before: func(call int, _ context.Context, _ []outbox.EventLine) error {
+		if call == 2 {
+			close(inSecond)
+			<-unblock
+		}
+		return nil
+	}}
+	r := outboxtest.NewRelay(t, s, sink, "run", outbox.WithBatchSize(10))
+	flushed := make(chan error, 1)
+	var inner error
+	done := make(chan error, 1)
+	go func() {
+		done <- s.WriteTx(context.Background(), func(*sql.Tx) error {
+			go func() { flushed <- r.Flush(context.Background()) }()
+			<-inSecond // batch 1's record waits for this transaction's writer
+			inner = s.RetireEvent(context.Background(), "run", 25, "attack")
+			close(unblock)
+			return nil
+		})
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(liveness):
+		t.Fatal("RetireEvent from inside WriteTx did not return")
+	}
+	if !errors.Is(inner, outbox.ErrCallInsideTx) {
+		t.Errorf("RetireEvent from inside WriteTx: %v, want ErrCallInsideTx", inner)
+	}
+	if err := <-flushed; err != nil {
+		t.Fatal(err)
+	}
+}
