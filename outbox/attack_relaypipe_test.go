@@ -170,6 +170,26 @@ func TestTheCommittersNestedCallCheckHoldsForLineChecksAndAfterItsGoroutineIsRep
 			}
 		}
 	})
+	t.Run("after a panic", func(t *testing.T) {
+		s := openStore(t, outbox.WithOpTimeout(time.Minute))
+		func() {
+			defer func() {
+				if v := recover(); v != "the builder's bug" {
+					t.Errorf("a panicking builder: recovered %v", v)
+				}
+			}()
+			s.EnqueueEvent(ctx, "outer", func(int64) ([]byte, error) { panic("the builder's bug") })
+		}()
+		told := make(chan error, 1)
+		if err := enqueueWithin(t, s, ctx, nestedEnqueue(s, told)); !errors.Is(err, outbox.ErrCallInsideTx) {
+			t.Fatalf("a nested call after a panicking builder: %v, want ErrCallInsideTx", err)
+		}
+		<-told
+		// And the mark is gone with the builder: this goroutine's own calls go through.
+		if _, err := s.EnqueueEvent(ctx, "outer", outboxtest.LineOf("after")); err != nil {
+			t.Fatalf("the store after the panic: %v", err)
+		}
+	})
 	t.Run("after a takeover", func(t *testing.T) {
 		s := openStore(t, outbox.WithOpTimeout(time.Minute))
 		release := make(chan struct{})
