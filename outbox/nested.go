@@ -10,12 +10,13 @@ import (
 	"strconv"
 )
 
-// ErrCallInsideTx is returned at once by a write of the store (a relay's Flush, Run and Recover
-// included, before they append anything) called from inside a transaction of the same store: from WriteTx's function, or from an EventBuilder or a line check, which run inside the
-// enqueue's transaction (with group commit, on the store's committer goroutine). That transaction
-// holds the store's one writer connection, so the call would wait for itself until its deadline. Use
-// EnqueueTx or EnqueueOnceTx with WriteTx's transaction instead; reads (ReadTx, PendingEvents, …) use
-// the read pool and work there.
+// ErrCallInsideTx is returned at once by a write of the store (RetireEvent and a relay's Flush, Run and
+// Recover included, before they wait for a run's turn or append anything) called from inside a
+// transaction of the same store: from WriteTx's function, or from an EventBuilder or a line check,
+// which run inside the enqueue's transaction (with group commit, on the store's committer goroutine).
+// That transaction holds the store's one writer connection, so the call would wait for itself until
+// its deadline. Use EnqueueTx or EnqueueOnceTx with WriteTx's transaction instead; reads (ReadTx,
+// PendingEvents, …) use the read pool and work there.
 //
 // The store knows the goroutine that holds the writer, so a call made on that goroutine is caught. A
 // call that the function hands to another goroutine and then waits for cannot be told from any other
