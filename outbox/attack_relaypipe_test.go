@@ -924,3 +924,47 @@ func TestRetireEventFromInsideATransactionFailsAtOnceWhileARelayHoldsTheTurn(t *
 		t.Fatal(err)
 	}
 }
+
+// The sink refuses batch 2 while batch 1's record fails: the stop is written at batch 2 all the same,
+// batch 1 stays the turn's to record (RetireEvent refuses its lines), and the next attempt records
+// batch 1, which clears the stop, meets the refusal again and writes the stop again: the book never
+// ends up with batch 1 unrecorded and no stop while the sink refuses.
+func TestARefusalBesideAFailedRecordStopsTheRunAndTheNextAttemptStopsItAgain(t *testing.T) {
+	s := openStore(t, outbox.WithBusyTimeout(5*time.Millisecond))
+	enqueueSpends(t, s, 30)
+	errBad := fmt.Errorf("batch 2: %w", outbox.ErrSinkRefused)
+	var release func()
+	sink := &hookedSink{sink: outboxtest.NewMemSink()}
+	sink.after = func(call int) {
+		if call == 1 {
+			release = holdWriteLock(t, s.Path())
+		}
+	}
+	sink.before = func(call int, _ context.Context, _ []outbox.EventLine) error {
+		if call < 2 {
+			return nil
+		}
+		if call == 2 {
+			time.Sleep(200 * time.Millisecond) // far past the busy timeout: batch 1's record fails
+			release()
+		}
+		return errBad
+	}
+	r := outboxtest.FastRelay(t, s, sink, "run", outbox.WithBatchSize(10), outbox.WithFlushAttempts(1))
+	ctx := context.Background()
+	if err := r.Flush(ctx); !errors.Is(err, outbox.ErrSinkRefused) {
+		t.Fatalf("Flush: %v, want ErrSinkRefused", err)
+	}
+	if st := runStats(t, s, "run"); st.Projected != 0 || st.StoppedSeq != 11 {
+		t.Errorf("after the refusal: projected %d, stopped at %d; want 0 and 11", st.Projected, st.StoppedSeq)
+	}
+	if err := s.RetireEvent(ctx, "run", 10, "attack"); !errors.Is(err, outbox.ErrProjected) {
+		t.Errorf("RetireEvent of a line of the unrecorded batch: %v, want ErrProjected", err)
+	}
+	if err := r.Flush(ctx); !errors.Is(err, outbox.ErrSinkRefused) {
+		t.Fatalf("the next Flush: %v, want ErrSinkRefused", err)
+	}
+	if st := runStats(t, s, "run"); st.Projected != 10 || st.StoppedSeq != 11 {
+		t.Errorf("after the next attempt: projected %d, stopped at %d; want 10 and 11", st.Projected, st.StoppedSeq)
+	}
+}
