@@ -10,8 +10,8 @@ import (
 
 // Defaults, chosen so that an inbox needs no options.
 const (
-	// DefaultDigestWindow is how many of a run's last lines keep their digest: more than any
-	// re-delivery a relay makes (at most the batch in flight at a crash).
+	// DefaultDigestWindow is how many of a run's last lines keep their digest: more than a
+	// relay re-sends at a crash (the two batches in flight, 512 lines with its default batches).
 	DefaultDigestWindow = 4096
 	// DefaultDigestRetention is how long a run may receive nothing before it keeps only its last
 	// line's digest.

@@ -27,7 +27,8 @@
 //     records that the line reached the sink.
 //   - Nothing lost, nothing counted twice. The relay appends a batch to the sink and only then records
 //     how far it got (and moves the batch's keys into the ledger), so a crash re-sends at most the
-//     batch in flight, byte for byte, which the reader skips as a duplicate. A record that fails after
+//     two batches in flight (the relay records a batch while it appends the next one), byte for byte,
+//     which the reader skips as duplicates. A record that fails after
 //     the append is retried alone, never by appending the batch again. Relay.Recover projects what
 //     earlier processes committed and drops only rows whose lines the sink has; it never touches a run
 //     this Store has enqueued to.
@@ -105,7 +106,8 @@
 // A process that dies mid-call loses only its uncommitted transaction: SQLite's WAL makes the commit
 // atomic. Power loss loses no acknowledged event at DurabilityFull; at DurabilityNormal it can lose the
 // last commits. The one transaction the store commits without waiting for a sync is the relay's
-// progress record: losing it re-sends one batch and loses nothing. A failed fdatasync of the WAL fails
+// progress record: losing it re-sends the batches it recorded since the last commit that waited for a
+// sync, and loses nothing. A failed fdatasync of the WAL fails
 // the calls it was to cover with ErrNotDurable (committed, durability unknown), and every write begun
 // after it with ErrSyncFailed, until the store is reopened: after such a failure the kernel may have
 // dropped the pages it could not write. A sink that fails is retried with backoff

@@ -221,6 +221,12 @@ func (s *Store) enqueue(ctx context.Context, w *txWriter, runID, onceKey string,
 // groupRun.enterBuilder); the call then ends with errCut or errAbandoned.
 func (s *Store) render(ctx context.Context, g *groupRun, runID string, seq int64, build EventBuilder) (line []byte, err error) {
 	if g != nil {
+		// The builder and the line check are the caller's code on the committer's goroutine: one
+		// that calls the store is told so (ErrCallInsideTx). The mark is set for them alone, not the
+		// whole group, since every concurrent caller that finds it set pays for reading its own
+		// goroutine's id (a stack trace, some microseconds).
+		s.writerG.Store(g.gid)
+		defer s.writerG.CompareAndSwap(g.gid, 0) // the group may have been taken over meanwhile
 		if err := g.enterBuilder(seq); err != nil {
 			return nil, err
 		}

@@ -39,6 +39,7 @@ const (
 // groupRun is one group being written: its calls, their results and its transaction.
 type groupRun struct {
 	c       *committer
+	gid     int64 // the committer's goroutine, on which the builders run (see Store.render)
 	taken   []*request
 	results []result
 	tx      *sql.Tx
@@ -190,7 +191,7 @@ func (c *committer) commit(group []*request) (carry []*request, owned bool) {
 		// write then fails on it.
 		c.s.dur.waitWritten()
 	}
-	g := &groupRun{c: c, taken: slices.Clone(taken), results: make([]result, len(taken))}
+	g := &groupRun{c: c, gid: c.gid, taken: slices.Clone(taken), results: make([]result, len(taken))}
 	for _, r := range g.taken {
 		r.group.Store(g)
 	}
@@ -294,10 +295,6 @@ func (c *committer) writeGroup(g *groupRun) (n int, owned bool) {
 		return n, true
 	}
 	g.tx = tx
-	// A builder runs on this goroutine: one that calls the store is told so (ErrCallInsideTx).
-	gid := goid()
-	c.s.writerG.Store(gid)
-	defer c.s.writerG.CompareAndSwap(gid, 0) // the writer may already be another's
 	// A sync about to start waits for this group rather than leave its callers to the next one.
 	c.s.dur.groupStart()
 	g.bracket = true

@@ -10,12 +10,13 @@ import (
 	"strconv"
 )
 
-// ErrCallInsideTx is returned at once by a write of the store called from inside a transaction of the
-// same store: from WriteTx's function, or from an EventBuilder or a line check, which run inside the
-// enqueue's transaction (with group commit, on the store's committer goroutine). That transaction
-// holds the store's one writer connection, so the call would wait for itself until its deadline. Use
-// EnqueueTx or EnqueueOnceTx with WriteTx's transaction instead; reads (ReadTx, PendingEvents, …) use
-// the read pool and work there.
+// ErrCallInsideTx is returned at once by a write of the store (RetireEvent and a relay's Flush, Run and
+// Recover included, before they wait for a run's turn or append anything) called from inside a
+// transaction of the same store: from WriteTx's function, or from an EventBuilder or a line check,
+// which run inside the enqueue's transaction (with group commit, on the store's committer goroutine).
+// That transaction holds the store's one writer connection, so the call would wait for itself until
+// its deadline. Use EnqueueTx or EnqueueOnceTx with WriteTx's transaction instead; reads (ReadTx,
+// PendingEvents, …) use the read pool and work there.
 //
 // The store knows the goroutine that holds the writer, so a call made on that goroutine is caught. A
 // call that the function hands to another goroutine and then waits for cannot be told from any other
@@ -24,7 +25,9 @@ import (
 var ErrCallInsideTx = errors.New("outbox: a call from inside a transaction of the same store (a WriteTx function, an EventBuilder or a line check called the store); the transaction holds the store's one writer, so the call would wait for itself: use EnqueueTx on that transaction instead")
 
 // goid returns the calling goroutine's id, read from its stack header ("goroutine 42 [running]:").
-// The runtime gives no other way; it costs about a microsecond, paid only while the writer is held.
+// The runtime gives no other way; it costs some microseconds (more on a deep stack), paid by a write
+// only while the caller's code holds the writer: a WriteTx function, or a builder or line check on the
+// committer's goroutine.
 func goid() int64 {
 	var buf [64]byte
 	b := buf[:runtime.Stack(buf[:], false)]

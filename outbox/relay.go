@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/textmachine/outbox/internal/faultpoint"
@@ -37,145 +35,10 @@ var ErrSinkRefused = errors.New("outbox: the sink refuses the batch")
 // deleted outside the protocol (ForgetEvents without Recover, or by hand).
 var ErrRowsMissing = errors.New("outbox: stored lines are not contiguous")
 
-// Relay defaults.
-const (
-	DefaultBatchSize     = 256
-	DefaultBatchBytes    = 4 << 20
-	DefaultMinBackoff    = 10 * time.Millisecond
-	DefaultMaxBackoff    = 5 * time.Second
-	DefaultFlushAttempts = 5
-	DefaultPollInterval  = time.Second
-)
-
-type relayConfig struct {
-	batch         int
-	batchBytes    int
-	minBackoff    time.Duration
-	maxBackoff    time.Duration
-	flushAttempts int
-	poll          time.Duration
-	log           *slog.Logger
-	onProjected   func(runID string, lines int, last int64)
-	forget        bool
-}
-
-// RelayOption configures NewRelay. An invalid value makes NewRelay fail.
-type RelayOption func(*relayConfig) error
-
-// BatchSizer is a Sink that says how many lines a batch should hold for it: a broker that stores a
-// batch atomically is faster with larger ones than a file that syncs each. NewRelay takes that size
-// unless WithBatchSize is given.
-type BatchSizer interface {
-	BatchSize() int
-}
-
-// WithBatchSize sets how many lines a relay reads and appends at a time, at most. The default is the
-// sink's BatchSize when it is a BatchSizer, otherwise DefaultBatchSize (256). WithBatchBytes bounds a
-// batch too.
-func WithBatchSize(n int) RelayOption {
-	return func(c *relayConfig) error {
-		if n < 1 {
-			return fmt.Errorf("outbox: relay batch size %d, need at least 1", n)
-		}
-		c.batch = n
-		return nil
-	}
-}
-
-// WithBatchBytes bounds the bytes of lines a relay holds: a batch ends before the line that would
-// take it past n bytes, and the batches read ahead while one is appended share the same n with it. A
-// batch always holds at least one line, so a line longer than n is read and appended alone. So a
-// relay holds at most n bytes of lines plus one line, whatever the lines' size; a sink may copy the
-// batch it is given (journal.File does, once). The default is DefaultBatchBytes (4 MiB).
-func WithBatchBytes(n int) RelayOption {
-	return func(c *relayConfig) error {
-		if n < 1 {
-			return fmt.Errorf("outbox: relay batch bytes %d, need at least 1", n)
-		}
-		c.batchBytes = n
-		return nil
-	}
-}
-
-// WithBackoff sets the wait after a failed batch: it starts at min and doubles up to max. The
-// defaults are 10ms and 5s.
-func WithBackoff(min, max time.Duration) RelayOption {
-	return func(c *relayConfig) error {
-		if min <= 0 || max < min {
-			return fmt.Errorf("outbox: relay backoff %v..%v, need 0 < min <= max", min, max)
-		}
-		c.minBackoff, c.maxBackoff = min, max
-		return nil
-	}
-}
-
-// WithFlushAttempts sets how many times Flush and Recover try a failing batch before returning the
-// sink's error. The default is 5. Run never gives up.
-func WithFlushAttempts(n int) RelayOption {
-	return func(c *relayConfig) error {
-		if n < 1 {
-			return fmt.Errorf("outbox: relay flush attempts %d, need at least 1", n)
-		}
-		c.flushAttempts = n
-		return nil
-	}
-}
-
-// WithPollInterval sets how often Run looks for lines without a signal from the store: commits on a
-// transaction the store did not begin do not signal it. The default is 1s.
-func WithPollInterval(d time.Duration) RelayOption {
-	return func(c *relayConfig) error {
-		if d <= 0 {
-			return fmt.Errorf("outbox: relay poll interval %v, need > 0", d)
-		}
-		c.poll = d
-		return nil
-	}
-}
-
-// WithOnProjected sets a function called after each batch the relay places and records: the run,
-// the batch's number of lines and its last seq. It runs on the relay's goroutine and must not block;
-// a progress display or a metrics counter is its use.
-func WithOnProjected(fn func(runID string, lines int, last int64)) RelayOption {
-	return func(c *relayConfig) error {
-		c.onProjected = fn
-		return nil
-	}
-}
-
-// WithForgetProjected makes the relay forget the rows it has projected as it goes: each batch's record
-// also deletes, in the same transaction, the batch's rows that hold no once key. The ledger is kept
-// (rows whose key it holds stay, as they must for the life of the book), and so is the run's highest
-// seq, so no number is reused. A process that runs for months then keeps in its book only what is not
-// yet projected, and the ledger, instead of every event since it started.
-//
-// The default (off) keeps a live run's projected rows until the next start, when Recover forgets
-// them: `outbox pending --all` can show them until then, and a run all of whose rows are forgotten
-// is no longer listed by Runs, AllRuns and `outbox stats` (its progress is kept: Projected and
-// EventsUsed still know it).
-func WithForgetProjected(on bool) RelayOption {
-	return func(c *relayConfig) error {
-		c.forget = on
-		return nil
-	}
-}
-
-// WithRelayLogger sets the relay's logger; by default it uses the store's. It logs once per change of
-// state (the sink failing, the sink recovered), not once per attempt.
-func WithRelayLogger(l *slog.Logger) RelayOption {
-	return func(c *relayConfig) error {
-		if l == nil {
-			return errors.New("outbox: nil relay logger")
-		}
-		c.log = l
-		return nil
-	}
-}
-
 // Relay projects a store's lines to a sink: in seq order per run, in bounded batches, recording after
 // each batch how far it got and moving the batch's once keys into the ledger. A line is recorded only
-// after the sink has it, so a crash re-sends at most the batch in flight, byte for byte; it never
-// skips one.
+// after the sink has it, so a crash re-sends at most the batches in flight, byte for byte: the one
+// being appended, and the one before it, whose record runs beside that append. It never skips one.
 //
 // A relay serves one run, its own (runID), and Recover serves the runs of earlier processes. Its
 // methods are safe for concurrent use; batches are projected one at a time. Relays of one Store that
@@ -189,15 +52,6 @@ type Relay struct {
 
 	mu      sync.Mutex // one batch at a time; guards failing
 	failing error      // the error of the last failed batch, until a batch succeeds
-}
-
-// batchRecord is what recording a batch writes: the run's new position and the once keys to move
-// into the ledger.
-type batchRecord struct {
-	runID  string
-	last   int64
-	toMark []int64
-	lines  int
 }
 
 // NewRelay returns a relay from s to sink for runID. It fails, and returns no relay, when s or sink is
@@ -244,121 +98,23 @@ type sinkError struct{ err error }
 func (e *sinkError) Error() string { return "sink: " + e.err.Error() }
 func (e *sinkError) Unwrap() error { return e.err }
 
-type fetched struct {
-	lines  []EventLine
-	toMark []int64
-	err    error
-}
-
-// readAhead is how many batches a relay reads ahead of the one it is appending. The read is CPU work
-// and the append mostly waits for the disk, so they overlap; two batches of slack keep a read that
-// the scheduler delays off the critical path.
-const readAhead = 2
-
-// prefetch reads a run's batches in order on a goroutine of its own, up to readAhead ahead of the
-// relay, starting after seq after, and stops at an empty batch, an error, or target.
-//
-// The batch being appended and the batches read ahead share the relay's byte bound: the reader reads
-// only into the room they leave (held counts them), and waits for room when they fill it. Batches of
-// small lines leave room for two more; batches of large ones are read one after another.
-type prefetch struct {
-	ch    chan fetched
-	stop  chan struct{}
-	done  chan struct{}
-	held  atomic.Int64  // bytes of lines read and not yet released by the relay
-	freed chan struct{} // a token after each release, for a reader waiting for room
-}
-
-func (r *Relay) startPrefetch(ctx context.Context, runID string, after, target int64, appending int64) *prefetch {
-	p := &prefetch{ch: make(chan fetched, readAhead-1), stop: make(chan struct{}), done: make(chan struct{}),
-		freed: make(chan struct{}, 1)}
-	p.held.Store(appending)
-	limit := int64(r.cfg.batchBytes)
-	go func() {
-		defer close(p.done)
-		defer close(p.ch)
-		last := appending
-		for {
-			room, ok := p.room(limit, min(last, limit))
-			if !ok {
-				return
-			}
-			l, m, err := r.s.pending(ctx, runID, after, r.cfg.batch, int(room))
-			last = lineBytes(l)
-			p.held.Add(last)
-			end := err != nil || len(l) == 0
-			if !end {
-				// Read before the batch is handed over: the sink may do what it likes with it.
-				after = l[len(l)-1].Seq
-			}
-			select {
-			case p.ch <- fetched{l, m, err}:
-			case <-p.stop:
-				return
-			}
-			if end || (target > 0 && after >= target) {
-				return
-			}
-		}
-	}()
-	return p
-}
-
-// room waits until the relay holds at most limit-want bytes and returns the room left; a want of
-// about the last batch's size keeps the reader from cutting batches short. ok is false when the
-// reader is stopped.
-func (p *prefetch) room(limit, want int64) (room int64, ok bool) {
-	for {
-		if room = limit - p.held.Load(); room >= max(want, 1) {
-			return room, true
-		}
-		select {
-		case <-p.freed:
-		case <-p.stop:
-			return 0, false
-		}
-	}
-}
-
-// release gives back the room of a batch the relay no longer holds.
-func (p *prefetch) release(n int64) {
-	p.held.Add(-n)
-	select {
-	case p.freed <- struct{}{}:
-	default:
-	}
-}
-
-// next returns the next batch read; ok is false when the reader has stopped without one.
-func (p *prefetch) next() (f fetched, ok bool) {
-	f, ok = <-p.ch
-	return f, ok
-}
-
-// close stops the reader and waits for it, so that none outlives the call that started it.
-func (p *prefetch) close() {
-	close(p.stop)
-	<-p.done
-}
-
-func lineBytes(lines []EventLine) int64 {
-	n := 0
-	for _, l := range lines {
-		n += len(l.Line)
-	}
-	return int64(n)
-}
-
 // project projects runID from its recorded position, batch after batch, until nothing is pending or
 // the position reaches target (0: no target). It returns how many lines it placed.
 //
 // It holds the run's turn throughout (see projections): the position it starts from and the batches
 // it reads ahead stay valid only while no other relay of the store appends the run's lines.
 //
-// Each batch is appended to the sink and recorded before the next one is appended, so a crash leaves
-// at most one batch in the sink that is not recorded: K crashes re-send at most K batches. (Recording
-// batch k while appending batch k+1 would be faster, and would make that two.)
-func (r *Relay) project(ctx context.Context, runID string, target int64) (int, error) {
+// A batch is recorded while the next one is appended (see recorder), and recorded before the one after
+// that is appended, so a crash leaves at most two batches in the sink that are not recorded: K crashes
+// re-send at most 2K batches.
+func (r *Relay) project(ctx context.Context, runID string, target int64) (placed int, err error) {
+	// Called from inside a transaction of the store (a WriteTx function, a builder), the relay could
+	// append but never record: the record waits for the writer that transaction holds, and it runs on
+	// a goroutine of its own (recorder), where the store cannot tell it is the caller's. So the call
+	// is refused here, before anything reaches the sink.
+	if err := r.s.checkNotInsideTx(); err != nil {
+		return 0, err
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	turn, err := r.s.proj.acquire(ctx, runID)
@@ -373,16 +129,24 @@ func (r *Relay) project(ctx context.Context, runID string, target int64) (int, e
 	if err != nil || (target > 0 && cursor >= target) {
 		return 0, err
 	}
+	rec := recorder{r: r, turn: turn}
+	defer func() {
+		// The last batch's record ends before the turn is given up: another relay, RetireEvent and
+		// Close rely on what the turn's holder leaves recorded or in turn.unrecorded.
+		if rerr := rec.settle(); err == nil {
+			err = rerr
+		}
+		rec.report()
+	}()
 	src := batches{r: r, runID: runID, target: target}
 	defer src.close()
-	placed := 0
 	for {
 		b, err := src.next(ctx, cursor)
 		if err != nil || len(b.lines) == 0 {
 			return placed, err
 		}
 		n := len(b.lines)
-		last, err := r.place(ctx, turn, runID, b.lines, b.toMark)
+		last, err := r.place(ctx, &rec, runID, b.lines, b.toMark)
 		if err != nil {
 			return placed, err
 		}
@@ -395,105 +159,54 @@ func (r *Relay) project(ctx context.Context, runID string, target int64) (int, e
 	}
 }
 
-// batches are the batches project places, in order. The first two are read when asked for; from the
-// second on, while a batch is being appended (the sink's fdatasync usually), the next ones are read
-// ahead (see prefetch). The first is never read ahead, so a sink that keeps failing costs one bounded
-// read per attempt.
-type batches struct {
-	r      *Relay
-	runID  string
-	target int64
-	reads  int
-	ahead  *prefetch
-}
-
-// batch is lines that follow the cursor without a hole, and the bytes of lines the reader ahead
-// counted for it, to be given back once it is placed.
-type batch struct {
-	lines  []EventLine
-	toMark []int64
-	held   int64
-}
-
-// next returns the batch that follows cursor; an empty one when nothing is pending.
-func (b *batches) next(ctx context.Context, cursor int64) (batch, error) {
-	if b.ahead != nil {
-		if f, ok := b.ahead.next(); ok {
-			if f.err != nil {
-				return batch{}, f.err
-			}
-			return b.cut(cursor, f.lines, f.toMark, lineBytes(f.lines))
-		}
-		// The reader stopped short of the cursor (a batch cut at a hole, or the target): read from
-		// the cursor.
-	}
-	lines, toMark, err := b.r.s.pending(ctx, b.runID, cursor, b.r.cfg.batch, b.r.cfg.batchBytes)
-	if err != nil {
-		return batch{}, err
-	}
-	b.reads++
-	held := lineBytes(lines)
-	next, err := b.cut(cursor, lines, toMark, held)
-	if err != nil || len(next.lines) == 0 {
-		return next, err
-	}
-	if last := next.lines[len(next.lines)-1].Seq; b.reads == 2 && b.ahead == nil && (b.target == 0 || last < b.target) {
-		// The reader ahead counts this batch among the bytes the relay holds.
-		b.ahead = b.r.startPrefetch(ctx, b.runID, last, b.target, held)
-	} else {
-		next.held = 0
-	}
-	return next, nil
-}
-
-// cut keeps the lines that follow cursor without a hole (see contiguous).
-func (b *batches) cut(cursor int64, lines []EventLine, toMark []int64, held int64) (batch, error) {
-	if len(lines) == 0 {
-		return batch{held: held}, nil
-	}
-	lines, err := contiguous(b.runID, cursor, lines)
-	if err != nil {
-		return batch{}, err
-	}
-	return batch{lines: lines, toMark: toMark, held: held}, nil
-}
-
-// placed gives back the room of a batch the sink now has.
-func (b *batches) placed(p batch) {
-	if b.ahead != nil && p.held > 0 {
-		b.ahead.release(p.held)
-	}
-}
-
-// close stops the reader ahead, if any.
-func (b *batches) close() {
-	if b.ahead != nil {
-		b.ahead.close()
-	}
-}
-
-// place appends one batch to the sink and records it, as one batch in flight that Close waits for,
-// and returns the batch's last seq. A closing store refuses it before the append (ErrClosed).
+// place appends one batch to the sink and starts its record, as one batch in flight that Close waits
+// for until it is recorded, and returns the batch's last seq. A closing store refuses it before the
+// append (ErrClosed).
 //
 // What is recorded is taken from the batch before the sink is called: the sink is handed the slice
 // and may clear it, reorder it or rewrite its seqs, and none of that may move the recorded position
 // to a line the sink was not given, or make the next batch look as if rows were missing.
-func (r *Relay) place(ctx context.Context, turn *runTurn, runID string, lines []EventLine, toMark []int64) (last int64, err error) {
+func (r *Relay) place(ctx context.Context, rec *recorder, runID string, lines []EventLine, toMark []int64) (last int64, err error) {
 	if err := r.s.proj.begin(); err != nil {
 		return 0, err
 	}
-	defer r.s.proj.end()
-	first, last := lines[0].Seq, lines[len(lines)-1].Seq
-	rec := &batchRecord{runID: runID, last: last, toMark: marksUpTo(toMark, last), lines: len(lines)}
-	if err := r.sink.Append(ctx, runID, lines); err != nil {
-		if errors.Is(err, ErrSinkRefused) {
-			r.stopped(ctx, runID, first, err)
+	// WithOnProjected hears of the batch before this one last, once this one is in the turn's hands.
+	defer rec.report()
+	recording := false
+	defer func() {
+		// Every way out but a record started ends the batch for Close here, a sink's panic included:
+		// a batch left registered would make every Close wait out its whole wait.
+		if !recording {
+			r.s.proj.end()
 		}
-		return 0, &sinkError{err}
+	}()
+	first, last := lines[0].Seq, lines[len(lines)-1].Seq
+	b := &batchRecord{runID: runID, last: last, toMark: marksUpTo(toMark, last), lines: len(lines)}
+	appendErr := r.sink.Append(ctx, runID, lines)
+	if appendErr == nil {
+		// The sink has this batch, and the record of the one before may not have ended: a crash
+		// here leaves both to be sent again.
+		faultpoint.Hit(faultpoint.RelayAfterAppend)
 	}
-	faultpoint.Hit(faultpoint.RelayAfterAppend)
-	turn.unrecorded = rec
-	return last, r.record(ctx, turn)
+	// The batch before this one was being recorded beside the append. Its record ends first: records
+	// go in order, and a stop written below must not be cleared by an earlier batch's record.
+	recErr := rec.settle()
+	if appendErr != nil {
+		if errors.Is(appendErr, ErrSinkRefused) {
+			r.stopped(ctx, runID, first, appendErr)
+		}
+		return 0, &sinkError{appendErr}
+	}
+	if recErr != nil {
+		// The sink has this batch and the one before, neither recorded: one record covers both, by
+		// whoever takes the run's turn next.
+		rec.turn.unrecorded = rec.turn.unrecorded.merge(b)
+		return last, recErr
+	}
+	rec.turn.unrecorded = b
+	recording = true // the record's goroutine ends the batch
+	rec.start(ctx, b)
+	return last, nil
 }
 
 // stopped says, at Error level and durably in the book (RunStats.StoppedSeq), that the sink refused
@@ -504,45 +217,6 @@ func (r *Relay) stopped(ctx context.Context, runID string, seq int64, err error)
 	if rerr := r.s.recordStop(ctx, runID, seq, err.Error()); rerr != nil {
 		r.cfg.log.Error("outbox: the relay's stop could not be recorded", "run", runID, "seq", seq, "err", rerr)
 	}
-}
-
-// record records the batch the sink has and the store has not, if there is one. Call it holding the
-// run's turn, and mu.
-//
-// The sink holds the batch whatever the caller's context does now, so its record does not take that
-// context's end (a signal.NotifyContext cancelled on SIGINT, an engine that cancels Run before Close):
-// dropped, it would make the next relay send the batch again. It is bounded by the operation timeout
-// instead (DefaultOpTimeout when the store has none), the wait Close gives a batch in flight.
-func (r *Relay) record(ctx context.Context, turn *runTurn) error {
-	b := turn.unrecorded
-	if b == nil {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.s.closeWait())
-	defer cancel()
-	if err := r.s.recordProjected(ctx, b.runID, b.last, b.toMark, r.cfg.forget); err != nil {
-		return fmt.Errorf("record lines up to %d of run %q as projected: %w", b.last, b.runID, err)
-	}
-	turn.unrecorded = nil
-	if r.failing != nil {
-		// The change of state is the first batch that gets through, not the end of a drain.
-		r.cfg.log.Info("outbox: relay recovered", "run", b.runID, "after", r.failing)
-		r.failing = nil
-	}
-	if r.cfg.onProjected != nil {
-		r.cfg.onProjected(b.runID, b.lines, b.last)
-	}
-	return nil
-}
-
-// marksUpTo returns the seqs of toMark up to last: contiguous may have cut the batch short.
-func marksUpTo(toMark []int64, last int64) []int64 {
-	for i, seq := range toMark {
-		if seq > last {
-			return toMark[:i]
-		}
-	}
-	return toMark
 }
 
 // contiguous returns the prefix of lines that follows cursor without a hole. A hole at the front is

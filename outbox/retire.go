@@ -74,6 +74,11 @@ func (s *Store) RetireEvent(ctx context.Context, runID string, seq int64, reason
 		return err
 	}
 	defer s.exit()
+	// Before the run's turn, not only at the write: a relay holding the turn waits for its record,
+	// which waits for the writer a transaction around this call holds.
+	if err := s.checkNotInsideTx(); err != nil {
+		return fmt.Errorf("retire line %d of run %q: %w", seq, runID, err)
+	}
 	turn, err := s.proj.acquire(ctx, runID)
 	if err != nil {
 		return fmt.Errorf("retire line %d of run %q: %w", seq, runID, err)

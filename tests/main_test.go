@@ -13,5 +13,6 @@ import (
 // tested on real processes.
 func TestMain(m *testing.M) {
 	crashtest.Main(m, map[string]func() int{"crash-engine": crashEngine,
-		"long-line-engine": longLineEngine, "recovering-engine": recoveringEngine, "crash-platform": crashPlatform})
+		"long-line-engine": longLineEngine, "recovering-engine": recoveringEngine, "crash-platform": crashPlatform,
+		"two-unrecorded-engine": twoUnrecordedEngine})
 }
