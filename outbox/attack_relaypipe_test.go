@@ -67,6 +67,30 @@ func holdWriteLock(t *testing.T, path string) (release func()) {
 	return release
 }
 
+// lockAfterFirstAppend makes sink take the book's write lock once its first batch is in (see
+// holdWriteLock), so that the relay's record of that batch waits; release lets the lock go, and does
+// nothing before it was taken.
+func lockAfterFirstAppend(t *testing.T, s *outbox.Store, sink *hookedSink) (release func()) {
+	var mu sync.Mutex
+	var held func()
+	sink.after = func(call int) {
+		if call == 1 {
+			h := holdWriteLock(t, s.Path())
+			mu.Lock()
+			held = h
+			mu.Unlock()
+		}
+	}
+	return func() {
+		mu.Lock()
+		h := held
+		mu.Unlock()
+		if h != nil {
+			h()
+		}
+	}
+}
+
 // A Flush whose context ends while the batch before the one being appended is still being recorded:
 // the sink has that batch, so its record goes on to the end (bounded by the operation timeout, not by
 // the caller's context), and the next Flush sends nothing twice.
@@ -76,13 +100,8 @@ func TestCancellingFlushWhileARecordIsInFlightStillRecordsTheBatchTheSinkHas(t *
 	enqueueSpends(t, s, 30)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var release func()
 	sink := &hookedSink{sink: openJournal(t, path)}
-	sink.after = func(call int) {
-		if call == 1 {
-			release = holdWriteLock(t, s.Path())
-		}
-	}
+	release := lockAfterFirstAppend(t, s, sink)
 	sink.before = func(call int, ctx context.Context, _ []outbox.EventLine) error {
 		if call != 2 {
 			return nil
@@ -114,15 +133,10 @@ func TestCloseWhileARecordIsInFlightAndTheNextAppendIsBlockedRecordsBothFirst(t 
 	s := openStore(t, opts...)
 	path := filepath.Join(t.TempDir(), "journal.jsonl")
 	enqueueSpends(t, s, 30)
-	var release func()
 	inSecond, unblock := make(chan struct{}), make(chan struct{})
 	j := openJournal(t, path)
 	sink := &hookedSink{sink: j}
-	sink.after = func(call int) {
-		if call == 1 {
-			release = holdWriteLock(t, s.Path())
-		}
-	}
+	release := lockAfterFirstAppend(t, s, sink)
 	sink.before = func(call int, _ context.Context, _ []outbox.EventLine) error {
 		if call == 2 {
 			close(inSecond)
@@ -192,14 +206,9 @@ func TestOnProjectedReportsOnlyRecordedBatchesInOrderAndEachLineOnce(t *testing.
 			s := openStore(t, outbox.WithBusyTimeout(5*time.Millisecond))
 			path := filepath.Join(t.TempDir(), "journal.jsonl")
 			enqueueSpends(t, s, 30)
-			var release func()
 			sink := &hookedSink{sink: openJournal(t, path)}
 			if failRecord {
-				sink.after = func(call int) {
-					if call == 1 {
-						release = holdWriteLock(t, s.Path())
-					}
-				}
+				release := lockAfterFirstAppend(t, s, sink)
 				sink.before = func(call int, _ context.Context, _ []outbox.EventLine) error {
 					if call == 2 {
 						time.Sleep(200 * time.Millisecond) // far past the busy timeout: batch 1's record fails
@@ -233,13 +242,8 @@ func TestABlockedAppendBesideAFailedRecordLeavesTheBatchToTheNextFlushNotToRetir
 	enqueueSpends(t, s, 30)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var release func()
 	sink := &hookedSink{sink: openJournal(t, path)}
-	sink.after = func(call int) {
-		if call == 1 {
-			release = holdWriteLock(t, s.Path())
-		}
-	}
+	release := lockAfterFirstAppend(t, s, sink)
 	sink.before = func(call int, ctx context.Context, _ []outbox.EventLine) error {
 		if call == 2 {
 			time.AfterFunc(200*time.Millisecond, func() { release(); cancel() })
