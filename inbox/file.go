@@ -88,15 +88,16 @@ func (in *Inbox) FollowFile(ctx context.Context, path string, h Handler) error {
 // or FollowFile reads the file the path names from its start. It is the operator's way past
 // ErrFileLost when the lost file cannot be put back: the lines that were only in it are then
 // missing, and the next line of each of their runs is a gap (the run is quarantined), not skipped.
-// Nothing else changes; a path with no stored position is left as it is.
+// It gives up the position a rewound source was rewound from too. Nothing else changes; a path
+// with no stored position is left as it is.
 func (in *Inbox) ForgetFile(ctx context.Context, path string) error {
 	s, err := in.newFileSource("ForgetFile", path, func(context.Context, *sql.Tx, Event) error { return nil })
 	if err != nil {
 		return err
 	}
 	for {
-		pos, err := in.SourcePosition(ctx, s.name)
-		if err != nil || pos == nil {
+		pos, from, err := in.SourceState(ctx, s.name)
+		if err != nil || (pos == nil && from == nil) {
 			return err
 		}
 		_, err = in.ApplyFrom(ctx, s.name, pos, nil, nil, s.h)
@@ -143,14 +144,20 @@ func (in *Inbox) newFileSource(call, path string, h Handler) (*fileSource, error
 
 func (s *fileSource) close() { s.l.close() }
 
-// load reads the stored position and finds where to read on from it.
+// load reads the stored position and finds where to read on from it. A rewound source (Release,
+// AcceptGap) has none, but the one it was rewound from still says which file it was reading: that
+// file is read again from its start and to its end, then on through the rotation, as the position
+// would have been read on.
 func (s *fileSource) load(ctx context.Context) error {
-	pos, err := s.in.SourcePosition(ctx, s.name)
+	pos, from, err := s.in.SourceState(ctx, s.name)
 	if err != nil {
 		return err
 	}
 	s.stored = pos
 	var p *FilePosition
+	if from != nil {
+		pos = from
+	}
 	if pos != nil {
 		fp, err := ParseFilePosition(pos)
 		if err != nil {
@@ -158,11 +165,12 @@ func (s *fileSource) load(ctx context.Context) error {
 		}
 		p = &fp
 	}
-	return s.relocate(p)
+	return s.relocate(p, from != nil)
 }
 
-// relocate finds where to read on from p, reusing the file being read when it is the one needed.
-func (s *fileSource) relocate(p *FilePosition) error {
+// relocate finds where to read on from p, reusing the file being read when it is the one needed;
+// with whole, from the start of the file p names (see locate).
+func (s *fileSource) relocate(p *FilePosition, whole bool) error {
 	if p != nil {
 		c := *p // p may point into s.l, which is cleared
 		p = &c
@@ -172,7 +180,7 @@ func (s *fileSource) relocate(p *FilePosition) error {
 		s.l.next.close()
 	}
 	s.l = located{}
-	l, err := locate(s.path, p, open)
+	l, err := locate(s.path, p, open, whole)
 	if err != nil {
 		if p == nil && s.follow && errors.Is(err, fs.ErrNotExist) {
 			return nil // FollowFile waits for the file
@@ -231,7 +239,7 @@ func (s *fileSource) drain(ctx context.Context) error {
 			return err
 		}
 		if !ok {
-			if err := s.relocate(&s.l.pos); err != nil {
+			if err := s.relocate(&s.l.pos, false); err != nil {
 				return err
 			}
 			continue
@@ -242,7 +250,7 @@ func (s *fileSource) drain(ctx context.Context) error {
 		}
 		lines, next, err := s.l.cur.readBatch(s.l.pos, end, s.bounds)
 		if errors.Is(err, errCutUnder) {
-			if err := s.relocate(&s.l.pos); err != nil {
+			if err := s.relocate(&s.l.pos, false); err != nil {
 				return err
 			}
 			continue
@@ -291,7 +299,10 @@ func (s *fileSource) commit(ctx context.Context, to FilePosition, lines [][]byte
 			// The lines before the malformed one are applied, so that the position stops exactly at
 			// it: where an operator looks, and where the next call stops again.
 			if le.Index > 0 {
-				before := advance(s.l.pos, s.l.cur.name, lines[:le.Index])
+				before, perr := s.l.cur.advance(s.l.pos, lines[:le.Index])
+				if perr != nil {
+					return perr
+				}
 				if perr := s.commit(ctx, before, lines[:le.Index]); perr != nil {
 					return perr
 				}
@@ -342,5 +353,5 @@ func (s *fileSource) look(ctx context.Context) error {
 		}
 	}
 	p := s.l.pos
-	return s.relocate(&p)
+	return s.relocate(&p, false)
 }
