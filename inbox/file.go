@@ -23,12 +23,18 @@ const FileSourcePrefix = "file:"
 // crash costs at most the batch in flight, which is read again.
 //
 // The stored position is checked against the file before it is trusted (its device and inode, a
-// fingerprint of its first line, and the line that ends at the offset; see FilePosition). A file that no longer holds
-// what was read of it (truncated, cut by a copytruncate, rewritten past its old size) is read again
-// from its start, after the rest of a copy of it (journal.jsonl.1) when there is one; a path that
-// now names another file (a rotation) has the file it named read to its end first, found in the
-// same directory by its device and inode, then the new one from its start; a path that names
-// another copy of the same journal (one that begins with the same line) is read from its start.
+// fingerprint of its first line, the line that ends at the offset, and, once per call, the SHA-256
+// of everything before the offset; see FilePosition). A file that no longer holds what was read of
+// it (truncated, cut by a copytruncate, rewritten past its old size or in place) is read again from
+// its start, after a copy of it (journal.jsonl.1) when there is one; a path that now names another
+// file (a rotation) has the file it named read to its end first, found by its device and inode in
+// the directory where the path's file really is (a symbolic link followed) or the path's own, then
+// the new one from its start; a path that names another copy of the same journal (one that begins
+// with the same line) is read from its start. The proof of the prefix costs one SHA-256 pass over
+// the bytes before the position per call (about 1.4 GB/s on this project's 2-core machines, the file
+// in the page cache: 0.7 s for a 1 GiB journal); while reading, the digest is carried on from batch
+// to batch, one more pass over each line as it is read. After a Release or AcceptGap (a rewound
+// source), the file the position named is read again from its start, to its end, then on as above.
 // Reading again is safe:
 // lines already applied are Duplicates. Lines are split as journal.Verify splits them, a '\r' before
 // the newline kept in the line, and a last line without its newline is not taken.
@@ -58,7 +64,8 @@ func (in *Inbox) ApplyFile(ctx context.Context, path string, h Handler) (Report,
 // lost notification, or a queue of them that overflowed, costs latency, not lines. A rotation (the
 // path now names another file) is followed: the old file, held open, is read to its end, then the
 // new one from its start. Each wake-up also reads the stored position, so that after a Release,
-// which rewinds the sources, the file is read again from its start though no new line has come.
+// which rewinds the sources, the file its position named (held open, even if removed since) is read
+// again from its start and to its end, then the path's file, though no new line has come.
 // Any other error ends it as it ends ApplyFile.
 func (in *Inbox) FollowFile(ctx context.Context, path string, h Handler) error {
 	s, err := in.newFileSource("FollowFile", path, h)
