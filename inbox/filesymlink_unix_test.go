@@ -5,6 +5,7 @@ package inbox
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
@@ -62,4 +63,26 @@ func TestFileBehindLooksWhereASymlinkedJournalReallyIs(t *testing.T) {
 	if err != nil || !found || behind != int64(2*len(jl("a", 2))) {
 		t.Fatalf("FileBehind = %d, %v, %v; want %d, found", behind, found, err, 2*len(jl("a", 2)))
 	}
+}
+
+// A follower of a symbolic link watches the directory where the journal really is: a line appended
+// there wakes it, though its poll interval is longer than the test.
+func TestAFollowerOfASymlinkedJournalIsWokenByWritesWhereTheFileReallyIs(t *testing.T) {
+	dir, other := t.TempDir(), t.TempDir()
+	path, real := filepath.Join(dir, "journal.jsonl"), filepath.Join(other, "journal.jsonl")
+	writeFile(t, real, jl("a", 1))
+	if err := os.Symlink(real, path); err != nil {
+		t.Fatal(err)
+	}
+	if k := newWaker(path, time.Hour, slog.New(slog.DiscardHandler)); k.w == nil {
+		k.close()
+		t.Skip("no file notifications on this system")
+	} else {
+		k.close()
+	}
+	c := newConsumer(t, WithPollInterval(time.Hour))
+	c.follow(path, record)
+	c.waitPosition("a", 1)
+	appendRaw(t, real, jl("a", 2))
+	c.waitPosition("a", 2)
 }
