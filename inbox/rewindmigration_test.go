@@ -69,3 +69,31 @@ func TestTheRewoundMarkMigrationGoesDownToNoPositionAndUpAgain(t *testing.T) {
 		}
 	}
 }
+
+// The tools that read beside a consumer (OpenReadOnly) read the sources of a database an earlier
+// release keeps, which has no rewound mark.
+func TestOpenReadOnlyReadsTheSourcesOfADatabaseWithoutTheRewoundMark(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	in, path := setup(t)
+	if _, err := in.ApplyFrom(ctx, "s1", nil, []byte("p1"), nil, insertHandler); err != nil {
+		t.Fatal(err)
+	}
+	in.Close()
+	d := rawDBRW(t, path)
+	if _, err := gooseCLI(t, d).DownTo(ctx, 2); err != nil {
+		t.Fatalf("down: %v", err)
+	}
+	d.Close()
+	ro, err := inbox.OpenReadOnly(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	if pos, err := ro.SourcePosition(ctx, "s1"); err != nil || string(pos) != "p1" {
+		t.Fatalf("SourcePosition = %q, %v", pos, err)
+	}
+	if srcs, err := ro.Sources(ctx); err != nil || len(srcs) != 1 || string(srcs[0].Position) != "p1" || srcs[0].RewoundFrom != nil {
+		t.Fatalf("Sources = %+v, %v", srcs, err)
+	}
+}

@@ -38,7 +38,13 @@ func (in *Inbox) SourcePosition(ctx context.Context, source string) ([]byte, err
 // position a source stores with ApplyFrom (from nil) ends the rewind.
 func (in *Inbox) SourceState(ctx context.Context, source string) (pos, rewoundFrom []byte, err error) {
 	err = in.read(ctx, func() error {
-		r, err := in.q.SourceGet(ctx, in.r, source)
+		var r db.SourceGetRow
+		var err error
+		if in.unmarked {
+			r.Position, err = in.q.SourceGetUnmarked(ctx, in.r, source)
+		} else {
+			r, err = in.q.SourceGet(ctx, in.r, source)
+		}
 		if errors.Is(err, sql.ErrNoRows) {
 			pos, rewoundFrom = nil, nil
 			return nil
@@ -70,7 +76,7 @@ func (in *Inbox) Sources(ctx context.Context) ([]Source, error) {
 	err := in.read(ctx, func() error {
 		after := ""
 		for {
-			rows, err := in.q.SourcesAfter(ctx, in.r, db.SourcesAfterParams{After: after, MaxRows: pageRows})
+			rows, err := in.sourcesAfter(ctx, after)
 			if err != nil {
 				return err
 			}
@@ -97,4 +103,18 @@ func (t *txn) rewindSources() error {
 		return fmt.Errorf("inbox: rewind the sources: %w", err)
 	}
 	return nil
+}
+
+// sourcesAfter is a page of SourcesAfter, on a database of an earlier release too.
+func (in *Inbox) sourcesAfter(ctx context.Context, after string) ([]db.SourcesAfterRow, error) {
+	p := db.SourcesAfterParams{After: after, MaxRows: pageRows}
+	if !in.unmarked {
+		return in.q.SourcesAfter(ctx, in.r, p)
+	}
+	rows, err := in.q.SourcesAfterUnmarked(ctx, in.r, db.SourcesAfterUnmarkedParams(p))
+	out := make([]db.SourcesAfterRow, len(rows))
+	for i, r := range rows {
+		out[i] = db.SourcesAfterRow{Name: r.Name, Position: r.Position, UpdatedAt: r.UpdatedAt}
+	}
+	return out, err
 }

@@ -26,6 +26,18 @@ func (q *Queries) SourceGet(ctx context.Context, db DBTX, name string) (SourceGe
 	return i, err
 }
 
+const SourceGetUnmarked = `-- name: SourceGetUnmarked :one
+SELECT position FROM inbox_sources WHERE name = ?1
+`
+
+// SourceGet on a database of an earlier release, which has no rewound mark (read beside it).
+func (q *Queries) SourceGetUnmarked(ctx context.Context, db DBTX, name string) ([]byte, error) {
+	row := db.QueryRowContext(ctx, SourceGetUnmarked, name)
+	var position []byte
+	err := row.Scan(&position)
+	return position, err
+}
+
 const SourceSet = `-- name: SourceSet :exec
 INSERT INTO inbox_sources (name, position, rewound, updated_at)
 VALUES (?1, ?2, 0, ?3)
@@ -79,6 +91,49 @@ func (q *Queries) SourcesAfter(ctx context.Context, db DBTX, arg SourcesAfterPar
 			&i.Rewound,
 			&i.UpdatedAt,
 		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const SourcesAfterUnmarked = `-- name: SourcesAfterUnmarked :many
+SELECT name, position, updated_at
+FROM inbox_sources
+WHERE name > ?1
+ORDER BY name
+LIMIT ?2
+`
+
+type SourcesAfterUnmarkedParams struct {
+	After   string
+	MaxRows int64
+}
+
+type SourcesAfterUnmarkedRow struct {
+	Name      string
+	Position  []byte
+	UpdatedAt int64
+}
+
+// SourcesAfter on a database of an earlier release, which has no rewound mark (read beside it).
+func (q *Queries) SourcesAfterUnmarked(ctx context.Context, db DBTX, arg SourcesAfterUnmarkedParams) ([]SourcesAfterUnmarkedRow, error) {
+	rows, err := db.QueryContext(ctx, SourcesAfterUnmarked, arg.After, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []SourcesAfterUnmarkedRow
+	for rows.Next() {
+		var i SourcesAfterUnmarkedRow
+		if err := rows.Scan(&i.Name, &i.Position, &i.UpdatedAt); err != nil {
 			return nil, err
 		}
 		items = append(items, i)

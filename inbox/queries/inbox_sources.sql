@@ -21,3 +21,15 @@ FROM inbox_sources
 WHERE name > sqlc.arg(after)
 ORDER BY name
 LIMIT sqlc.arg(max_rows);
+
+-- name: SourceGetUnmarked :one
+-- SourceGet on a database of an earlier release, which has no rewound mark (read beside it).
+SELECT position FROM inbox_sources WHERE name = sqlc.arg(name);
+
+-- name: SourcesAfterUnmarked :many
+-- SourcesAfter on a database of an earlier release, which has no rewound mark (read beside it).
+SELECT name, position, updated_at
+FROM inbox_sources
+WHERE name > sqlc.arg(after)
+ORDER BY name
+LIMIT sqlc.arg(max_rows);
