@@ -57,8 +57,8 @@
 //     beside it is zero, and the error wraps the context's (whatever statement it interrupted).
 //   - One writer. Open holds an exclusive lock on the database file; a second Inbox, in this process
 //     or another, fails at once with ErrLocked. Calls that write are serialized; Position,
-//     Quarantined, SourcePosition and Sources read on a pool of their own (WAL mode) and never wait
-//     for a running Apply.
+//     Quarantined, SourcePosition, SourceState and Sources read on a pool of their own (WAL mode)
+//     and never wait for a running Apply.
 //
 // # Failure model
 //
