@@ -87,9 +87,13 @@ func locate(path string, p *FilePosition, open *journalFile, whole bool) (l loca
 		return located{}, err
 	}
 	opened = append(opened, l.cur)
-	if whole && l.pos.Offset > 0 {
-		l.pos = l.cur.start()
-		l.why = "the source was rewound; reading again from the start of the file its position names"
+	if whole {
+		l.pos = l.cur.start() // so it is already: the anchors alone never read on from p
+		why := "the source was rewound (Release or AcceptGap); reading again from the start of the file its position names"
+		if l.why != "" {
+			why += "; " + l.why
+		}
+		l.why = why
 	}
 	return l, nil
 }

@@ -3,6 +3,7 @@ package inbox
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding"
 	"errors"
 	"fmt"
 	"hash"
@@ -27,7 +28,7 @@ type journalFile struct {
 // prefixSum is the SHA-256 state of a file's first at bytes; h nil: none.
 type prefixSum struct {
 	at int64
-	h  hash.Cloner
+	h  hash.Hash
 }
 
 // readSize is how many bytes to read for the next batch: enough for its lines at the last batch's
@@ -248,7 +249,7 @@ func (jf *journalFile) advance(p FilePosition, lines [][]byte) (FilePosition, er
 var newline = []byte{'\n'}
 
 // sum is the state kept at off, nil when none is.
-func (jf *journalFile) sum(off int64) hash.Cloner {
+func (jf *journalFile) sum(off int64) hash.Hash {
 	for _, s := range jf.sums {
 		if s.h != nil && s.at == off {
 			return s.h
@@ -259,11 +260,11 @@ func (jf *journalFile) sum(off int64) hash.Cloner {
 
 // sumAt returns a SHA-256 state of the file's first off bytes, its own to write on: a copy of the
 // one kept, or one read from the file (and kept).
-func (jf *journalFile) sumAt(off int64) (hash.Cloner, error) {
+func (jf *journalFile) sumAt(off int64) (hash.Hash, error) {
 	if h := jf.sum(off); h != nil {
 		return clone(h), nil
 	}
-	h := sha256.New().(hash.Cloner)
+	h := sha256.New()
 	if off > 0 {
 		n, err := io.Copy(h, io.NewSectionReader(jf.f, 0, off))
 		if err != nil {
@@ -277,12 +278,23 @@ func (jf *journalFile) sumAt(off int64) (hash.Cloner, error) {
 	return clone(h), nil
 }
 
-func clone(h hash.Cloner) hash.Cloner {
-	c, err := h.Clone()
-	if err != nil {
-		panic(err) // crypto/sha256's state always clones
+// clone is a copy of a SHA-256 state: by hash.Cloner, or, where the build's SHA-256 has none (a
+// FIPS 140 module), through its binary encoding, which crypto/sha256 always has.
+func clone(h hash.Hash) hash.Hash {
+	if c, ok := h.(hash.Cloner); ok {
+		if d, err := c.Clone(); err == nil {
+			return d
+		}
 	}
-	return c
+	state, err := h.(encoding.BinaryMarshaler).MarshalBinary()
+	d := sha256.New()
+	if err == nil {
+		err = d.(encoding.BinaryUnmarshaler).UnmarshalBinary(state)
+	}
+	if err != nil {
+		panic(fmt.Errorf("inbox: copy a SHA-256 state: %w", err)) // crypto/sha256 documents both
+	}
+	return d
 }
 
 // provesPrefix reports whether the file's first p.Offset bytes are still those p was taken after:
