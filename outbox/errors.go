@@ -120,8 +120,9 @@ func idProblem(id string, maxLen int) string {
 
 // mapErr turns driver errors that callers branch on into the package's sentinels, keeping the driver
 // error in the chain. A closed *sql.DB reports its state only in an error string, hence the match. When
-// ctx has ended, its error joins the chain: the driver reports an interrupted statement as
-// SQLITE_INTERRUPT, which says nothing about whether the caller cancelled or ran out of time.
+// ctx has ended, why it ended joins the chain (see withEnd): the driver reports an interrupted
+// statement as SQLITE_INTERRUPT, which says nothing about whether the caller cancelled or ran out of
+// time.
 func mapErr(ctx context.Context, err error) error {
 	switch {
 	case err == nil:
@@ -133,8 +134,6 @@ func mapErr(ctx context.Context, err error) error {
 	case errors.Is(err, sqlite3.FULL) && !errors.Is(err, syscall.ENOSPC):
 		// The driver keeps the system error when it has one; when it has not, say it all the same.
 		return fmt.Errorf("%w: %w", err, syscall.ENOSPC)
-	case ctx.Err() != nil && !errors.Is(err, ctx.Err()):
-		return fmt.Errorf("%w: %w", ctx.Err(), err)
 	}
-	return err
+	return withEnd(ctx, err)
 }

@@ -380,12 +380,14 @@ func (s *Store) exit() {
 
 // opContext applies the operation timeout to a context without a deadline. Otherwise the context is
 // used as it is: a cancellable context costs every transaction a watcher goroutine in database/sql and
-// every statement the driver's interrupt checks, which WithOpTimeout(0) lets a caller avoid.
+// every statement the driver's interrupt checks, which WithOpTimeout(0) lets a caller avoid. The
+// timeout stands in for the caller's deadline, so its passing is context.DeadlineExceeded; its cancel
+// is not the caller's end (see bounded).
 func (s *Store) opContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	if _, ok := ctx.Deadline(); ok || s.cfg.opTimeout <= 0 {
 		return ctx, func() {}
 	}
-	return context.WithTimeout(ctx, s.cfg.opTimeout)
+	return bounded(ctx, s.cfg.opTimeout, nil)
 }
 
 // Changed returns a channel that is closed at the next commit made through this store (or when the

@@ -128,7 +128,7 @@ func (s *Store) write(ctx context.Context, mode commitMode, fn func(w *txWriter)
 	if err := fn(s.newTxWriter(ctx, tx, s.stmts)); err != nil {
 		return err
 	}
-	if err := ctx.Err(); err != nil {
+	if err := endOf(ctx); err != nil {
 		// Ended while fn ran: the caller will be told it failed, so nothing of it may commit.
 		return err
 	}
