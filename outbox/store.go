@@ -19,6 +19,7 @@ import (
 
 	"github.com/textmachine/outbox/db"
 	"github.com/textmachine/outbox/internal/dirsync"
+	"github.com/textmachine/outbox/internal/diskfull"
 	"github.com/textmachine/outbox/migrations"
 )
 
@@ -79,6 +80,12 @@ func Migrate(ctx context.Context, sqlDB *sql.DB) error {
 // any pending migrations. It fails with ErrLocked, at once, when another Store in this or another
 // process holds the database, and refuses a path that is not a regular file.
 func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
+	s, err := open(ctx, path, opts)
+	// A full disk may fail the first write SQLite makes (the WAL mode, a migration) as an I/O error.
+	return s, diskfull.Named(path, err)
+}
+
+func open(ctx context.Context, path string, opts []Option) (*Store, error) {
 	s, err := newStore(path, opts)
 	if err != nil {
 		return nil, err
