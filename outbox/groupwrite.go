@@ -319,8 +319,9 @@ func (c *committer) writeGroup(g *groupRun) (n int, owned bool) {
 			break
 		}
 		if !r.state.CompareAndSwap(reqTaken, reqRunning) {
-			// Withdrawn while the group waited (for the writer, or for the calls before it).
-			g.results[i] = result{err: context.Canceled}
+			// Withdrawn while the group waited (for the writer, or for the calls before it). No one
+			// reads this result: its caller returned its own context's error (see late).
+			g.results[i] = result{err: errLate}
 			continue
 		}
 		if r.late.Load() {
