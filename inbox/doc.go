@@ -48,7 +48,14 @@
 //     outbox.DurabilityFull, durable on return; outbox.DurabilityNormal can lose the last calls to a
 //     power failure, and the sources then read their lines again). A cancelled or expired context
 //     costs its own call only: an error means nothing of the call was committed, the Report
-//     beside it is zero, and the error wraps the context's (whatever statement it interrupted).
+//     beside it is zero, and the error wraps the context's (whatever statement it interrupted). An
+//     error wraps context.Canceled or context.DeadlineExceeded only when the caller's context ended.
+//   - A full disk is errors.Is syscall.ENOSPC: every write (Apply, ApplyFrom, ApplyFile, FollowFile,
+//     WriteTx, Release, AcceptGap), Open and Migrate, with nothing of the failed transaction stored
+//     and no seq or source position taken (ApplyFile's batches before it stay committed, as after
+//     any error). The driver reports a real ENOSPC as a generic I/O error (SQLITE_IOERR;
+//     at Open, "invalid _pragma"), so an I/O error while the file system holding the database has
+//     less than 64 KiB available or no free inode is named a full disk.
 //   - One writer. Open holds an exclusive lock on the database file; a second Inbox, in this process
 //     or another, fails at once with ErrLocked. Calls that write are serialized; Position,
 //     Quarantined, SourcePosition and Sources read on a pool of their own (WAL mode) and never wait

@@ -158,6 +158,7 @@ func (s *Store) enqueueTx(ctx context.Context, tx *sql.Tx, runID, onceKey string
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
+	defer func() { err = s.named(err) }()
 	var st *statements
 	if s.current.Load() == tx {
 		if err := s.txLost(); err != nil {

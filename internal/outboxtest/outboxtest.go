@@ -4,7 +4,6 @@
 package outboxtest
 
 import (
-	"context"
 	"os"
 	"os/exec"
 	"sync"
@@ -20,8 +19,9 @@ import (
 func WaitProjected(t testing.TB, s *outbox.Store, run string, n int64, timeout time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
+	ctx := Patient(t)
 	for {
-		p, err := s.Projected(context.Background(), run)
+		p, err := s.Projected(ctx, run)
 		if err == nil && p == n {
 			return
 		}
