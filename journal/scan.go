@@ -158,8 +158,8 @@ func (s *scanner) parse(b []byte) (runID []byte, seq int64, reason why) {
 				}
 				seq = n
 			default:
-				// Names the length of neither key cannot fold to one: the common case costs a
-				// comparison.
+				// A name shorter than a key cannot fold to it: most names cost a comparison or
+				// two.
 				if len(key) >= len("seq") && foldsTo(key, "SEQ") {
 					note(whySeqFolded)
 				} else if len(key) >= len("engine_run_id") && foldsTo(key, "ENGINE_RUN_ID") {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -57,6 +58,35 @@ func checkStructKey(t *testing.T, line []byte, run string, seq int64) {
 	var k lineKey
 	if err := json.Unmarshal(line, &k); err != nil || k.Run != run || k.Seq != seq {
 		t.Fatalf("%q: the journal reads (%q, %d), encoding/json into a struct (%q, %d, %v)", line, run, seq, k.Run, k.Seq, err)
+	}
+}
+
+// TestFoldsToMatchesEncodingJSONsMatchOfAMemberToAField puts every character that has a case
+// folding orbit in each place of each key's name, and asks encoding/json whether it decodes the
+// member into the key's field.
+func TestFoldsToMatchesEncodingJSONsMatchOfAMemberToAField(t *testing.T) {
+	var runes []rune
+	for r := rune(0); r <= unicode.MaxRune; r++ {
+		if unicode.SimpleFold(r) != r {
+			runes = append(runes, r)
+		}
+	}
+	for _, key := range []string{"seq", "engine_run_id"} {
+		for i := range key {
+			for _, r := range runes {
+				name := key[:i] + string(r) + key[i+1:]
+				line, _ := json.Marshal(map[string]int{name: 7})
+				var k struct {
+					Run any   `json:"engine_run_id"`
+					Seq int64 `json:"seq"`
+				}
+				json.Unmarshal(line, &k)
+				matched := k.Seq == 7 || k.Run != nil
+				if got := foldsTo([]byte(name), strings.ToUpper(key)); got != matched {
+					t.Errorf("%q (%U): foldsTo says %v, encoding/json matched it to a field: %v", name, r, got, matched)
+				}
+			}
+		}
 	}
 }
 
