@@ -23,7 +23,8 @@ type Event struct {
 // with the inbox's record of the line, or not at all. It must not commit or roll back tx, nor call
 // the inbox (both are refused where they can be detected: ErrTxEnded, and ErrInHandler for a call
 // given the handler's context; Close, which waits for the call in progress, would wait for ever).
-// Its effects outside tx are not covered by the inbox's guarantee.
+// Its effects outside tx are not covered by the inbox's guarantee. It may open, release and roll
+// back savepoints of its own: they end with the line (see the package's failure model).
 //
 // A nil error applies the line. An error wrapping ErrQuarantine parks the line's run: the line's
 // writes are undone and the call goes on with the other runs. Any other error stops the call, and
@@ -117,6 +118,15 @@ func (in *Inbox) apply(ctx context.Context, m *move, lines [][]byte, h Handler) 
 		for i := range keys {
 			if err := t.line(hctx, &keys[i], lines[i], h, &rep); err != nil {
 				return err
+			}
+		}
+		if t.spUsed {
+			// A handler that opened a savepoint of the inbox's name and returned nil left the
+			// inbox's own open beneath it. Its line's writes are kept either way, as applied; the
+			// call fails all the same, so that the misuse is reported whether or not a later line
+			// of the call is undone.
+			if err := t.noSavepointLeft(); err != nil {
+				return wrapf(err, "after the call's last line")
 			}
 		}
 		if err := t.flush(); err != nil {
@@ -230,19 +240,30 @@ func (t *txn) applyLine(hctx context.Context, r *runTx, k *key, line []byte, h H
 	}
 	switch {
 	case herr == nil:
-		if err := t.savepoint(spRelease); err != nil {
-			return fmt.Errorf("inbox: run %q seq %d: release the savepoint: %w", r.id, k.seq, err)
+		if err := t.endLine(false); err != nil {
+			return lineError(r, k, "release the savepoint", err, nil)
 		}
 		r.hwm = k.seq
 		r.digests = append(r.digests, k.digest)
 		rep.Applied++
 		return nil
 	case errors.Is(herr, ErrQuarantine):
-		if err := errors.Join(t.savepoint(spUndo), t.savepoint(spRelease)); err != nil {
-			return fmt.Errorf("inbox: run %q seq %d: undo the handler's writes: %w", r.id, k.seq, err)
+		if err := t.endLine(true); err != nil {
+			return lineError(r, k, "undo the handler's writes", err, herr)
 		}
 		rep.Quarantined++
 		return t.quarantine(r, "handler", k.seq, k.seq, herr.Error())
 	}
 	return fmt.Errorf("inbox: run %q seq %d: handler: %w", r.id, k.seq, herr)
+}
+
+// lineError is the error of ending a line's savepoint, naming the handler's misuse plainly.
+func lineError(r *runTx, k *key, what string, err, herr error) error {
+	if errors.Is(err, ErrSavepointMisused) {
+		if herr != nil {
+			return wrapf(err, "run %q seq %d (its handler returned: %v)", r.id, k.seq, herr)
+		}
+		return wrapf(err, "run %q seq %d", r.id, k.seq)
+	}
+	return fmt.Errorf("inbox: run %q seq %d: %s: %w", r.id, k.seq, what, err)
 }
