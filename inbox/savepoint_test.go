@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -376,5 +378,46 @@ func TestAHandlerCannotReachTheInboxsSavepointByAnyNameItCanKnow(t *testing.T) {
 	}
 	if got := written(t, path); len(got) != 0 {
 		t.Errorf("%v stored by a quarantined line", got)
+	}
+}
+
+func TestAFileLineQuarantinedByAHandlerThatOpenedASavepointNamedInboxLineAppliesOnceAfterRelease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	in, path := setupWrites(t)
+	journalPath := filepath.Join(t.TempDir(), "journal.jsonl")
+	var body []byte
+	for _, l := range [][]byte{line("a", 1), line("a", 2), line("b", 1)} {
+		body = append(append(body, l...), '\n')
+	}
+	if err := os.WriteFile(journalPath, body, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	writeKey := func(ctx context.Context, tx *sql.Tx, ev inbox.Event) error {
+		return write(ctx, tx, fmt.Sprintf("%s/%d", ev.RunID, ev.Seq))
+	}
+	refuse := func(ctx context.Context, tx *sql.Tx, ev inbox.Event) error {
+		if err := writeKey(ctx, tx, ev); err != nil {
+			return err
+		}
+		if ev.RunID == "a" && ev.Seq == 2 {
+			if err := exec(ctx, tx, `SAVEPOINT inbox_line`); err != nil {
+				return err
+			}
+			return fmt.Errorf("not yet: %w", inbox.ErrQuarantine)
+		}
+		return nil
+	}
+	if rep, err := in.ApplyFile(ctx, journalPath, refuse); err != nil || rep != (inbox.Report{Applied: 2, Quarantined: 1}) {
+		t.Fatalf("ApplyFile: %+v, %v", rep, err)
+	}
+	if err := in.Release(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := in.ApplyFile(ctx, journalPath, writeKey); err != nil || rep != (inbox.Report{Applied: 1, Duplicates: 2}) {
+		t.Fatalf("after the release: %+v, %v", rep, err)
+	}
+	if got, want := written(t, path), []string{"a/1", "b/1", "a/2"}; !slices.Equal(got, want) {
+		t.Errorf("%v, want %v: each line once", got, want)
 	}
 }
