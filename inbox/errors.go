@@ -35,7 +35,7 @@ var (
 	// stored.
 	ErrTxEnded = errors.New("inbox: the transaction ended inside the handler; nothing of the call is stored")
 	// ErrSavepointMisused is returned when, after a handler, the savepoint the inbox keeps around
-	// the handler's line is gone (released or rolled back past) or is not the innermost of its name
+	// the handler's line is gone (the handler released it) or is not the innermost of its name
 	// (the handler opened another of the same name): the inbox could no longer undo that line's
 	// writes alone, so nothing of the call is stored.
 	ErrSavepointMisused = errors.New("inbox: a handler released or shadowed the savepoint the inbox keeps around its line; nothing of the call is stored")

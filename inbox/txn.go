@@ -77,11 +77,12 @@ func (t *txn) savepoint(which int) error {
 
 // endLine ends the savepoint of a line whose handler returned, undoing the line's writes first when
 // undo is set, and checks that the savepoint it ends is the one the inbox opened. A handler that
-// released it (RELEASE of its name), or rolled the transaction back past it, leaves none to end:
-// its writes are then the transaction's, past the line's undo. One that opened a savepoint of its
-// name leaves the inbox's beneath its own, which the undo would stop at. Either way the line can
-// no longer be undone alone, and the call fails whole (ErrSavepointMisused). A savepoint of the
-// handler's own name that it left open ends with the inbox's, undone with it or kept with it.
+// released it (RELEASE of its name) leaves none to end: its writes are then the transaction's,
+// past the line's undo. One that opened a savepoint of its name leaves the inbox's beneath its
+// own, which the undo would stop at. Either way the line can no longer be undone alone, and the
+// call fails whole (ErrSavepointMisused). A savepoint of the handler's own name that it left open
+// ends with the inbox's, undone with it or kept with it. (A handler that ended the transaction
+// itself was found before, ErrTxEnded.)
 func (t *txn) endLine(undo bool) error {
 	if undo {
 		if err := t.savepoint(spUndo); err != nil {
