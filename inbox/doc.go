@@ -75,6 +75,15 @@
 // the handler passes on the context it was given (ErrInHandler). A call with another context would
 // wait for the writer the handler holds until that context ends.
 //
+// A handler may use savepoints of its own. The inbox runs each line's handler inside a savepoint of
+// its own, which a quarantined line is rolled back to, and names it at random for each transaction:
+// SQLite matches a savepoint by name, innermost first, and has no statement that lists them, so no
+// handler can name it. Whatever savepoints a handler opens, releases or leaves open, they end with
+// the line: an applied line keeps what they kept, a quarantined or failed line leaves none of its
+// writes. The inbox checks after each handler that its savepoint is still there, and that none of
+// its name is left once it ended it; one released or shadowed (possible only to a handler that knew
+// the name) fails the call with nothing of it stored (ErrSavepointMisused).
+//
 // A crash at any moment leaves each call committed whole or not at all (SQLite's WAL); a source then
 // resumes from the position committed with the last effects. Power loss is covered at
 // DurabilityFull. Two names for one database file (a hard link) are refused, since SQLite would give

@@ -49,6 +49,7 @@ type config struct {
 	vfs         string
 	batchHook   func(source string, r Report)
 	now         func() time.Time
+	savepoint   string // the name of the savepoint around each line, when a test must know it
 }
 
 func newConfig(opts []Option) (config, error) {
