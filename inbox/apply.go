@@ -190,10 +190,10 @@ func (t *txn) checkSource(m *move) error {
 	return nil
 }
 
-// NextSeq is the seq a run at high-water mark hwm needs next: hwm + 1, or 0 (none) for a run that
+// nextSeq is the seq a run at high-water mark hwm needs next: hwm + 1, or 0 (none) for a run that
 // has applied math.MaxInt64, the last seq a journal line can have. Seqs start at 1, so 0 is never
 // a seq a run needs.
-func NextSeq(hwm int64) int64 {
+func nextSeq(hwm int64) int64 {
 	if hwm == math.MaxInt64 {
 		return 0
 	}
@@ -214,7 +214,7 @@ func (t *txn) line(hctx context.Context, k *key, line []byte, h Handler, rep *Re
 		return t.applyLine(hctx, r, k, line, h, rep)
 	case k.seq-1 > r.hwm:
 		rep.Quarantined++
-		next := NextSeq(r.hwm) // below k.seq, so never none
+		next := nextSeq(r.hwm) // below k.seq, so never none
 		return t.quarantine(r, "gap", next, k.seq,
 			fmt.Sprintf("seq %d came when the run needed seq %d: seqs %d to %d are missing", k.seq, next, next, k.seq-1))
 	case k.seq <= r.hwm-t.in.cfg.window:
@@ -233,7 +233,7 @@ func (t *txn) line(hctx context.Context, k *key, line []byte, h Handler, rep *Re
 		return nil
 	}
 	rep.Quarantined++
-	return t.quarantine(r, "conflict", NextSeq(r.hwm), k.seq,
+	return t.quarantine(r, "conflict", nextSeq(r.hwm), k.seq,
 		fmt.Sprintf("seq %d came again with other bytes: applied sha256 %x, got sha256 %x", k.seq, d, k.digest))
 }
 

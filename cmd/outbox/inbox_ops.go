@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 
 	"github.com/textmachine/outbox/inbox"
 )
@@ -111,8 +112,8 @@ func runInboxAcceptGap(ctx context.Context, args []string, stdout, stderr io.Wri
 // goesOn says where a run at high-water mark position goes on from: nowhere past the last seq a
 // run can have.
 func goesOn(position int64) string {
-	if next := inbox.NextSeq(position); next != 0 {
-		return fmt.Sprintf("it goes on from seq %d", next)
+	if position < math.MaxInt64 {
+		return fmt.Sprintf("it goes on from seq %d", position+1)
 	}
 	return fmt.Sprintf("it has applied seq %d, the last a run can have, so no line of it follows", position)
 }
