@@ -6,7 +6,7 @@
 SQLC := cd tools && GOWORK=off go tool sqlc -f ../sqlc.yaml
 MODULES := ./... ./cmd/outbox/... ./jetstream/... ./bench/...
 
-.PHONY: test fmt-check vet generate check-generated migrate bench fuzz reliability release-check check-sums
+.PHONY: test fmt-check vet generate check-generated check-license fix-license migrate bench fuzz reliability release-check check-sums
 
 # Fuzzing is bounded by a count of inputs, not a duration: with a duration, Go 1.26's fuzzing
 # coordinator can report its own deadline as a failure ("context deadline exceeded", no failing
@@ -75,6 +75,16 @@ check-generated:
 	$(SQLC) diff
 	cd tools && GOWORK=off go run ./checkgenerated ..
 	$(SQLC) vet
+
+## check-license: fail when a module has no LICENSE identical to the root's, or a hand-written .go,
+## .s or .h file does not open with the SPDX line (generated files are left to their generator);
+## the checker's own tests first. fix-license adds what is missing.
+check-license:
+	cd tools && GOWORK=off go test -count=1 ./checklicense
+	cd tools && GOWORK=off go run ./checklicense ..
+
+fix-license:
+	cd tools && GOWORK=off go run ./checklicense -fix ..
 
 ## release-check: the modules as a user installs and fetches them, at the version they require of each
 ## other, from a module proxy in a temporary directory, offline (see README.md, Releases).
