@@ -15,10 +15,10 @@ FUZZTIME ?= 10000x
 # FuzzTheIndexAgreesWithTheLinesOfTheFile appends to a file for every input, about 500 a second.
 INDEX_FUZZTIME ?= 10000x
 
-## test: everything CI runs: formatting, vet, generated code, the tests under the race detector, the
-## journal's tests again without its assembly (-tags purego, what other processors run), and each
-## benchmark once (-short, small prefills) so that none of them rots.
-test: fmt-check vet check-generated
+## test: everything CI runs: formatting, vet, generated code, the licence lines, the tests under the
+## race detector, the journal's tests again without its assembly (-tags purego, what other
+## processors run), and each benchmark once (-short, small prefills) so that none of them rots.
+test: fmt-check vet check-generated check-license
 	go test -race -count=1 $(MODULES)
 	go test -count=1 -run 'HundredThousand' ./outbox/ ./inbox/
 	go test -count=1 -tags purego ./journal/
