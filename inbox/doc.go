@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package inbox applies the lines of an outbox's journal exactly once into the consumer's own SQLite
 // database: the other end of the seam, where a platform reads what an engine's relay projected.
 //

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package journal writes and checks the JSON-lines journal that an outbox relay projects to.
 //
 // # Format

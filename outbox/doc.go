@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package outbox is a transactional event outbox on SQLite: an event is a row committed in the same
 // transaction as the state change it describes, and a Relay later appends the rows, in order, to a
 // sink (a journal file, a broker) that a reader keys by (engine_run_id, seq).

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package outbox_test
 
 // Hostile and mistaken callers: each test here is a way an ordinary caller, careless or malicious,

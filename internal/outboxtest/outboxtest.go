@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package outboxtest holds what the tests of several packages share: a store in a temporary
 // directory and ways to look into it, builders, an in-memory sink, and waits on a relay. A helper
 // that can fail takes a testing.TB and fails the test itself.
