@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package diskfull names a full file system in the errors of SQLite, for the store and the inbox alike.
 //
 // The driver's unix VFS (ncruces/go-sqlite3 up to v0.37 at least) turns a write refused with ENOSPC into

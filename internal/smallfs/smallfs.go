@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package smallfs gives tests a real small file system to fill: a full disk reaches SQLite and the
 // journal only through the kernel, and a fault injected above it (SQLITE_FULL from a test VFS) never
 // meets the path a real ENOSPC takes.
