@@ -5,8 +5,10 @@
 # `go tool`: no global install.
 SQLC := cd tools && GOWORK=off go tool sqlc -f ../sqlc.yaml
 MODULES := ./... ./cmd/outbox/... ./jetstream/... ./bench/...
+# MIN_GO is the go line of the library's go.mod: the oldest Go a user can build the modules with.
+MIN_GO := $(shell sed -n 's/^go //p' go.mod)
 
-.PHONY: test fmt-check vet generate check-generated migrate bench fuzz reliability release-check check-sums
+.PHONY: test test-min-go fmt-check vet generate check-generated check-license fix-license migrate bench fuzz reliability release-check check-sums
 
 # Fuzzing is bounded by a count of inputs, not a duration: with a duration, Go 1.26's fuzzing
 # coordinator can report its own deadline as a failure ("context deadline exceeded", no failing
@@ -15,17 +17,35 @@ FUZZTIME ?= 10000x
 # FuzzTheIndexAgreesWithTheLinesOfTheFile appends to a file for every input, about 500 a second.
 INDEX_FUZZTIME ?= 10000x
 
-## test: everything CI runs: formatting, vet, generated code, the tests under the race detector, the
-## journal's tests again without its assembly (-tags purego, what other processors run), and each
-## benchmark once (-short, small prefills) so that none of them rots.
-test: fmt-check vet check-generated
+## test: everything CI runs: formatting, vet, generated code, the licence lines, the tests under the
+## race detector, the journal's tests again without its assembly (-tags purego, what other
+## processors run), the tests again with the oldest Go the go.mod files allow, and each benchmark
+## once (-short, small prefills) so that none of them rots.
+test: fmt-check vet check-generated check-license
 	go test -race -count=1 $(MODULES)
 	go test -count=1 -run 'HundredThousand' ./outbox/ ./inbox/
 	go test -count=1 -tags purego ./journal/
+	$(MAKE) test-min-go
 	go test -short -run '^$$' -bench . -benchtime 1x $(MODULES)
 	$(MAKE) fuzz
 	$(MAKE) release-check
 	$(MAKE) check-sums
+
+## test-min-go: the go line is a claim, so CI builds and tests with that Go (go$(MIN_GO), fetched from
+## the module proxy as golang.org/toolchain on first use) beside the current one. The library alone
+## (GOWORK=off), as a user's build resolves it from its go.mod; the JetStream sink inside the
+## workspace, which stands in for the library release it requires until the tag exists; the command
+## and the benchmarks built. Without -race, and without the sink's crash campaigns and the -short
+## skips: those run under the race detector with the current Go above. About a minute with a
+## warm build cache; the first run downloads the toolchain and builds everything again with it
+## (about 3 more minutes on 2 shared cores).
+test-min-go:
+	@echo "test-min-go: the library's tests with go$(MIN_GO), the go line of go.mod"
+	GOTOOLCHAIN=go$(MIN_GO) GOWORK=off go test -count=1 ./...
+	@echo "test-min-go: the JetStream sink's tests with go$(MIN_GO), in the workspace"
+	GOTOOLCHAIN=go$(MIN_GO) go test -count=1 -short -skip 'Crash' ./jetstream/...
+	@echo "test-min-go: the command and the benchmarks built with go$(MIN_GO)"
+	GOTOOLCHAIN=go$(MIN_GO) go build ./cmd/outbox/... ./bench/...
 
 ## fuzz: every fuzz target for FUZZTIME inputs: 10,000 in make test, a few seconds each once its
 ## package is built with the fuzzer's instrumentation (a full build of its dependencies, cached
@@ -75,6 +95,16 @@ check-generated:
 	$(SQLC) diff
 	cd tools && GOWORK=off go run ./checkgenerated ..
 	$(SQLC) vet
+
+## check-license: fail when a module has no LICENSE identical to the root's, or a hand-written .go,
+## .s or .h file does not open with the SPDX line (generated files are left to their generator);
+## the checker's own tests first. fix-license adds what is missing.
+check-license:
+	cd tools && GOWORK=off go test -count=1 ./checklicense
+	cd tools && GOWORK=off go run ./checklicense ..
+
+fix-license:
+	cd tools && GOWORK=off go run ./checklicense -fix ..
 
 ## release-check: the modules as a user installs and fetches them, at the version they require of each
 ## other, from a module proxy in a temporary directory, offline (see README.md, Releases).

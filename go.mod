@@ -1,6 +1,6 @@
 module github.com/textmachine/outbox
 
-go 1.26.8
+go 1.26.0
 
 require (
 	github.com/fsnotify/fsnotify v1.10.1

@@ -1,6 +1,6 @@
 module github.com/textmachine/outbox/bench
 
-go 1.26.8
+go 1.26.0
 
 require (
 	github.com/ncruces/go-sqlite3 v0.37.0

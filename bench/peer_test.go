@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package bench compares the outbox with its peers (goqite, River) on the same machine, driver,
 // durability and payload. It is a module of its own so that the library never depends on a peer.
 package bench

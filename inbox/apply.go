@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package inbox
 
 import (
@@ -7,6 +9,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/textmachine/outbox/inbox/db"
 	"github.com/textmachine/outbox/journal"
@@ -23,7 +26,8 @@ type Event struct {
 // with the inbox's record of the line, or not at all. It must not commit or roll back tx, nor call
 // the inbox (both are refused where they can be detected: ErrTxEnded, and ErrInHandler for a call
 // given the handler's context; Close, which waits for the call in progress, would wait for ever).
-// Its effects outside tx are not covered by the inbox's guarantee.
+// Its effects outside tx are not covered by the inbox's guarantee. It may open, release and roll
+// back savepoints of its own: they end with the line (see the package's failure model).
 //
 // A nil error applies the line. An error wrapping ErrQuarantine parks the line's run: the line's
 // writes are undone and the call goes on with the other runs. Any other error stops the call, and
@@ -120,6 +124,15 @@ func (in *Inbox) apply(ctx context.Context, m *move, lines [][]byte, h Handler) 
 				return err
 			}
 		}
+		if t.spUsed {
+			// A handler that opened a savepoint of the inbox's name and returned nil left the
+			// inbox's own open beneath it. Its line's writes are kept either way, as applied; the
+			// call fails all the same, so that the misuse is reported whether or not a later line
+			// of the call is undone.
+			if err := t.noSavepointLeft(); err != nil {
+				return wrapf(err, "after the call's last line")
+			}
+		}
 		if err := t.flush(); err != nil {
 			return err
 		}
@@ -181,6 +194,16 @@ func (t *txn) checkSource(m *move) error {
 	return nil
 }
 
+// nextSeq is the seq a run at high-water mark hwm needs next: hwm + 1, or 0 (none) for a run that
+// has applied math.MaxInt64, the last seq a journal line can have. Seqs start at 1, so 0 is never
+// a seq a run needs.
+func nextSeq(hwm int64) int64 {
+	if hwm == math.MaxInt64 {
+		return 0
+	}
+	return hwm + 1
+}
+
 // line decides one line's outcome and, for the run's next line, runs the handler.
 func (t *txn) line(hctx context.Context, k *key, line []byte, h Handler, rep *Report) error {
 	r, err := t.run(k.run)
@@ -195,8 +218,9 @@ func (t *txn) line(hctx context.Context, k *key, line []byte, h Handler, rep *Re
 		return t.applyLine(hctx, r, k, line, h, rep)
 	case k.seq-1 > r.hwm:
 		rep.Quarantined++
-		return t.quarantine(r, "gap", r.hwm+1, k.seq,
-			fmt.Sprintf("seq %d came when the run needed seq %d: seqs %d to %d are missing", k.seq, r.hwm+1, r.hwm+1, k.seq-1))
+		next := nextSeq(r.hwm) // below k.seq, so never none
+		return t.quarantine(r, "gap", next, k.seq,
+			fmt.Sprintf("seq %d came when the run needed seq %d: seqs %d to %d are missing", k.seq, next, next, k.seq-1))
 	case k.seq <= r.hwm-t.in.cfg.window:
 		rep.Stale++
 		return nil
@@ -213,7 +237,7 @@ func (t *txn) line(hctx context.Context, k *key, line []byte, h Handler, rep *Re
 		return nil
 	}
 	rep.Quarantined++
-	return t.quarantine(r, "conflict", r.hwm+1, k.seq,
+	return t.quarantine(r, "conflict", nextSeq(r.hwm), k.seq,
 		fmt.Sprintf("seq %d came again with other bytes: applied sha256 %x, got sha256 %x", k.seq, d, k.digest))
 }
 
@@ -232,19 +256,30 @@ func (t *txn) applyLine(hctx context.Context, r *runTx, k *key, line []byte, h H
 	}
 	switch {
 	case herr == nil:
-		if err := t.savepoint(spRelease); err != nil {
-			return fmt.Errorf("inbox: run %q seq %d: release the savepoint: %w", r.id, k.seq, err)
+		if err := t.endLine(false); err != nil {
+			return lineError(r, k, "release the savepoint", err, nil)
 		}
 		r.hwm = k.seq
 		r.digests = append(r.digests, k.digest)
 		rep.Applied++
 		return nil
 	case errors.Is(herr, ErrQuarantine):
-		if err := errors.Join(t.savepoint(spUndo), t.savepoint(spRelease)); err != nil {
-			return fmt.Errorf("inbox: run %q seq %d: undo the handler's writes: %w", r.id, k.seq, err)
+		if err := t.endLine(true); err != nil {
+			return lineError(r, k, "undo the handler's writes", err, herr)
 		}
 		rep.Quarantined++
 		return t.quarantine(r, "handler", k.seq, k.seq, herr.Error())
 	}
 	return fmt.Errorf("inbox: run %q seq %d: handler: %w", r.id, k.seq, herr)
+}
+
+// lineError is the error of ending a line's savepoint, naming the handler's misuse plainly.
+func lineError(r *runTx, k *key, what string, err, herr error) error {
+	if errors.Is(err, ErrSavepointMisused) {
+		if herr != nil {
+			return wrapf(err, "run %q seq %d (its handler returned: %v)", r.id, k.seq, herr)
+		}
+		return wrapf(err, "run %q seq %d", r.id, k.seq)
+	}
+	return fmt.Errorf("inbox: run %q seq %d: %s: %w", r.id, k.seq, what, err)
 }

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package inbox applies the lines of an outbox's journal exactly once into the consumer's own SQLite
 // database: the other end of the seam, where a platform reads what an engine's relay projected.
 //
@@ -54,7 +56,14 @@
 //     outbox.DurabilityFull, durable on return; outbox.DurabilityNormal can lose the last calls to a
 //     power failure, and the sources then read their lines again). A cancelled or expired context
 //     costs its own call only: an error means nothing of the call was committed, the Report
-//     beside it is zero, and the error wraps the context's (whatever statement it interrupted).
+//     beside it is zero, and the error wraps the context's (whatever statement it interrupted). An
+//     error wraps context.Canceled or context.DeadlineExceeded only when the caller's context ended.
+//   - A full disk is errors.Is syscall.ENOSPC: every write (Apply, ApplyFrom, ApplyFile, FollowFile,
+//     WriteTx, Release, AcceptGap), Open and Migrate, with nothing of the failed transaction stored
+//     and no seq or source position taken (ApplyFile's batches before it stay committed, as after
+//     any error). The driver reports a real ENOSPC as a generic I/O error (SQLITE_IOERR;
+//     at Open, "invalid _pragma"), so an I/O error while the file system holding the database has
+//     less than 64 KiB available or no free inode is named a full disk.
 //   - One writer. Open holds an exclusive lock on the database file; a second Inbox, in this process
 //     or another, fails at once with ErrLocked. Calls that write are serialized; Position,
 //     Quarantined, SourcePosition, SourceState and Sources read on a pool of their own (WAL mode)
@@ -73,6 +82,15 @@
 // inbox checks after each handler that its transaction is still open), the second is refused when
 // the handler passes on the context it was given (ErrInHandler). A call with another context would
 // wait for the writer the handler holds until that context ends.
+//
+// A handler may use savepoints of its own. The inbox runs each line's handler inside a savepoint of
+// its own, which a quarantined line is rolled back to, and names it at random for each transaction:
+// SQLite matches a savepoint by name, innermost first, and has no statement that lists them, so no
+// handler can name it. Whatever savepoints a handler opens, releases or leaves open, they end with
+// the line: an applied line keeps what they kept, a quarantined or failed line leaves none of its
+// writes. The inbox checks after each handler that its savepoint is still there, and that none of
+// its name is left once it ended it; one released or shadowed (possible only to a handler that knew
+// the name) fails the call with nothing of it stored (ErrSavepointMisused).
 //
 // A crash at any moment leaves each call committed whole or not at all (SQLite's WAL); a source then
 // resumes from the position committed with the last effects. Power loss is covered at

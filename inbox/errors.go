@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package inbox
 
 import (
@@ -34,6 +36,11 @@ var (
 	// inbox's transaction (or a failed statement made SQLite roll it back): nothing of the call is
 	// stored.
 	ErrTxEnded = errors.New("inbox: the transaction ended inside the handler; nothing of the call is stored")
+	// ErrSavepointMisused is returned when, after a handler, the savepoint the inbox keeps around
+	// the handler's line is gone (the handler released it) or is not the innermost of its name
+	// (the handler opened another of the same name): the inbox could no longer undo that line's
+	// writes alone, so nothing of the call is stored.
+	ErrSavepointMisused = errors.New("inbox: a handler released or shadowed the savepoint the inbox keeps around its line; nothing of the call is stored")
 	// ErrOutboxDatabase is returned by Open for a database that holds an outbox's tables: a book is
 	// never a consumer's database.
 	ErrOutboxDatabase = errors.New("inbox: the database holds an outbox's tables")

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package inbox
 
 import (
@@ -20,6 +22,7 @@ import (
 	"github.com/textmachine/outbox/inbox/db"
 	"github.com/textmachine/outbox/inbox/migrations"
 	"github.com/textmachine/outbox/internal/dirsync"
+	"github.com/textmachine/outbox/internal/diskfull"
 	"github.com/textmachine/outbox/internal/faultpoint"
 	"github.com/textmachine/outbox/outbox"
 )
@@ -62,6 +65,12 @@ type Inbox struct {
 // ErrOutboxDatabase for a database that holds an outbox's tables; with ErrHardLinked for a file with
 // more than one name. The database is put in WAL mode.
 func Open(ctx context.Context, path string, opts ...Option) (*Inbox, error) {
+	in, err := open(ctx, path, opts)
+	// A full disk may fail the first write SQLite makes (the WAL mode, a migration) as an I/O error.
+	return in, diskfull.Named(path, err)
+}
+
+func open(ctx context.Context, path string, opts []Option) (*Inbox, error) {
 	if path == "" {
 		return nil, errors.New("inbox: empty database path")
 	}
@@ -262,7 +271,7 @@ func (in *Inbox) WriteTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 // connection. So the transaction is begun without cancellation and the context is checked before
 // COMMIT; once COMMIT has begun, the call's outcome is the commit's.
 func (in *Inbox) write(ctx context.Context, fn func(t *txn) error) error {
-	return withCtx(ctx, in.writeTxn(ctx, fn))
+	return diskfull.Named(in.path, withCtx(ctx, in.writeTxn(ctx, fn)))
 }
 
 func (in *Inbox) writeTxn(ctx context.Context, fn func(t *txn) error) error {

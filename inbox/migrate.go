@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package inbox
 
 import (
@@ -13,6 +15,7 @@ import (
 	"github.com/ncruces/go-sqlite3/driver"
 
 	"github.com/textmachine/outbox/internal/dirsync"
+	"github.com/textmachine/outbox/internal/diskfull"
 	"github.com/textmachine/outbox/outbox"
 )
 
@@ -31,8 +34,13 @@ const sqliteHeader = "SQLite format 3\x00"
 //
 // It refuses, before it takes the lock or writes anything, and creating no file: a path that is
 // not a SQLite database (ErrNotDatabase), a book (ErrOutboxDatabase), and a file with more than one
-// name (ErrHardLinked). The goose CLI run on the same file does none of this.
+// name (ErrHardLinked). The goose CLI run on the same file does none of this. An I/O error of
+// SQLite's on a full file system (fn's included) is errors.Is syscall.ENOSPC.
 func Migrate(ctx context.Context, path string, fn func(ctx context.Context, db *sql.DB) error) error {
+	return diskfull.Named(path, migrate(ctx, path, fn))
+}
+
+func migrate(ctx context.Context, path string, fn func(ctx context.Context, db *sql.DB) error) error {
 	if path == "" {
 		return errors.New("inbox: empty database path")
 	}

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package inbox
 
 import (
@@ -49,6 +51,7 @@ type config struct {
 	vfs         string
 	batchHook   func(source string, r Report)
 	now         func() time.Time
+	savepoint   string // the name of the savepoint around each line, when a test must know it
 }
 
 func newConfig(opts []Option) (config, error) {

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package inbox
 
 import (
@@ -14,7 +16,7 @@ import (
 type Quarantine struct {
 	RunID    string
 	Reason   string // "gap", "conflict" or "handler"
-	Expected int64  // the seq the run needed next (for "handler", the line's own seq)
+	Expected int64  // the seq the run needed next, 0 for none (the run has applied the last seq a run can have); for "handler", the line's own seq
 	Got      int64  // the seq that came
 	Detail   string // what happened; for a conflict, both digests
 	Since    time.Time

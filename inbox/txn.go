@@ -1,12 +1,16 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package inbox
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"database/sql"
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/ncruces/go-sqlite3"
 
@@ -26,6 +30,9 @@ type txn struct {
 	order []*runTx // in the order first seen, so that every call writes in one order
 	sp    [numSavepointStmts]*sqlite3.Stmt
 
+	spName string // the name of the savepoint around each handler call; drawn at its first use
+	spUsed bool   // a handler ran inside it and returned
+
 	touched  bool   // a run's applied_at was set to now
 	trimNext *int64 // when trimIdle looked: when to look again
 }
@@ -40,22 +47,85 @@ const (
 )
 
 var savepointSQL = [numSavepointStmts]string{
-	spBegin:   `SAVEPOINT inbox_line`,
-	spRelease: `RELEASE inbox_line`,
-	spUndo:    `ROLLBACK TO inbox_line`,
+	spBegin:   `SAVEPOINT `,
+	spRelease: `RELEASE `,
+	spUndo:    `ROLLBACK TO `,
 }
+
+// The savepoint's name is drawn at random for each transaction: SQLite matches RELEASE and
+// ROLLBACK TO against the innermost savepoint of a name, so a handler's own savepoint named like
+// the inbox's would take the undo of a quarantined line onto itself and keep the writes made
+// before it. No statement lists a connection's savepoints, so no handler can learn the name.
+const savepointPrefix = "inbox_line_"
 
 // savepoint runs one of the savepoint statements.
 func (t *txn) savepoint(which int) error {
 	st := t.sp[which]
 	if st == nil {
+		if t.spName == "" {
+			t.spName = t.in.cfg.savepoint
+			if t.spName == "" {
+				t.spName = savepointPrefix + rand.Text()
+			}
+		}
 		var err error
-		if st, _, err = t.raw.Prepare(savepointSQL[which]); err != nil {
+		if st, _, err = t.raw.Prepare(savepointSQL[which] + t.spName); err != nil {
 			return err
 		}
 		t.sp[which] = st
 	}
 	return st.Exec()
+}
+
+// endLine ends the savepoint of a line whose handler returned, undoing the line's writes first when
+// undo is set, and checks that the savepoint it ends is the one the inbox opened. A handler that
+// released it (RELEASE of its name) leaves none to end: its writes are then the transaction's,
+// past the line's undo. One that opened a savepoint of its name leaves the inbox's beneath its
+// own, which the undo would stop at. Either way the line can no longer be undone alone, and the
+// call fails whole (ErrSavepointMisused). A savepoint of the handler's own name that it left open
+// ends with the inbox's, undone with it or kept with it. (A handler that ended the transaction
+// itself was found before, ErrTxEnded.)
+func (t *txn) endLine(undo bool) error {
+	if undo {
+		if err := t.savepoint(spUndo); err != nil {
+			return misused(err)
+		}
+	}
+	if err := t.savepoint(spRelease); err != nil {
+		return misused(err)
+	}
+	t.spUsed = true
+	if undo {
+		return t.noSavepointLeft()
+	}
+	return nil
+}
+
+// noSavepointLeft checks that no savepoint of the inbox's name is still open: one is when a handler
+// of this transaction opened a savepoint of that name and the inbox ended that one instead of its own.
+func (t *txn) noSavepointLeft() error {
+	switch err := t.savepoint(spRelease); {
+	case err == nil:
+		return ErrSavepointMisused
+	case !noSuchSavepoint(err):
+		return err
+	}
+	return nil
+}
+
+// misused reports a savepoint statement that failed because the savepoint was gone as the
+// handler's misuse.
+func misused(err error) error {
+	if noSuchSavepoint(err) {
+		return ErrSavepointMisused
+	}
+	return err
+}
+
+// noSuchSavepoint reports SQLite's answer to RELEASE or ROLLBACK TO a name no open savepoint has. It
+// has no code of its own, only the generic error with this text.
+func noSuchSavepoint(err error) bool {
+	return errors.Is(err, sqlite3.ERROR) && strings.Contains(err.Error(), "no such savepoint")
 }
 
 // close finalizes the transaction's own statements.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package jetstream_test
 
 import (
@@ -113,7 +115,10 @@ func connectAll(t testing.TB, urls []string, opts ...njs.JetStreamOpt) njs.JetSt
 func createR3(t testing.TB, js njs.JetStream) njs.Stream {
 	t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); ; {
-		stream, err := jetstream.CreateStream(context.Background(), js, "EVENTS", jetstream.WithReplicas(3))
+		// A deadline of its own: js may have a short default timeout meant for the test's appends.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		stream, err := jetstream.CreateStream(ctx, js, "EVENTS", jetstream.WithReplicas(3))
+		cancel()
 		if err == nil {
 			return stream
 		}
@@ -122,6 +127,36 @@ func createR3(t testing.TB, js njs.JetStream) njs.Stream {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// sinkWhenUp is sink for a js whose default timeout is short (meant for the appends under test):
+// NewSink reads the stream's settings under that timeout, which a loaded cluster may not meet, so it
+// is tried again for up to 30 s.
+func sinkWhenUp(t testing.TB, js njs.JetStream, opts ...jetstream.Option) *jetstream.Sink {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		s, err := jetstream.NewSink(js, "EVENTS", opts...)
+		if err == nil {
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("NewSink: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// leaderOf names the stream's leader, asked with a deadline of its own: js's default timeout may be
+// short, meant for the appends under test.
+func leaderOf(t testing.TB, stream njs.Stream) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	info, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.Cluster.Leader
 }
 
 // TestAClusterLosesNothingWhenTheStreamLeaderDies runs three in-process servers with a three-replica

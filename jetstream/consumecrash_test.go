@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package jetstream_test
 
 import (
@@ -332,7 +334,7 @@ func TestFollowingAClusterOfServerProcessesLosesNothingWhenTheStreamLeaderIsKill
 	}
 	js := connectAll(t, urls, njs.WithDefaultTimeout(time.Second))
 	st := createR3(t, js)
-	s := sink(t, js, jetstream.WithMinReplicas(3))
+	s := sinkWhenUp(t, js, jetstream.WithMinReplicas(3))
 	store, err := outbox.Open(ctx, filepath.Join(t.TempDir(), "book.db"))
 	if err != nil {
 		t.Fatal(err)
@@ -357,11 +359,7 @@ func TestFollowingAClusterOfServerProcessesLosesNothingWhenTheStreamLeaderIsKill
 		}
 		switch i {
 		case n / 3:
-			info, err := st.Info(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			killed = procs[info.Cluster.Leader]
+			killed = procs[leaderOf(t, st)]
 			killed.kill()
 			t.Logf("killed the stream leader %s with SIGKILL at event %d", killed.name, i)
 		case 2 * n / 3:

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package jetstream projects an outbox to a NATS JetStream stream, checks such a stream, and reads it
 // into a platform's inbox exactly once, so that engines on many machines can feed one platform
 // through a broker instead of files.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package jetstream
 
 // SetAfterStreamCommit sets the hook called after each batch a stream source commits (benchmarks).

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package jetstream_test
 
 import (
@@ -89,7 +91,7 @@ func TestAClusterOfServerProcessesLosesNothingWhenTheLeaderIsKilled(t *testing.T
 	// leader dies is never answered, and the time it waits is added to the failover.
 	js := connectAll(t, urls, njs.WithDefaultTimeout(time.Second))
 	stream := createR3(t, js)
-	s := sink(t, js, jetstream.WithMinReplicas(3))
+	s := sinkWhenUp(t, js, jetstream.WithMinReplicas(3))
 
 	store, err := outbox.Open(ctx, filepath.Join(t.TempDir(), "book.db"))
 	if err != nil {
@@ -123,11 +125,7 @@ func TestAClusterOfServerProcessesLosesNothingWhenTheLeaderIsKilled(t *testing.T
 		}
 		switch i {
 		case n / 3:
-			info, err := stream.Info(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			killed = procs[info.Cluster.Leader]
+			killed = procs[leaderOf(t, stream)]
 			mu.Lock()
 			killedAt = time.Now()
 			mu.Unlock()

@@ -1,9 +1,15 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package journal writes and checks the JSON-lines journal that an outbox relay projects to.
 //
 // # Format
 //
 // UTF-8 JSON Lines: one JSON object per line, each ending in "\n". Every line has a string member
-// "engine_run_id" and an integer member "seq" (at least 1); the other members are the producer's.
+// "engine_run_id" and an integer member "seq" (at least 1), each given once; the other members are
+// the producer's, except that none may have a name that encoding/json folds to one of the two
+// ("SEQ", "Seq", "ſeq", "Engine_Run_ID", escaped or not): a program that decodes a line into a
+// struct tagged `json:"seq"` matches member names case-insensitively, with Unicode's simple folding,
+// and would read another key than every reader of the journal.
 // Builder renders the outbox's own lines:
 //
 //	{"engine_run_id":"…","seq":1,"type":"run_started","at":"2026-11-30T01:59:17.123456789Z","data":…}

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package journal
 
 // validEscapes reports whether the \u escapes of a string body (one scanString accepted) are

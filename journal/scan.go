@@ -1,16 +1,22 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package journal
 
 import (
 	"encoding/json"
 	"fmt"
+	"unicode"
 	"unicode/utf8"
 )
 
 // parseLine checks that b is one JSON object (RFC 8259, UTF-8) and finds its top-level
 // "engine_run_id" and "seq" members in the same pass. Member names match exactly, byte for byte after
-// unescaping (encoding/json's struct decoding would also accept "Seq" or "SEQ"); a member given twice
-// is ambiguous and refused; seq must be a JSON integer, with no fraction or exponent. runID is the raw
-// string body, unescaped only when it holds an escape. It returns a reason when the line is malformed.
+// unescaping; a member given twice is ambiguous and refused, and so is a member whose name is not the
+// key but folds to it as encoding/json folds names (see foldsTo): a reader that decodes the line
+// into a struct tagged `json:"seq"` would take "SEQ" or "ſeq" for the key, and the line would be
+// keyed one way here and another there. seq must be a JSON integer, with no fraction or exponent.
+// runID is the raw string body, unescaped only when it holds an escape. It returns a reason when the
+// line is malformed.
 //
 // It is a hand-written scanner rather than json.Valid plus a second walk because verifying a journal
 // is bound by this function: string bodies, most of a line, are skipped 8 bytes at a time.
@@ -42,6 +48,8 @@ const (
 	whySeqTwice
 	whyRunSurrogate
 	whyTooLong
+	whyRunFolded
+	whySeqFolded
 )
 
 var whyText = [...]string{
@@ -62,6 +70,8 @@ var whyText = [...]string{
 	whySeqTwice:      `"seq" given twice`,
 	whyRunSurrogate:  `"engine_run_id" holds an escape that is not a character (a lone surrogate)`,
 	whyTooLong:       "line too long",
+	whyRunFolded:     `a member named like "engine_run_id" but not exactly it (encoding/json would read it as the key)`,
+	whySeqFolded:     `a member named like "seq" but not exactly it (encoding/json would read it as the key)`,
 }
 
 func (w why) String() string { return whyText[w] }
@@ -149,6 +159,14 @@ func (s *scanner) parse(b []byte) (runID []byte, seq int64, reason why) {
 					note(w)
 				}
 				seq = n
+			default:
+				// A name shorter than a key cannot fold to it: most names cost a comparison or
+				// two.
+				if len(key) >= len("seq") && foldsTo(key, "SEQ") {
+					note(whySeqFolded)
+				} else if len(key) >= len("engine_run_id") && foldsTo(key, "ENGINE_RUN_ID") {
+					note(whyRunFolded)
+				}
 			}
 			s.ws()
 			if s.peek(',') {
@@ -179,6 +197,51 @@ func (s *scanner) parse(b []byte) (runID []byte, seq int64, reason why) {
 		return runID, seq, whySeqBelow1
 	}
 	return runID, seq, whyNone
+}
+
+// foldsTo reports whether name, an unescaped member name, folds to upper (a key's name in upper
+// case, ASCII) as encoding/json folds names to match them to a struct's fields (foldName in its
+// fold.go): an ASCII byte is upper-cased, any other character becomes the smallest character of its
+// Unicode simple folding orbit, so "ſ" (U+017F) folds to "S" and the Kelvin sign (U+212A) to "K".
+// The two folded names are compared byte for byte, so every character of name must fold to one
+// ASCII byte.
+func foldsTo(name []byte, upper string) bool {
+	j := 0
+	for i := 0; i < len(name); j++ {
+		if j == len(upper) {
+			return false
+		}
+		c := name[i]
+		if c < utf8.RuneSelf {
+			if 'a' <= c && c <= 'z' {
+				c -= 'a' - 'A'
+			}
+			i++
+		} else {
+			r, n := utf8.DecodeRune(name[i:])
+			f := foldRune(r)
+			if f >= utf8.RuneSelf {
+				return false
+			}
+			c = byte(f)
+			i += n
+		}
+		if c != upper[j] {
+			return false
+		}
+	}
+	return j == len(upper)
+}
+
+// foldRune is encoding/json's: the smallest rune of r's simple folding orbit.
+func foldRune(r rune) rune {
+	for {
+		r2 := unicode.SimpleFold(r)
+		if r2 <= r {
+			return r2
+		}
+		r = r2
+	}
 }
 
 // integer parses a JSON number token that must be an integer.

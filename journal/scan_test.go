@@ -1,18 +1,24 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package journal
 
 import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"unicode"
 	"unicode/utf8"
 )
 
 // FuzzParseLine: the hand-written scanner agrees with encoding/json on what is valid JSON, and on the
-// two members whenever it accepts a line.
+// two members whenever it accepts a line: as the members named exactly so, and as a struct tagged
+// with their names reads them (which matches names case-insensitively).
 func FuzzParseLine(f *testing.F) {
 	for _, s := range []string{
 		`{"engine_run_id":"a","seq":1}`, `{"engine_run_id":"a\u00e9","seq":12,"d":[1,{"x":"y"},null,true,-1.5e3]}`,
 		`[1,2]`, `{"a":}`, `{"seq":01}`, `"\ud800"`, `{"engine\u005frun_id":"a","seq":1}`, ` {} `, `{"a":"\x01"}`, `{"engine_run_id":"\ud800\udc00","seq":1}`, `{"engine_run_id":"\udc00","seq":1}`,
+		`{"engine_run_id":"r","seq":1,"ENGINE_RUN_ID":"upstream-7","SEQ":1001}`, `{"engine_run_id":"r","seq":1,"Seq":2}`, `{"engine_run_id":"r","seq":1,"\u0053EQ":2}`,
+		`{"engine_run_id":"r","seq":1,"ſeq":2}`, `{"engine_run_id":"r","seq":1,"engine_run_\u0049d":"x"}`, `{"engine_run_id":"r","seq":1,"d":{"SEQ":2}}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -37,7 +43,53 @@ func FuzzParseLine(f *testing.F) {
 		if string(run) != wantRun || seq != wantSeq {
 			t.Fatalf("%q: got (%q, %d), encoding/json reads (%q, %d)", b, run, seq, wantRun, wantSeq)
 		}
+		checkStructKey(t, b, string(run), seq)
 	})
+}
+
+// lineKey is a journal line's key as a program reads it with encoding/json.
+type lineKey struct {
+	Run string `json:"engine_run_id"`
+	Seq int64  `json:"seq"`
+}
+
+// checkStructKey fails t unless encoding/json, decoding line into a struct tagged with the keys'
+// names, reads (run, seq): the journal's key for a line it accepted.
+func checkStructKey(t *testing.T, line []byte, run string, seq int64) {
+	t.Helper()
+	var k lineKey
+	if err := json.Unmarshal(line, &k); err != nil || k.Run != run || k.Seq != seq {
+		t.Fatalf("%q: the journal reads (%q, %d), encoding/json into a struct (%q, %d, %v)", line, run, seq, k.Run, k.Seq, err)
+	}
+}
+
+// TestFoldsToMatchesEncodingJSONsMatchOfAMemberToAField puts every character that has a case
+// folding orbit in each place of each key's name, and asks encoding/json whether it decodes the
+// member into the key's field.
+func TestFoldsToMatchesEncodingJSONsMatchOfAMemberToAField(t *testing.T) {
+	var runes []rune
+	for r := rune(0); r <= unicode.MaxRune; r++ {
+		if unicode.SimpleFold(r) != r {
+			runes = append(runes, r)
+		}
+	}
+	for _, key := range []string{"seq", "engine_run_id"} {
+		for i := range key {
+			for _, r := range runes {
+				name := key[:i] + string(r) + key[i+1:]
+				line, _ := json.Marshal(map[string]int{name: 7})
+				var k struct {
+					Run any   `json:"engine_run_id"`
+					Seq int64 `json:"seq"`
+				}
+				json.Unmarshal(line, &k)
+				matched := k.Seq == 7 || k.Run != nil
+				if got := foldsTo([]byte(name), strings.ToUpper(key)); got != matched {
+					t.Errorf("%q (%U): foldsTo says %v, encoding/json matched it to a field: %v", name, r, got, matched)
+				}
+			}
+		}
+	}
 }
 
 // TestPlainLenStopsAtTheFirstByteAStringBodyCannotTakeAsIs puts each kind of byte at each position of

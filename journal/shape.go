@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package journal
 
 import (
@@ -14,7 +16,10 @@ import (
 // same kind keeps a JSON text valid. Checking that costs a comparison of the shape's text and a scan of
 // each value, instead of a scan of every member name and every structural byte. A line that strays
 // from every shape at any point is parsed in full, so the reasons for a malformed line, and the run
-// and seq of a good one, are the full parser's.
+// and seq of a good one, are the full parser's. Member names are part of the text, so a line that
+// matches a shape has, byte for byte, the member names of a line the full parser accepted: none that
+// folds to a key's name (see foldsTo) without being it, with no check of its own here or in
+// matchSteps.
 
 // shape is the skeleton of one accepted line: steps[k] is the text before value k and that value's
 // kind; the last step holds the text after the last value.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package journal
 
 import (
@@ -210,12 +212,15 @@ func TestLearningPausesWhenEveryLineIsNew(t *testing.T) {
 	}
 }
 
-// FuzzParseShaped: after learning the shape of a, the verdict on b is the full parser's.
+// FuzzParseShaped: after learning the shape of a, the verdict on b is the full parser's, and the key
+// of a line it accepts is the one encoding/json reads into a struct.
 func FuzzParseShaped(f *testing.F) {
 	f.Add([]byte(shapeTemplate), []byte(strings.Replace(shapeTemplate, `"seq":7`, `"seq":8`, 1)))
 	f.Add([]byte(shapeTemplate), []byte(strings.Replace(shapeTemplate, `"run-1"`, `"\u0041"`, 1)))
 	f.Add([]byte(`{"engine_run_id":"a","seq":1,"d":[1,"x",null]}`), []byte(`{"engine_run_id":"a","seq":2,"d":[1,"\ud800",null]}`))
 	f.Add([]byte(`{"seq":1,"engine_run_id":"a"}`), []byte(`{"seq":1.0,"engine_run_id":"a"}`))
+	f.Add([]byte(`{"engine_run_id":"a","seq":1,"SEX":1}`), []byte(`{"engine_run_id":"a","seq":2,"SEQ":1}`))
+	f.Add([]byte(`{"engine_run_id":"a","seq":1,"s":1}`), []byte(`{"engine_run_id":"a","seq":2,"\u017feq":1}`))
 	f.Fuzz(func(t *testing.T, a, b []byte) {
 		var shaped, full scanner
 		shaped.parseShaped(a)
@@ -224,6 +229,9 @@ func FuzzParseShaped(f *testing.F) {
 		if string(r1) != string(r2) || s1 != s2 || w1 != w2 ||
 			(w1 == whyNone && (shaped.runAt != full.runAt || shaped.runEsc != full.runEsc)) {
 			t.Fatalf("after %q, %q: shaped (%q, %d, %q, %d) full (%q, %d, %q, %d)", a, b, r1, s1, w1, shaped.runAt, r2, s2, w2, full.runAt)
+		}
+		if w1 == whyNone {
+			checkStructKey(t, b, string(r1), s1)
 		}
 	})
 }

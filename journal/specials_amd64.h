@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Shared by plain_amd64.s and match_amd64.s.
 
 // SPLATS loads the constants SPECIALS compares with: X1 a quote in every byte, X2 a backslash, X3

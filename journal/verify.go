@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package journal
 
 import (
@@ -23,7 +25,8 @@ var (
 	// quarantines the run.
 	ErrPayloadConflict = errors.New("journal: payload conflict")
 	// ErrMalformed is returned when a complete line is not a UTF-8 JSON object with a non-empty string
-	// "engine_run_id" and an integer "seq" of at least 1.
+	// "engine_run_id" and an integer "seq" of at least 1, each given once and under no other name
+	// that encoding/json would take for it.
 	ErrMalformed = errors.New("journal: malformed line")
 )
 

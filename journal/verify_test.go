@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package journal_test
 
 import (
@@ -206,6 +208,8 @@ func FuzzVerify(f *testing.F) {
 	f.Add([]byte(`{"engine_run_id":"a","seq":1,"d":{"seq":2}}` + "\n" + `{"engine_run_id":"a","se`))
 	f.Add([]byte(`{"engine\u005frun_id":"a","seq":1}` + "\n"))
 	f.Add([]byte(`{"engine_run_id":"\ud800","seq":1}` + "\n" + `{"engine_run_id":"\udfff","seq":2}` + "\n"))
+	f.Add([]byte(ln("a", 1, `,"x":1`) + ln("a", 2, `,"x":1`) + ln("a", 3, `,"SEQ":1`)))
+	f.Add([]byte(ln("a", 1, `,"Seq":1`) + `{"engine_run_id":"a","seq":2,"\u017feq":1}` + "\n" + `{"engine_run_\u0049d":"b","engine_run_id":"a","seq":3}` + "\n"))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		rep, err := journal.Verify(bytes.NewReader(in))
 		// A stream that cannot be read back is checked by digest instead of by re-reading: the same
@@ -250,6 +254,14 @@ func FuzzVerify(f *testing.F) {
 			var seq int64
 			if json.Unmarshal(m["engine_run_id"], &run) != nil || json.Unmarshal(m["seq"], &seq) != nil {
 				t.Fatalf("line %d accepted without a string run and an integer seq: %q", i+1, l)
+			}
+			// A program that decodes the line into a struct reads the same key.
+			var k struct {
+				Run string `json:"engine_run_id"`
+				Seq int64  `json:"seq"`
+			}
+			if err := json.Unmarshal(l, &k); err != nil || k.Run != run || k.Seq != seq {
+				t.Fatalf("line %d (%q): the journal's key (%q, %d), encoding/json into a struct (%q, %d, %v)", i+1, l, run, seq, k.Run, k.Seq, err)
 			}
 			prev := seen[run]
 			switch {

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package migrations holds the goose migrations that create and evolve the outbox schema.
 //
 // The same files serve three callers: the outbox package runs them when a store is opened, an engine

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package outbox_test
 
 import (
@@ -222,6 +224,9 @@ func TestTwoUnrecordedBatchesOfOnceKeysAreLedgeredByTheNextAttemptOrTheNextStart
 // after the store closed is left unrecorded, the record before it kept, and the relay is told
 // ErrClosed, not left hanging or touching a closed book. The next start re-sends that batch only.
 func TestCloseGivesUpOnAnAppendBlockedPastItsWaitAndTheNextStartResendsOnlyThatBatch(t *testing.T) {
+	// The short timeout is Close's wait for the append, and the record's bound; every other call has
+	// a deadline of its own (Patient), which the operation timeout does not shorten.
+	ctx := outboxtest.Patient(t)
 	opts := []outbox.Option{outbox.WithOpTimeout(100 * time.Millisecond)}
 	s := openStore(t, opts...)
 	path := filepath.Join(t.TempDir(), "journal.jsonl")
@@ -237,7 +242,7 @@ func TestCloseGivesUpOnAnAppendBlockedPastItsWaitAndTheNextStartResendsOnlyThatB
 	}}
 	r := outboxtest.NewRelay(t, s, sink, "run", outbox.WithBatchSize(10))
 	flushed := make(chan error, 1)
-	go func() { flushed <- r.Flush(context.Background()) }()
+	go func() { flushed <- r.Flush(ctx) }()
 	<-inSecond
 	if err := s.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
@@ -251,15 +256,15 @@ func TestCloseGivesUpOnAnAppendBlockedPastItsWaitAndTheNextStartResendsOnlyThatB
 	case <-time.After(liveness):
 		t.Fatal("Flush did not return after Close")
 	}
-	s2, err := outbox.Open(context.Background(), s.Path(), opts...)
+	s2, err := outbox.Open(ctx, s.Path(), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s2.Close() })
-	if got, err := s2.Projected(context.Background(), "run"); err != nil || got != 10 {
+	if got, err := s2.Projected(ctx, "run"); err != nil || got != 10 {
 		t.Errorf("Projected after Close: %d, %v; want 10", got, err)
 	}
-	if err := outboxtest.NewRelay(t, s2, j, "later").Recover(context.Background()); err != nil {
+	if err := outboxtest.NewRelay(t, s2, j, "later").Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if v := verifyFile(t, path); v.Lines != 30 || v.Duplicates != 10 {

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package outbox_test
 
 import (
@@ -465,7 +467,9 @@ func TestErrorChainsFromEveryPathNameThePackageAtMostOnce(t *testing.T) {
 	relay := outboxtest.FastRelay(t, s, sink, "r", outbox.WithFlushAttempts(2))
 	errs := map[string]error{}
 	errs["Flush"] = relay.Flush(ctx)
-	rctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	// A bound for a Run that would not stop, not the refusal's: ended first, it would test the
+	// context's error instead.
+	rctx, cancel := context.WithTimeout(ctx, liveness)
 	errs["Run"] = outboxtest.FastRelay(t, s, &refusingSink{}, "r").Run(rctx)
 	cancel()
 	_, errs["EnqueueEvent line"] = s.EnqueueEvent(ctx, "r", bad)

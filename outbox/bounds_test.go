@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package outbox_test
 
 // Bounded resources: each test here is a way a heavy user made the library grow or stall, and the

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package outbox_test
 
 import (
@@ -48,7 +50,9 @@ func lineUpInOneGroup(t *testing.T, s *outbox.Store, got *outcomes, calls ...gro
 		got.record(c.id, seq, err)
 		returned <- c.id
 	}
-	go enqueue(groupCall{"first", context.Background(), named("first")})
+	// The first call only holds the committer while the others line up: a deadline of its own keeps
+	// a short operation timeout from ending it on a loaded machine.
+	go enqueue(groupCall{"first", outboxtest.Patient(t), named("first")})
 	<-hold
 	for i, c := range calls {
 		go enqueue(c)
@@ -63,7 +67,7 @@ func lineUpInOneGroup(t *testing.T, s *outbox.Store, got *outcomes, calls ...gro
 // storedByID reads run r's lines, each "id seq", and returns the seq each id is stored at.
 func storedByID(t *testing.T, s *outbox.Store) map[string]int64 {
 	t.Helper()
-	lines, err := s.PendingEvents(context.Background(), "r", 0, 10000)
+	lines, err := s.PendingEvents(outboxtest.Patient(t), "r", 0, 10000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,9 +89,7 @@ func storedByID(t *testing.T, s *outbox.Store) map[string]int64 {
 // deadline, so that the short timeout bounds the calls, not Open's migrations on a loaded machine.
 func openShortOps(t *testing.T, path string, d time.Duration) *outbox.Store {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	s, err := outbox.Open(ctx, path, outbox.WithOpTimeout(d))
+	s, err := outbox.Open(outboxtest.Patient(t), path, outbox.WithOpTimeout(d))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +155,7 @@ func TestACallGroupedBeforeASlowBuilderReturnsByItsOwnDeadline(t *testing.T) {
 		t.Errorf("the slow builder's call: %q names the package more than once", err)
 	}
 	got.check(t, storedByID(t, s))
-	if seq, err := s.EnqueueEvent(context.Background(), "r", named("next")); err != nil || seq != 4 {
+	if seq, err := s.EnqueueEvent(outboxtest.Patient(t), "r", named("next")); err != nil || seq != 4 {
 		t.Fatalf("the next call: %d, %v; want seq 4", seq, err)
 	}
 }

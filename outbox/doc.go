@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package outbox is a transactional event outbox on SQLite: an event is a row committed in the same
 // transaction as the state change it describes, and a Relay later appends the rows, in order, to a
 // sink (a journal file, a broker) that a reader keys by (engine_run_id, seq).
@@ -93,8 +95,15 @@
 // ErrStoreBroken, never the process; the store then refuses every call until reopened, and Close
 // returns. Errors that callers branch on are sentinels (ErrInvalidRunID, ErrLocked, …) found with
 // errors.Is; everything else is wrapped with what was being done, the package's own errors naming
-// it once ("outbox: …"), the wraps around them adding only context. A write refused for lack of space
-// is errors.Is syscall.ENOSPC.
+// it once ("outbox: …"), the wraps around them adding only context. An error wraps context.Canceled
+// or context.DeadlineExceeded only when the caller's own context ended, or the operation timeout that
+// stands in for its missing deadline passed: never because the store ended a context of its own (a
+// group whose COMMIT failed on a full disk says so, not Canceled), and not for a bound of the store's
+// that no caller set (a group's statements, the record of a batch the sink holds), which names itself.
+// A write refused for lack of space (every write of the store, Open and the relay's record) is
+// errors.Is syscall.ENOSPC: SQLITE_FULL, and the generic I/O error (SQLITE_IOERR) that the driver
+// makes of a real ENOSPC, whenever the file system holding the book then has less than 64 KiB
+// available or no free inode (any other I/O error on a file system that full is named so too).
 //
 // Resources are bounded by configuration, not by the data: a line by WithMaxLineSize (16 MiB by
 // default; each SQLite connection may use 1 GiB, reserved and committed as used), a group commit by

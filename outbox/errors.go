@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package outbox
 
 import (
@@ -6,11 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"syscall"
 	"unicode/utf8"
 
 	"github.com/ncruces/go-sqlite3"
 
+	"github.com/textmachine/outbox/internal/diskfull"
 	"github.com/textmachine/outbox/migrations"
 )
 
@@ -118,10 +120,15 @@ func idProblem(id string, maxLen int) string {
 	return ""
 }
 
+// named joins syscall.ENOSPC to an error of SQLite's that a full file system under the book caused (see
+// diskfull.Named): the driver names only some of them. Every write of the store returns through it.
+func (s *Store) named(err error) error { return diskfull.Named(s.path, err) }
+
 // mapErr turns driver errors that callers branch on into the package's sentinels, keeping the driver
 // error in the chain. A closed *sql.DB reports its state only in an error string, hence the match. When
-// ctx has ended, its error joins the chain: the driver reports an interrupted statement as
-// SQLITE_INTERRUPT, which says nothing about whether the caller cancelled or ran out of time.
+// ctx has ended, why it ended joins the chain (see withEnd): the driver reports an interrupted
+// statement as SQLITE_INTERRUPT, which says nothing about whether the caller cancelled or ran out of
+// time.
 func mapErr(ctx context.Context, err error) error {
 	switch {
 	case err == nil:
@@ -130,11 +137,6 @@ func mapErr(ctx context.Context, err error) error {
 		return fmt.Errorf("%w: %w", ErrAnnounceConflict, err)
 	case errors.Is(err, sql.ErrConnDone), strings.Contains(err.Error(), "sql: database is closed"):
 		return fmt.Errorf("%w: %w", ErrClosed, err)
-	case errors.Is(err, sqlite3.FULL) && !errors.Is(err, syscall.ENOSPC):
-		// The driver keeps the system error when it has one; when it has not, say it all the same.
-		return fmt.Errorf("%w: %w", err, syscall.ENOSPC)
-	case ctx.Err() != nil && !errors.Is(err, ctx.Err()):
-		return fmt.Errorf("%w: %w", ctx.Err(), err)
 	}
-	return err
+	return withEnd(ctx, err)
 }

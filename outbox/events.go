@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package outbox
 
 import (
@@ -158,6 +160,7 @@ func (s *Store) enqueueTx(ctx context.Context, tx *sql.Tx, runID, onceKey string
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
+	defer func() { err = s.named(err) }()
 	var st *statements
 	if s.current.Load() == tx {
 		if err := s.txLost(); err != nil {

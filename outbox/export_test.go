@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package outbox
 
 // QueuedCalls is how many group-commit calls wait in the committer's queue, so that a test can line

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package outbox
 
 import (
@@ -254,11 +256,12 @@ var timers = sync.Pool{New: func() any {
 }}
 
 // submit queues one call and waits for the commit of its group.
-func (s *Store) submit(ctx context.Context, runID, onceKey string, build EventBuilder) (int64, error) {
+func (s *Store) submit(ctx context.Context, runID, onceKey string, build EventBuilder) (_ int64, err error) {
 	if err := s.enter(true); err != nil {
 		return 0, err
 	}
 	defer s.exit()
+	defer func() { err = s.named(err) }()
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package outbox
 
 import (
@@ -43,10 +45,10 @@ type groupRun struct {
 	taken   []*request
 	results []result
 	tx      *sql.Tx
-	ctx     context.Context // the operation timeout, for the group's statements
-	cancel  context.CancelFunc
-	bracket bool // the durability's group bracket is open (see durability.groupStart)
-	ended   bool // and closed again, with the statements' timeout
+	ctx     context.Context    // the operation timeout, for the group's statements (errGroupOverran)
+	cancel  context.CancelFunc // nil without an operation timeout
+	bracket bool               // the durability's group bracket is open (see durability.groupStart)
+	ended   bool               // and closed again, with the statements' timeout
 
 	phase atomic.Int32
 	cut   atomic.Bool // a caller's deadline has passed: run no further builder, commit
@@ -285,7 +287,12 @@ func (c *committer) writeGroup(g *groupRun) (n int, owned bool) {
 			owned = true
 		}
 	}()
-	g.ctx, g.cancel = c.s.opContext(context.Background())
+	// The group's statements are no single caller's: each caller's own deadline is its wait in
+	// submit. Their bound is the store's, and its passing is not a caller's deadline.
+	g.ctx = context.Background()
+	if c.s.cfg.opTimeout > 0 {
+		g.ctx, g.cancel = bounded(g.ctx, c.s.cfg.opTimeout, errGroupOverran)
+	}
 	// The transaction takes no context: its end would make database/sql close the writer
 	// connection (see Store.write). The statements take the operation timeout.
 	tx, err := c.s.w.BeginTx(context.Background(), nil)
@@ -314,8 +321,9 @@ func (c *committer) writeGroup(g *groupRun) (n int, owned bool) {
 			break
 		}
 		if !r.state.CompareAndSwap(reqTaken, reqRunning) {
-			// Withdrawn while the group waited (for the writer, or for the calls before it).
-			g.results[i] = result{err: context.Canceled}
+			// Withdrawn while the group waited (for the writer, or for the calls before it). No one
+			// reads this result: its caller returned its own context's error (see late).
+			g.results[i] = result{err: errLate}
 			continue
 		}
 		if r.late.Load() {

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package outbox_test
 
 // Hostile and mistaken callers: each test here is a way an ordinary caller, careless or malicious,
@@ -35,7 +37,7 @@ import (
 // caller's misfortune took down would fail them all.
 func checkUsable(t *testing.T, s *outbox.Store, runID string) {
 	t.Helper()
-	ctx := context.Background()
+	ctx := outboxtest.Patient(t) // a check, not the calls under test: no short operation timeout
 	seq, err := s.EnqueueEvent(ctx, runID, outboxtest.LineOf("after"))
 	if err != nil {
 		t.Fatalf("EnqueueEvent after: %v", err)

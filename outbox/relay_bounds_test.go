@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package outbox_test
 
 import (
@@ -37,7 +39,8 @@ func (b *batchSink) Append(_ context.Context, _ string, lines []outbox.EventLine
 
 func openStore(t testing.TB, opts ...outbox.Option) *outbox.Store {
 	t.Helper()
-	s, err := outbox.Open(context.Background(), filepath.Join(t.TempDir(), "book.db"), opts...)
+	// Open's context has a deadline: a short operation timeout among opts is for the calls under test.
+	s, err := outbox.Open(outboxtest.Patient(t), filepath.Join(t.TempDir(), "book.db"), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package outbox_test
 
 import (
@@ -36,7 +38,7 @@ func enqueueSpends(t testing.TB, s *outbox.Store, n int) {
 	for i := range builds {
 		builds[i] = journal.Builder("run", "spend", map[string]int{"i": i})
 	}
-	if _, err := s.EnqueueEvents(context.Background(), "run", builds); err != nil {
+	if _, err := s.EnqueueEvents(outboxtest.Patient(t), "run", builds); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -240,12 +242,11 @@ func (s *stuckSink) Append(ctx context.Context, _ string, _ []outbox.EventLine) 
 // relay's Flush into a stuckSink; it returns once the sink holds the batch. Close the sink's free.
 func stuckRelay(t *testing.T) (*outbox.Store, *stuckSink, <-chan error) {
 	t.Helper()
-	ctx := context.Background()
-	// Open's own context has a deadline, so that the short timeout bounds the calls, not Open's
-	// migrations on a loaded machine.
-	octx, ocancel := context.WithTimeout(ctx, time.Minute)
-	defer ocancel()
-	s, err := outbox.Open(octx, filepath.Join(t.TempDir(), "book.db"), outbox.WithOpTimeout(200*time.Millisecond))
+	// The setup's calls have a deadline of their own, so that the short timeout bounds what is tested
+	// (Close's wait for the batch in flight, the record), not Open's migrations, the enqueue or the
+	// Flush's reads on a loaded machine.
+	ctx := outboxtest.Patient(t)
+	s, err := outbox.Open(ctx, filepath.Join(t.TempDir(), "book.db"), outbox.WithOpTimeout(200*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,7 +278,7 @@ func TestCloseWaitsForAStuckSinkOnlyUpToTheOpTimeout(t *testing.T) {
 // A relay waiting for a run's turn, while another relay's batch is stuck in its sink, gives up when
 // its own context ends, and a relay waiting when Close begins returns ErrClosed.
 func TestARelayWaitingForItsTurnGivesUpWithItsContextOrWhenTheStoreCloses(t *testing.T) {
-	ctx := context.Background()
+	ctx := outboxtest.Patient(t) // the store's short operation timeout is for the stuck batch's record
 	s, sink, _ := stuckRelay(t)
 	defer close(sink.free)
 

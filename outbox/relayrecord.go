@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package outbox
 
 import (
@@ -110,7 +112,7 @@ func (r *Relay) record(ctx context.Context, turn *runTurn) error {
 // dropped, it would make the next relay send the batch again. It is bounded by the operation timeout
 // instead (DefaultOpTimeout when the store has none), the wait Close gives a batch in flight.
 func (r *Relay) recordBatch(ctx context.Context, b *batchRecord) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.s.closeWait())
+	ctx, cancel := bounded(context.WithoutCancel(ctx), r.s.closeWait(), errRecordOverran)
 	defer cancel()
 	if err := r.s.recordProjected(ctx, b.runID, b.last, b.toMark, r.cfg.forget); err != nil {
 		return fmt.Errorf("record lines up to %d of run %q as projected: %w", b.last, b.runID, err)

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package outbox
 
 import (
@@ -19,6 +21,7 @@ import (
 
 	"github.com/textmachine/outbox/db"
 	"github.com/textmachine/outbox/internal/dirsync"
+	"github.com/textmachine/outbox/internal/diskfull"
 	"github.com/textmachine/outbox/migrations"
 )
 
@@ -79,6 +82,12 @@ func Migrate(ctx context.Context, sqlDB *sql.DB) error {
 // any pending migrations. It fails with ErrLocked, at once, when another Store in this or another
 // process holds the database, and refuses a path that is not a regular file.
 func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
+	s, err := open(ctx, path, opts)
+	// A full disk may fail the first write SQLite makes (the WAL mode, a migration) as an I/O error.
+	return s, diskfull.Named(path, err)
+}
+
+func open(ctx context.Context, path string, opts []Option) (*Store, error) {
 	s, err := newStore(path, opts)
 	if err != nil {
 		return nil, err
@@ -380,12 +389,14 @@ func (s *Store) exit() {
 
 // opContext applies the operation timeout to a context without a deadline. Otherwise the context is
 // used as it is: a cancellable context costs every transaction a watcher goroutine in database/sql and
-// every statement the driver's interrupt checks, which WithOpTimeout(0) lets a caller avoid.
+// every statement the driver's interrupt checks, which WithOpTimeout(0) lets a caller avoid. The
+// timeout stands in for the caller's deadline, so its passing is context.DeadlineExceeded; its cancel
+// is not the caller's end (see bounded).
 func (s *Store) opContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	if _, ok := ctx.Deadline(); ok || s.cfg.opTimeout <= 0 {
 		return ctx, func() {}
 	}
-	return context.WithTimeout(ctx, s.cfg.opTimeout)
+	return bounded(ctx, s.cfg.opTimeout, nil)
 }
 
 // Changed returns a channel that is closed at the next commit made through this store (or when the

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package outbox
 
 import (
@@ -10,8 +12,10 @@ import (
 )
 
 // WriteTx runs fn in one write transaction (BEGIN IMMEDIATE on the writer connection) and commits it
-// when fn returns nil. fn's error is returned as it is; if fn panics, the transaction is rolled back and
-// the panic continues. Use EnqueueTx inside fn to make events commit with the caller's own writes.
+// when fn returns nil. fn's error is returned as it is (joined with syscall.ENOSPC when it is an I/O
+// error of SQLite's on a full file system, as every write's is); if fn panics, the transaction is
+// rolled back and the panic continues. Use EnqueueTx inside fn to make events commit with the
+// caller's own writes.
 // It returns once the commit is durable (at DurabilityFull); the writer goes to the next caller as
 // soon as COMMIT returns, so concurrent callers share WAL syncs instead of taking one each in turn.
 //
@@ -70,6 +74,7 @@ func (s *Store) write(ctx context.Context, mode commitMode, fn func(w *txWriter)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	defer func() { err = s.named(err) }()
 	defer s.recoverDriver(&err)
 	ctx, cancel := s.opContext(ctx)
 	defer cancel()
@@ -128,7 +133,7 @@ func (s *Store) write(ctx context.Context, mode commitMode, fn func(w *txWriter)
 	if err := fn(s.newTxWriter(ctx, tx, s.stmts)); err != nil {
 		return err
 	}
-	if err := ctx.Err(); err != nil {
+	if err := endOf(ctx); err != nil {
 		// Ended while fn ran: the caller will be told it failed, so nothing of it may commit.
 		return err
 	}

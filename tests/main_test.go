@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package tests holds what spans processes and packages: the crash campaigns that kill real engine
 // processes, the SQLite fault campaigns, sustained load, random operations checked against a model,
 // and the store and the journal file together. Each package's own behaviour tests live beside it.

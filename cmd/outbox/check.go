@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 import (
@@ -39,8 +41,9 @@ and is named.
 It writes nothing and creates no file: the book is opened read-only, as stats opens it, and read
 in one snapshot; the journal file is only read (no lock, and a torn last line is left where it is
 and not counted). Beside a running engine the book is read first and the journal after it, and
-what the journal holds beyond the book is looked up again in the book before it is reported, so
-an engine that goes on enqueueing and projecting meanwhile causes no finding. The book's stored
+what the journal holds beyond the book, and a line that differs (an engine may have retired it and
+projected its tombstone meanwhile), is looked up again in the book before it is reported, so an
+engine that goes on enqueueing, retiring and projecting meanwhile causes no finding. The book's stored
 lines are kept as SHA-256 digests while the journal is read: about 40 bytes a line.
 
 A journal that several books write to (a stream shared by engines of different books) holds runs
@@ -145,8 +148,12 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	return status
 }
 
+// betweenCheckReads, when set, runs between the read of the book and the read of the journal: a test
+// places an engine's work there.
+var betweenCheckReads func()
+
 // crossCheck reads the book, then the journal, then looks up again in the book what the journal
-// holds beyond it, and fills rep.
+// holds beyond it and the lines that differ, and fills rep.
 func crossCheck(ctx context.Context, dbPath string, read func(*checker) error, rep *checkReport) error {
 	// Opening it as a Store first refuses what is not a book of this version, as stats does.
 	s, err := openReadOnly(ctx, dbPath)
@@ -163,6 +170,9 @@ func crossCheck(ctx context.Context, dbPath string, read func(*checker) error, r
 	if err := readAgainIfMet(func() (err error) { c.book, err = readBook(ctx, d); return err }); err != nil {
 		return fmt.Errorf("read the book: %w", err)
 	}
+	if betweenCheckReads != nil {
+		betweenCheckReads()
+	}
 	if err := read(c); err != nil {
 		return err
 	}
@@ -177,8 +187,8 @@ func crossCheck(ctx context.Context, dbPath string, read func(*checker) error, r
 }
 
 // findings compares what the journal holds with the book, looking up again in the book each run the
-// journal holds more of than the first read showed: an engine that enqueued and projected it
-// meanwhile is not a finding.
+// journal holds more of than the first read showed, and each line that differed from it: an engine
+// that enqueued, retired and projected meanwhile is not a finding.
 func (c *checker) findings(ctx context.Context, d *sql.DB) ([]checkFinding, error) {
 	out := slices.Clone(c.problems)
 	if c.more > 0 {
@@ -194,16 +204,24 @@ func (c *checker) findings(ctx context.Context, d *sql.DB) ([]checkFinding, erro
 				Message: fmt.Sprintf("run %s: the journal lacks %s, which the book records as projected", quote(id), seqs(have+1, b.projected))})
 		}
 	}
+	var differ map[string][]differLine
+	if err := readAgainIfMet(func() (err error) { differ, err = c.stillDiffer(ctx, d); return err }); err != nil {
+		return nil, fmt.Errorf("read the book again: %w", err)
+	}
+	for id, lines := range differ {
+		f := checkFinding{Kind: "differ", Run: id, RunEscaped: escapedIfInvalid(id), FromSeq: lines[0].seq, ToSeq: lines[0].seq,
+			Lines: int64(len(lines)), Line: lines[0].line}
+		for _, l := range lines {
+			f.FromSeq, f.ToSeq = min(f.FromSeq, l.seq), max(f.ToSeq, l.seq)
+		}
+		f.Message = fmt.Sprintf("run %s: %s differs between the book and the journal (journal line %d)", quote(id), seqs(f.FromSeq, f.FromSeq), f.Line)
+		if f.Lines > 1 {
+			f.Message += fmt.Sprintf("; %d lines differ, between seqs %d and %d", f.Lines, f.FromSeq, f.ToSeq)
+		}
+		out = append(out, f)
+	}
 	var beyond []string // runs the journal holds more of than the book showed
 	for id, r := range c.runs {
-		if r.differ != nil {
-			f := *r.differ
-			f.Message = fmt.Sprintf("run %s: %s differs between the book and the journal (journal line %d)", quote(id), seqs(f.FromSeq, f.FromSeq), f.Line)
-			if f.Lines > 1 {
-				f.Message += fmt.Sprintf("; %d lines differ, between seqs %d and %d", f.Lines, f.FromSeq, f.ToSeq)
-			}
-			out = append(out, f)
-		}
 		if b := c.book[id]; b == nil || r.max > b.last {
 			beyond = append(beyond, id)
 		}

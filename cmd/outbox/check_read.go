@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 import (
@@ -122,7 +124,16 @@ type journalRun struct {
 	max    int64 // the highest seq seen
 	gap    bool  // a seq came after a hole: last stays before it
 	lines  int64
-	differ *checkFinding
+	differ []differLine // in the order the journal holds them
+}
+
+// differLine is a journal line whose bytes were not those of the book's line of the same seq when
+// the book was read. It is only a candidate: an engine may have retired the line and projected its
+// tombstone since.
+type differLine struct {
+	seq  int64
+	line int64 // the journal line, 1-based
+	sum  [sha256.Size]byte
 }
 
 // checker holds the book and what reading the journal found.
@@ -187,15 +198,49 @@ func (c *checker) add(line []byte, tooLong int64) {
 		return
 	}
 	c.compared++
-	if sha256.Sum256(line) == b.rows[i].sum {
-		return
+	if sum := sha256.Sum256(line); sum != b.rows[i].sum {
+		r.differ = append(r.differ, differLine{seq: seq, line: c.line, sum: sum})
 	}
-	if r.differ == nil {
-		r.differ = &checkFinding{Kind: "differ", Run: run, RunEscaped: escapedIfInvalid(run), FromSeq: seq, ToSeq: seq, Line: c.line}
+}
+
+// stillDiffer reads again, in one read transaction, the book's line of every seq the journal held
+// other bytes of, and returns, by run, those that still differ. An engine that retires a pending line
+// between the read of the book and the read of the journal projects a tombstone of the same key: the
+// book then stores the journal's bytes, or, once a later start forgot the run's lines, nothing. A
+// line gone from the book is kept only when the first read had it projected: a projected line is
+// never retired, so its bytes were in the journal when the book said otherwise.
+func (c *checker) stillDiffer(ctx context.Context, d *sql.DB) (map[string][]differLine, error) {
+	out := map[string][]differLine{}
+	n := 0
+	for _, r := range c.runs {
+		n += len(r.differ)
 	}
-	d := r.differ
-	d.Lines++
-	d.FromSeq, d.ToSeq = min(d.FromSeq, seq), max(d.ToSeq, seq)
+	if n == 0 {
+		return out, nil
+	}
+	tx, err := d.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback()
+	q := db.New()
+	for id, r := range c.runs {
+		for _, dl := range r.differ {
+			row, err := q.EventGet(ctx, tx, db.EventGetParams{EngineRunID: id, Seq: dl.seq})
+			switch {
+			case errors.Is(err, sql.ErrNoRows):
+				if dl.seq > c.book[id].projected {
+					continue
+				}
+			case err != nil:
+				return nil, err
+			case sha256.Sum256(row.Line) == dl.sum:
+				continue
+			}
+			out[id] = append(out[id], dl)
+		}
+	}
+	return out, nil
 }
 
 // readFile reads the journal file at path, and nothing else: no lock, no cut of a torn last line.

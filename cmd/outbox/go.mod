@@ -1,6 +1,6 @@
 module github.com/textmachine/outbox/cmd/outbox
 
-go 1.26.8
+go 1.26.0
 
 require (
 	github.com/google/go-cmp v0.7.0

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 import (
@@ -8,6 +10,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -100,8 +103,8 @@ type inboxRunRow struct {
 type inboxQuarantine struct {
 	RunID         string    `json:"run,omitempty"` // only in the quarantined listing
 	RunEscaped    string    `json:"run_escaped,omitempty"`
-	Reason        string    `json:"reason"` // "gap", "conflict" or "handler"
-	Expected      int64     `json:"expected"`
+	Reason        string    `json:"reason"`   // "gap", "conflict" or "handler"
+	Expected      int64     `json:"expected"` // 0: none, the run has applied the last seq there is
 	Got           int64     `json:"got"`
 	Detail        string    `json:"detail"`
 	DetailEscaped string    `json:"detail_escaped,omitempty"`
@@ -353,6 +356,14 @@ func printInboxStats(w io.Writer, rep inboxStatsReport) error {
 	return tw.Flush()
 }
 
+// seqOrNone shows a seq, or "none" for the 0 that stands for no seq.
+func seqOrNone(seq int64) string {
+	if seq == 0 {
+		return "none"
+	}
+	return strconv.FormatInt(seq, 10)
+}
+
 // quarantineSummary is a quarantine on one line, for a table.
 func quarantineSummary(q *inboxQuarantine) string {
 	switch q.Reason {
@@ -367,7 +378,8 @@ func quarantineSummary(q *inboxQuarantine) string {
 
 const inboxQuarantinedAbout = `
 Lists the quarantined runs, in run id order: why (a gap, a conflict, or the handler's refusal),
-the seq the run needed next and the one that came, what happened, and since when. Nothing more of
+the seq the run needed next ("none" once it has applied seq 9223372036854775807, the last there
+is) and the one that came, what happened, and since when. Nothing more of
 such a run is applied until 'outbox inbox release' (or, for a gap that cannot be filled,
 'outbox inbox accept-gap'). Opens the database read-only, as stats does.`
 
@@ -426,7 +438,7 @@ func printQuarantined(w io.Writer, rep inboxQuarantinedReport) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "run\treason\texpected\tgot\tsince\tdetail")
 	for _, q := range rep.Quarantined {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", quote(q.RunID), sanitize(q.Reason), q.Expected, q.Got,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", quote(q.RunID), sanitize(q.Reason), seqOrNone(q.Expected), q.Got,
 			q.Since.Format(time.RFC3339), quote(q.Detail))
 	}
 	return tw.Flush()

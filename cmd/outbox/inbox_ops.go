@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 import (
@@ -5,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 
 	"github.com/textmachine/outbox/inbox"
 )
@@ -50,7 +53,7 @@ func runInboxRelease(ctx context.Context, args []string, stdout, stderr io.Write
 	if err := in.Close(); err != nil {
 		return failErr(stderr, exitUsage, "inbox release", err)
 	}
-	fmt.Fprintf(stdout, "run %s released: it goes on from seq %d; every source reads again from its start\n", quote(*runID), position+1)
+	fmt.Fprintf(stdout, "run %s released: %s; every source reads again from its start\n", quote(*runID), goesOn(position))
 	return exitOK
 }
 
@@ -105,9 +108,18 @@ func runInboxAcceptGap(ctx context.Context, args []string, stdout, stderr io.Wri
 		return fail(stderr, exitUsage, "inbox accept-gap: the accepted gap is not recorded")
 	}
 	g := gaps[len(gaps)-1]
-	fmt.Fprintf(stdout, "run %s: seqs %d to %d given up, recorded as accepted by %s; it goes on from seq %d; every source reads again from its start\n",
-		quote(*runID), g.FirstSeq, g.LastSeq, quote(g.AcceptedBy), g.LastSeq+1)
+	fmt.Fprintf(stdout, "run %s: seqs %d to %d given up, recorded as accepted by %s; %s; every source reads again from its start\n",
+		quote(*runID), g.FirstSeq, g.LastSeq, quote(g.AcceptedBy), goesOn(g.LastSeq))
 	return exitOK
+}
+
+// goesOn says where a run at high-water mark position goes on from: nowhere past the last seq a
+// run can have.
+func goesOn(position int64) string {
+	if position < math.MaxInt64 {
+		return fmt.Sprintf("it goes on from seq %d", position+1)
+	}
+	return fmt.Sprintf("it has applied seq %d, the last a run can have, so no line of it follows", position)
 }
 
 // quarantineOf names why run is quarantined, for a message.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package main
 
 import (
@@ -134,7 +136,8 @@ func (sp *inboxStreamPosition) lag(info *njs.StreamInfo) {
 		sp.ReadAgain = true
 		behind(first - min(first, 1))
 	default:
-		sp.RetentionGap = first > *sp.Seq+1
+		// first > seq + 1, without the + 1 that wraps at the top of the uint64 range.
+		sp.RetentionGap = first > 0 && first-1 > *sp.Seq
 		behind(*sp.Seq)
 	}
 }

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command outbox operates a book's outbox database and journal: migrations, inspection, relaying and
 // verification. Run `outbox help` for the commands.
 //

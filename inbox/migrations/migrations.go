@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package migrations holds the goose migrations that create and evolve the inbox's tables in a
 // consumer's database.
 //

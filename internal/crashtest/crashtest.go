@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package crashtest re-executes a test binary as a child process that plays a role (an engine, a
 // server, the holder of a lock) and, when told, kills itself with SIGKILL at the n-th pass of a fault
 // point, so that locks and crashes are tested across real processes rather than simulated.

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package crashtest_test
 
 import (

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package demo simulates the engine that the outbox serves: a book of units worked one transaction at a
 // time, each unit's spend recorded with its event, each finished unit announced once. The outbox
 // command's demo and the crash tests run it in child processes that are killed at chosen moments, and

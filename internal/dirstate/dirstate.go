@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package dirstate snapshots a directory, so that a test can say an operation left it as it found
 // it: no file created, removed or changed; and copies a file into one. It imports nothing of the project, so that the outbox
 // package's own tests can use it as well as every other package's.

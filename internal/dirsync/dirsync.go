@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package dirsync makes a directory's entries durable: a file created in a directory survives power
 // loss only once the directory itself has been synced.
 package dirsync

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package faultpoint names the places in the write path, the relay and recovery where a crash or an
 // I/O error is most likely to break a guarantee, so that tests can stop a real process exactly there.
 //

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package faultvfs is an SQLite VFS for tests that wraps the driver's own and injects what a real disk
 // does to a database: I/O errors on chosen calls, and power loss, after which only what was synced
 // remains. Register one under a fresh name per test and open the store with outbox.WithVFS.

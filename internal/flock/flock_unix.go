@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 //go:build unix
 
 // Package flock takes the exclusive, non-blocking file locks that guard a database and a journal.

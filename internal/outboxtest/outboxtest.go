@@ -1,10 +1,11 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Package outboxtest holds what the tests of several packages share: a store in a temporary
 // directory and ways to look into it, builders, an in-memory sink, and waits on a relay. A helper
 // that can fail takes a testing.TB and fails the test itself.
 package outboxtest
 
 import (
-	"context"
 	"os"
 	"os/exec"
 	"sync"
@@ -20,8 +21,9 @@ import (
 func WaitProjected(t testing.TB, s *outbox.Store, run string, n int64, timeout time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
+	ctx := Patient(t)
 	for {
-		p, err := s.Projected(context.Background(), run)
+		p, err := s.Projected(ctx, run)
 		if err == nil && p == n {
 			return
 		}

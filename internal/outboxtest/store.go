@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 package outboxtest
 
 import (
@@ -7,6 +9,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"testing"
+	"time"
 
 	_ "github.com/ncruces/go-sqlite3/driver"
 
@@ -17,12 +20,22 @@ import (
 // the store's.
 var ErrRender = errors.New("render failed")
 
+// Patient returns a context for a test's own setup and checks, whose deadline is far off. A store
+// bounds a call by its operation timeout only when the call's context has no deadline, so a test of a
+// short operation timeout keeps it for the calls under test while its setup (Open's migrations, the
+// events it enqueues, the reads that check the outcome) cannot run out of time on a loaded machine.
+func Patient(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
 // Setup opens a fresh writable store in a temporary directory, closes it when the test ends, and
 // returns it with its path.
 func Setup(t testing.TB, opts ...outbox.Option) (*outbox.Store, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "book.db")
-	s, err := outbox.Open(context.Background(), path, opts...)
+	s, err := outbox.Open(Patient(t), path, opts...)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -37,7 +50,7 @@ func Reopen(t testing.TB, s *outbox.Store, opts ...outbox.Option) *outbox.Store 
 	if err := s.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	s2, err := outbox.Open(context.Background(), s.Path(), opts...)
+	s2, err := outbox.Open(Patient(t), s.Path(), opts...)
 	if err != nil {
 		t.Fatalf("reopen: %v", err)
 	}
@@ -61,7 +74,7 @@ func ConstLine(b []byte) outbox.EventBuilder {
 // MustEnqueue enqueues one line to runID and returns its seq, failing the test on an error.
 func MustEnqueue(t testing.TB, s *outbox.Store, runID string) int64 {
 	t.Helper()
-	seq, err := s.EnqueueEvent(context.Background(), runID, LineOf("x"))
+	seq, err := s.EnqueueEvent(Patient(t), runID, LineOf("x"))
 	if err != nil {
 		t.Fatalf("EnqueueEvent(%q): %v", runID, err)
 	}
@@ -73,8 +86,9 @@ func AllLines(t testing.TB, s *outbox.Store, runID string) []outbox.EventLine {
 	t.Helper()
 	var out []outbox.EventLine
 	after := int64(0)
+	ctx := Patient(t)
 	for {
-		batch, err := s.PendingEvents(context.Background(), runID, after, 1000)
+		batch, err := s.PendingEvents(ctx, runID, after, 1000)
 		if err != nil {
 			t.Fatalf("PendingEvents: %v", err)
 		}

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command checkgenerated fails when a directory that sqlc generates into (db/, and any other `out`
 // of sqlc.yaml) holds a file that sqlc does not generate: `sqlc diff` compares only the files it
 // generates, so a hand-written or left-over file there would pass it, and be overwritten or go

@@ -1,3 +1,5 @@
+// SPDX-License-Identifier: Apache-2.0
+
 // Command releasecheck installs and fetches the repository's modules the way a user does, before
 // they are tagged: it serves the tree, at the version the modules require of each other, from a
 // file-based module proxy in a temporary directory, then in an empty module runs

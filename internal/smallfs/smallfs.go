@@ -1,0 +1,66 @@
+// SPDX-License-Identifier: Apache-2.0
+
+// Package smallfs gives tests a real small file system to fill: a full disk reaches SQLite and the
+// journal only through the kernel, and a fault injected above it (SQLITE_FULL from a test VFS) never
+// meets the path a real ENOSPC takes.
+package smallfs
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+)
+
+// Size is the size of the file system Mount mounts: 2 MiB, room for a small book and its WAL.
+const Size = 2 << 20
+
+// Mount mounts a tmpfs of Size bytes on a new directory of the test's and returns it; the test's
+// cleanup unmounts it. It skips the test, saying why, where it cannot: not Linux, not root, or a
+// mount refused (a container without CAP_SYS_ADMIN).
+func Mount(t testing.TB) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "small")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := mount(dir); err != nil {
+		t.Skipf("a full disk needs a small file system, and mounting a %d KiB tmpfs failed: %v", Size>>10, err)
+	}
+	t.Cleanup(func() {
+		if err := unmount(dir); err != nil {
+			t.Errorf("unmount %s: %v", dir, err)
+		}
+	})
+	return dir
+}
+
+// Fill writes a file in dir until the file system refuses a write for lack of space, down to single
+// bytes, and returns a function that removes it again. Nothing else in dir may grow meanwhile.
+func Fill(t testing.TB, dir string) (free func()) {
+	t.Helper()
+	name := filepath.Join(dir, "filler")
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 64<<10)
+	for chunk := len(buf); chunk >= 1; chunk /= 2 {
+		for {
+			_, err := f.Write(buf[:chunk])
+			if errors.Is(err, syscall.ENOSPC) {
+				break
+			}
+			if err != nil {
+				t.Fatalf("fill %s: %v", dir, err)
+			}
+		}
+	}
+	return func() {
+		if err := os.Remove(name); err != nil {
+			t.Errorf("free %s: %v", dir, err)
+		}
+	}
+}
