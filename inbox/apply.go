@@ -65,8 +65,9 @@ func (in *Inbox) Apply(ctx context.Context, lines [][]byte, h Handler) (Report, 
 
 // ApplyFrom is Apply for a source that keeps its position in the inbox's database. It applies lines
 // as Apply does and, in the same transaction, stores to as source's position, but only if the
-// position stored now is from (nil: none stored). Otherwise nothing is applied or stored and the
-// error is ErrSourceMoved: the source must read its position again (SourcePosition) and re-read.
+// position stored now is from (nil: none stored, or rewound; see SourceState). Otherwise nothing is
+// applied or stored and the error is ErrSourceMoved: the source must read its position again
+// (SourcePosition) and re-read.
 // With no lines it only checks, or stores a first position. A position of no bytes is none.
 func (in *Inbox) ApplyFrom(ctx context.Context, source string, from, to []byte, lines [][]byte, h Handler) (Report, error) {
 	if err := checkName("source name", source, MaxSourceNameLen); err != nil {
@@ -182,11 +183,12 @@ func (in *Inbox) parse(lines [][]byte) ([]key, error) {
 
 // checkSource refuses the call when the source's stored position is not the one it started from.
 func (t *txn) checkSource(m *move) error {
-	cur, err := t.in.q.SourceGet(t.ctx, t.on(stmtSourceGet), m.source)
+	r, err := t.in.q.SourceGet(t.ctx, t.on(stmtSourceGet), m.source)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("inbox: read the position of source %q: %w", m.source, err)
 	}
-	if !bytes.Equal(cur, m.from) {
+	// A rewound source's position is none: it starts again from nil, as SourcePosition says.
+	if cur, _ := sourceState(r.Position, r.Rewound); !bytes.Equal(cur, m.from) {
 		return fmt.Errorf("%w: source %q", ErrSourceMoved, m.source)
 	}
 	return nil

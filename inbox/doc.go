@@ -36,8 +36,14 @@
 //     error wrapping ErrQuarantine quarantines it ("handler"). A quarantine is a row committed with
 //     the call, durable; the run's later lines are counted Quarantined and not applied, while other
 //     runs go on. Only an operator lifts it: Release (the run goes on from its mark + 1, and every
-//     source reads again from its start, which deduplication makes safe) or, for a gap that cannot
-//     be filled, AcceptGap, which records who gave up which seqs, when and why.
+//     source is rewound: it reads again from its start, which deduplication makes safe) or, for a
+//     gap that cannot be filled, AcceptGap, which records who gave up which seqs, when and why.
+//   - A rewind gives up nothing. A rewound source keeps the position it had (SourceState) and
+//     reads again from the start of what that position named, then on through everything the
+//     position still needed: the file source reads the file it named (a rotated file it had not
+//     finished) to its end before the path's file, or stops with ErrFileLost as before the rewind;
+//     the stream source keeps it as the floor of its retention-gap check. So a Release changes
+//     nothing for the other runs but lines read again and counted as Duplicates.
 //   - Nothing applied twice. A line at or below the mark with the bytes applied is a duplicate; one
 //     older than the window, or whose digest is no longer kept, is Stale: never applied, never
 //     trusted as a duplicate either.
@@ -60,8 +66,8 @@
 //     less than 64 KiB available or no free inode is named a full disk.
 //   - One writer. Open holds an exclusive lock on the database file; a second Inbox, in this process
 //     or another, fails at once with ErrLocked. Calls that write are serialized; Position,
-//     Quarantined, SourcePosition and Sources read on a pool of their own (WAL mode) and never wait
-//     for a running Apply.
+//     Quarantined, SourcePosition, SourceState and Sources read on a pool of their own (WAL mode)
+//     and never wait for a running Apply.
 //
 // # Failure model
 //

@@ -25,12 +25,18 @@ const FileSourcePrefix = "file:"
 // crash costs at most the batch in flight, which is read again.
 //
 // The stored position is checked against the file before it is trusted (its device and inode, a
-// fingerprint of its first line, and the line that ends at the offset; see FilePosition). A file that no longer holds
-// what was read of it (truncated, cut by a copytruncate, rewritten past its old size) is read again
-// from its start, after the rest of a copy of it (journal.jsonl.1) when there is one; a path that
-// now names another file (a rotation) has the file it named read to its end first, found in the
-// same directory by its device and inode, then the new one from its start; a path that names
-// another copy of the same journal (one that begins with the same line) is read from its start.
+// fingerprint of its first line, the line that ends at the offset, and, once per call, the SHA-256
+// of everything before the offset; see FilePosition). A file that no longer holds what was read of
+// it (truncated, cut by a copytruncate, rewritten past its old size or in place) is read again from
+// its start, after a copy of it (journal.jsonl.1) when there is one; a path that now names another
+// file (a rotation) has the file it named read to its end first, found by its device and inode in
+// the directory where the path's file really is (a symbolic link followed) or the path's own, then
+// the new one from its start; a path that names another copy of the same journal (one that begins
+// with the same line) is read from its start. The proof of the prefix costs one SHA-256 pass over
+// the bytes before the position per call (about 1.4 GB/s on this project's 2-core machines, the file
+// in the page cache: 0.7 s for a 1 GiB journal); while reading, the digest is carried on from batch
+// to batch, one more pass over each line as it is read. After a Release or AcceptGap (a rewound
+// source), the file the position named is read again from its start, to its end, then on as above.
 // Reading again is safe:
 // lines already applied are Duplicates. Lines are split as journal.Verify splits them, a '\r' before
 // the newline kept in the line, and a last line without its newline is not taken.
@@ -60,7 +66,8 @@ func (in *Inbox) ApplyFile(ctx context.Context, path string, h Handler) (Report,
 // lost notification, or a queue of them that overflowed, costs latency, not lines. A rotation (the
 // path now names another file) is followed: the old file, held open, is read to its end, then the
 // new one from its start. Each wake-up also reads the stored position, so that after a Release,
-// which rewinds the sources, the file is read again from its start though no new line has come.
+// which rewinds the sources, the file its position named (held open, even if removed since) is read
+// again from its start and to its end, then the path's file, though no new line has come.
 // Any other error ends it as it ends ApplyFile.
 func (in *Inbox) FollowFile(ctx context.Context, path string, h Handler) error {
 	s, err := in.newFileSource("FollowFile", path, h)
@@ -90,15 +97,16 @@ func (in *Inbox) FollowFile(ctx context.Context, path string, h Handler) error {
 // or FollowFile reads the file the path names from its start. It is the operator's way past
 // ErrFileLost when the lost file cannot be put back: the lines that were only in it are then
 // missing, and the next line of each of their runs is a gap (the run is quarantined), not skipped.
-// Nothing else changes; a path with no stored position is left as it is.
+// It gives up the position a rewound source was rewound from too. Nothing else changes; a path
+// with no stored position is left as it is.
 func (in *Inbox) ForgetFile(ctx context.Context, path string) error {
 	s, err := in.newFileSource("ForgetFile", path, func(context.Context, *sql.Tx, Event) error { return nil })
 	if err != nil {
 		return err
 	}
 	for {
-		pos, err := in.SourcePosition(ctx, s.name)
-		if err != nil || pos == nil {
+		pos, from, err := in.SourceState(ctx, s.name)
+		if err != nil || (pos == nil && from == nil) {
 			return err
 		}
 		_, err = in.ApplyFrom(ctx, s.name, pos, nil, nil, s.h)
@@ -145,14 +153,20 @@ func (in *Inbox) newFileSource(call, path string, h Handler) (*fileSource, error
 
 func (s *fileSource) close() { s.l.close() }
 
-// load reads the stored position and finds where to read on from it.
+// load reads the stored position and finds where to read on from it. A rewound source (Release,
+// AcceptGap) has none, but the one it was rewound from still says which file it was reading: that
+// file is read again from its start and to its end, then on through the rotation, as the position
+// would have been read on.
 func (s *fileSource) load(ctx context.Context) error {
-	pos, err := s.in.SourcePosition(ctx, s.name)
+	pos, from, err := s.in.SourceState(ctx, s.name)
 	if err != nil {
 		return err
 	}
 	s.stored = pos
 	var p *FilePosition
+	if from != nil {
+		pos = from
+	}
 	if pos != nil {
 		fp, err := ParseFilePosition(pos)
 		if err != nil {
@@ -160,11 +174,12 @@ func (s *fileSource) load(ctx context.Context) error {
 		}
 		p = &fp
 	}
-	return s.relocate(p)
+	return s.relocate(p, from != nil)
 }
 
-// relocate finds where to read on from p, reusing the file being read when it is the one needed.
-func (s *fileSource) relocate(p *FilePosition) error {
+// relocate finds where to read on from p, reusing the file being read when it is the one needed;
+// with whole, from the start of the file p names (see locate).
+func (s *fileSource) relocate(p *FilePosition, whole bool) error {
 	if p != nil {
 		c := *p // p may point into s.l, which is cleared
 		p = &c
@@ -174,7 +189,7 @@ func (s *fileSource) relocate(p *FilePosition) error {
 		s.l.next.close()
 	}
 	s.l = located{}
-	l, err := locate(s.path, p, open)
+	l, err := locate(s.path, p, open, whole)
 	if err != nil {
 		if p == nil && s.follow && errors.Is(err, fs.ErrNotExist) {
 			return nil // FollowFile waits for the file
@@ -233,7 +248,7 @@ func (s *fileSource) drain(ctx context.Context) error {
 			return err
 		}
 		if !ok {
-			if err := s.relocate(&s.l.pos); err != nil {
+			if err := s.relocate(&s.l.pos, false); err != nil {
 				return err
 			}
 			continue
@@ -244,7 +259,7 @@ func (s *fileSource) drain(ctx context.Context) error {
 		}
 		lines, next, err := s.l.cur.readBatch(s.l.pos, end, s.bounds)
 		if errors.Is(err, errCutUnder) {
-			if err := s.relocate(&s.l.pos); err != nil {
+			if err := s.relocate(&s.l.pos, false); err != nil {
 				return err
 			}
 			continue
@@ -293,7 +308,10 @@ func (s *fileSource) commit(ctx context.Context, to FilePosition, lines [][]byte
 			// The lines before the malformed one are applied, so that the position stops exactly at
 			// it: where an operator looks, and where the next call stops again.
 			if le.Index > 0 {
-				before := advance(s.l.pos, s.l.cur.name, lines[:le.Index])
+				before, perr := s.l.cur.advance(s.l.pos, lines[:le.Index])
+				if perr != nil {
+					return perr
+				}
 				if perr := s.commit(ctx, before, lines[:le.Index]); perr != nil {
 					return perr
 				}
@@ -344,5 +362,5 @@ func (s *fileSource) look(ctx context.Context) error {
 		}
 	}
 	p := s.l.pos
-	return s.relocate(&p)
+	return s.relocate(&p, false)
 }

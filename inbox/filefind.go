@@ -45,16 +45,23 @@ func (l located) close() {
 //
 //   - The path's file is p's file (same device and inode) and still holds what p describes: on from p.
 //   - The same file no longer holds it (truncated, cut by a copytruncate, rewritten past its old
-//     size): a copy of what it held (a copytruncate's journal.jsonl.1) is read on from p first if one
-//     is in the directory; then the file from its start.
+//     size or in place): a copy of what it held (a copytruncate's journal.jsonl.1) is read first if
+//     one is in the directory; then the file from its start.
 //   - The path names another file or none (a rotation, a file replaced): p's file, found by its
 //     device and inode or as a copy in the directory, is read to its end, then the path's file from
 //     its start. When the path's file begins as p's did (the same journal under another inode:
 //     restored, or an edited copy moved over it) it is read from its start. Otherwise ErrFileLost.
 //
+// A file is p's when it has p's fingerprint and, at p's offset, the end of p's last line (the
+// anchors). Reading goes on from p only in a file that also proves it holds everything before p's
+// offset (the digest p.Prefix); a file that has the anchors but not the prefix (rewritten under
+// them), or whose prefix p cannot prove (a position of the first encoding), is read from its start.
+// With whole (a source rewound by Release or AcceptGap) the file found is read from its start too:
+// everything p had read is read again, and everything it still needed.
+//
 // A file deleted and another created under its name that gets the same inode number cannot be told
 // from a truncation: it is read from its start.
-func locate(path string, p *FilePosition, open *journalFile) (l located, err error) {
+func locate(path string, p *FilePosition, open *journalFile, whole bool) (l located, err error) {
 	opened := []*journalFile{open}
 	defer func() {
 		closed := map[*journalFile]bool{}
@@ -76,22 +83,95 @@ func locate(path string, p *FilePosition, open *journalFile) (l located, err err
 		}
 		return located{cur: pf, pos: pf.start()}, nil
 	}
+	f := finder{path: path, p: *p, pf: pf, open: open, whole: whole}
+	l, err = f.find()
+	if err != nil {
+		return located{}, err
+	}
+	opened = append(opened, l.cur)
+	if whole {
+		l.pos = l.cur.start() // so it is already: the anchors alone never read on from p
+		why := "the source was rewound (Release or AcceptGap); reading again from the start of the file its position names"
+		if l.why != "" {
+			why += "; " + l.why
+		}
+		l.why = why
+	}
+	return l, nil
+}
+
+// match is how much of what a position describes a file holds.
+type match int
+
+const (
+	none    match = iota
+	anchors       // the fingerprint and the last line at the offset: the file the position was taken in, read from its start
+	proven        // and the digest of everything before the offset: read on from the offset
+)
+
+// finder is one search of locate's.
+type finder struct {
+	path     string
+	p        FilePosition
+	pf, open *journalFile
+	whole    bool // the prefix is not needed: the file found is read from its start
+}
+
+// holds is how much of f.p jf holds; the prefix is read only when the anchors are there.
+func (f *finder) holds(jf *journalFile) (match, error) {
+	ok, err := jf.holds(f.p)
+	if !ok || err != nil {
+		return none, err
+	}
+	if f.whole {
+		return anchors, nil
+	}
+	if ok, err = jf.provesPrefix(f.p); !ok || err != nil {
+		return anchors, err
+	}
+	return proven, nil
+}
+
+// from is where to read jf from, given what it holds of f.p.
+func (f *finder) from(jf *journalFile, m match) FilePosition {
+	if m == proven {
+		return at(jf, f.p)
+	}
+	return jf.start()
+}
+
+// unproven is why a file that has f.p's anchors, but not its prefix, is read from its start.
+func (f *finder) unproven(m match, why string) string {
+	switch {
+	case m == proven || f.whole:
+		return why
+	case !f.p.proven():
+		return why + "; the stored position has no digest of what was read before it, so the file is read from its start"
+	default:
+		return why + "; the file no longer holds what was read before the position (rewritten), so it is read from its start"
+	}
+}
+
+func (f *finder) find() (located, error) {
+	p, pf := f.p, f.pf
 	if pf != nil && pf.dev == p.Device && pf.ino == p.Inode {
-		ok, err := pf.holds(*p)
+		m, err := f.holds(pf)
 		if err != nil {
 			return located{}, err
 		}
-		if ok {
-			return located{cur: pf, pos: at(pf, *p)}, nil
+		if m == proven {
+			return located{cur: pf, pos: at(pf, p)}, nil
 		}
-		c, err := findCopy(path, *p, pf, open)
+		if m == anchors && f.whole {
+			return located{cur: pf, pos: pf.start()}, nil // read again from its start anyway
+		}
+		c, cm, err := f.findCopy(pf, f.open)
 		if err != nil {
 			return located{}, err
 		}
 		if c != nil {
-			opened = append(opened, c)
-			return located{cur: c, pos: at(c, *p), next: pf,
-				why: "the journal was cut under its position; reading the rest of a copy of it first, then the journal from its start"}, nil
+			return located{cur: c, pos: f.from(c, cm), next: pf,
+				why: f.unproven(cm, "the journal was cut under its position, or rewritten; reading a copy of it first, then the journal from its start")}, nil
 		}
 		// Looked at again as a whole: what it holds now may not be a journal (NUL bytes where a
 		// writer went on at its old offset after a truncation).
@@ -101,20 +181,19 @@ func locate(path string, p *FilePosition, open *journalFile) (l located, err err
 		return located{cur: pf, pos: pf.start(),
 			why: "the journal no longer holds what was read of it (truncated or rewritten); reading it again from its start"}, nil
 	}
-	old, err := findByID(path, *p, open)
+	old, m, err := f.findByID()
 	if err == nil && old == nil {
-		old, err = findCopy(path, *p, pf, open)
+		old, m, err = f.findCopy(pf, f.open)
 	}
 	if err != nil {
 		return located{}, err
 	}
 	if old != nil {
-		opened = append(opened, old)
-		return located{cur: old, pos: at(old, *p), next: pf,
-			why: "the path names another file (rotated or replaced), or none; reading the file it named to its end first"}, nil
+		return located{cur: old, pos: f.from(old, m), next: pf,
+			why: f.unproven(m, "the path names another file (rotated or replaced), or none; reading the file it named to its end first")}, nil
 	}
 	if pf != nil {
-		ok, err := pf.sameJournal(*p)
+		ok, err := pf.sameJournal(p)
 		if err != nil {
 			return located{}, err
 		}
@@ -123,7 +202,7 @@ func locate(path string, p *FilePosition, open *journalFile) (l located, err err
 		}
 	}
 	return located{}, fmt.Errorf("%w: %s was being read from %s, read to byte %d (device %d, inode %d), and no file in %s is it any more",
-		ErrFileLost, path, quotePath(p.Path), p.Offset, p.Device, p.Inode, filepath.Dir(path))
+		ErrFileLost, f.path, quotePath(p.Path), p.Offset, p.Device, p.Inode, placeDirs(f.path))
 }
 
 // at is p in jf, under jf's name.
@@ -155,72 +234,103 @@ func openPath(path string, open *journalFile) (*journalFile, error) {
 }
 
 // findByID looks for p's file by its device and inode: open if it is that file, then p's own name,
-// then every name in path's directory. It returns nil when none is p's file or when the one that is
-// no longer holds what p describes (its inode went to another file).
-func findByID(path string, p FilePosition, open *journalFile) (*journalFile, error) {
+// then every name in the directory where path's file really is (see places), then in path's own. It
+// returns nil when none is p's file or when the one that is no longer has p's anchors (its inode
+// went to another file).
+func (f *finder) findByID() (*journalFile, match, error) {
+	p, open := f.p, f.open
 	if open != nil && open.dev == p.Device && open.ino == p.Inode {
-		if ok, err := open.holds(p); ok || err != nil {
-			return open, err
+		m, err := f.holds(open)
+		if m == none || err != nil {
+			return nil, none, err
 		}
-		return nil, nil
+		return open, m, nil
 	}
-	dir := filepath.Dir(path)
-	try := func(name string) (*journalFile, bool, error) {
+	try := func(name string) (*journalFile, match, bool, error) {
 		st, err := os.Lstat(name)
 		if err != nil || !st.Mode().IsRegular() {
-			return nil, false, nil
+			return nil, none, false, nil
 		}
 		if dev, ino := fileID(st); dev != p.Device || ino != p.Inode {
-			return nil, false, nil
+			return nil, none, false, nil
 		}
 		jf, err := openJournalFile(name)
 		if err != nil || !jf.sameID(st) {
 			jf.close()
-			return nil, true, nil // not a journal now, or replaced between the looks: not p's file
+			return nil, none, true, nil // not a journal now, or replaced between the looks: not p's file
 		}
-		ok, err := jf.holds(p)
-		if !ok || err != nil {
+		m, err := f.holds(jf)
+		if m == none || err != nil {
 			jf.close()
-			return nil, true, err
+			return nil, none, true, err
 		}
-		return jf, true, nil
+		return jf, m, true, nil
 	}
-	if filepath.Dir(p.Path) == dir && p.Path != path {
-		if jf, found, err := try(p.Path); found || err != nil {
-			return jf, err
+	for _, place := range places(f.path) {
+		dir := filepath.Dir(place)
+		if filepath.Dir(p.Path) == dir && p.Path != place {
+			if jf, m, found, err := try(p.Path); found || err != nil {
+				return jf, m, err
+			}
+		}
+		names, err := dirNames(dir)
+		if err != nil {
+			return nil, none, err
+		}
+		for _, n := range names {
+			if n == place || n == p.Path {
+				continue
+			}
+			if jf, m, found, err := try(n); found || err != nil {
+				return jf, m, err
+			}
 		}
 	}
-	names, err := dirNames(dir)
-	if err != nil {
-		return nil, err
-	}
-	for _, n := range names {
-		if n == path || n == p.Path {
-			continue
-		}
-		if jf, found, err := try(n); found || err != nil {
-			return jf, err
-		}
-	}
-	return nil, nil
+	return nil, none, nil
 }
 
-// findCopy looks in path's directory, among the names that begin with path's own (journal.jsonl.1,
-// journal.jsonl-20261201), for a file other than skip that holds what p describes and more after it:
-// a copy taken before the original was cut (a copytruncate), or the file moved by copying.
-func findCopy(path string, p FilePosition, skip ...*journalFile) (*journalFile, error) {
+// findCopy looks in the directory where path's file really is, then in path's own (see places),
+// among the names that begin with path's own (journal.jsonl.1, journal.jsonl-20261201), for a file
+// other than skip that has p's anchors and more after them: a copy taken before the original was cut
+// (a copytruncate), or the file moved by copying. One that proves p's prefix is preferred to one
+// that only has the anchors.
+func (f *finder) findCopy(skip ...*journalFile) (*journalFile, match, error) {
+	var best *journalFile
+	var bm match
+	for _, place := range places(f.path) {
+		jf, m, err := f.findCopyAt(place, skip)
+		if err != nil {
+			best.close()
+			return nil, none, err
+		}
+		switch {
+		case m == proven:
+			best.close()
+			return jf, m, nil
+		case m == anchors && best == nil:
+			best, bm = jf, m
+			skip = append(skip, jf)
+		case jf != nil:
+			jf.close()
+		}
+	}
+	return best, bm, nil
+}
+
+func (f *finder) findCopyAt(path string, skip []*journalFile) (*journalFile, match, error) {
 	names, err := dirNames(filepath.Dir(path))
 	if err != nil {
-		return nil, err
+		return nil, none, err
 	}
 	base := filepath.Base(path)
+	var best *journalFile
 next:
 	for _, n := range names {
 		if n == path || !strings.HasPrefix(filepath.Base(n), base) {
 			continue
 		}
 		st, err := os.Lstat(n)
-		if err != nil || !st.Mode().IsRegular() || st.Size() <= p.Offset {
+		if err != nil || !st.Mode().IsRegular() || st.Size() <= f.p.Offset {
 			continue
 		}
 		for _, s := range skip {
@@ -232,17 +342,60 @@ next:
 		if err != nil {
 			continue // not a journal, or gone: not a copy
 		}
-		ok, err := jf.holds(p)
-		if err != nil || !ok {
+		m, err := f.holds(jf)
+		switch {
+		case err != nil:
 			jf.close()
-			if err != nil {
-				return nil, err
-			}
-			continue
+			best.close()
+			return nil, none, err
+		case m == proven:
+			best.close()
+			return jf, m, nil
+		case m == anchors && best == nil:
+			best = jf
+		default:
+			jf.close()
 		}
-		return jf, nil
 	}
-	return nil, nil
+	if best != nil {
+		return best, anchors, nil
+	}
+	return nil, none, nil
+}
+
+// places are the names under which a journal's rotated files are looked for: where the file
+// really is first (the end of a chain of symbolic links: a rotation renames the file in its own
+// directory, not beside a link to it), then the path itself when it is a link. A link that names no
+// file (its target renamed away, the new one not yet created) still says where the file was.
+func places(path string) []string {
+	cur := path
+	for range 40 { // as the system's own limit on links followed
+		st, err := os.Lstat(cur)
+		if err != nil || st.Mode()&fs.ModeSymlink == 0 {
+			break
+		}
+		t, err := os.Readlink(cur)
+		if err != nil {
+			break
+		}
+		if !filepath.IsAbs(t) {
+			t = filepath.Join(filepath.Dir(cur), t)
+		}
+		cur = filepath.Clean(t)
+	}
+	if cur == path {
+		return []string{path}
+	}
+	return []string{cur, path}
+}
+
+// placeDirs is the directories places names, for a message.
+func placeDirs(path string) string {
+	var dirs []string
+	for _, p := range places(path) {
+		dirs = append(dirs, filepath.Dir(p))
+	}
+	return strings.Join(dirs, " or ")
 }
 
 // dirNames lists the absolute names in dir, sorted.

@@ -14,8 +14,9 @@ import (
 // when that is another one (a rotation not yet followed). A file now shorter than pos counts whole,
 // since it is read again from its start. It looks at the files' sizes and identities only, never
 // at their content or the inbox's database, so it is cheap enough for every scrape of a metric. The
-// file pos was taken in is looked for in path's directory by its device and inode; when it is not
-// there, only the path's file counts, and found is false.
+// file pos was taken in is looked for by its device and inode in the directory where the path's file
+// really is (the end of a chain of symbolic links) and in the path's own; when it is not there, only
+// the path's file counts, and found is false.
 func FileBehind(path string, pos FilePosition) (behind int64, found bool, err error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
@@ -37,17 +38,19 @@ func FileBehind(path string, pos FilePosition) (behind int64, found bool, err er
 		}
 		behind = st.Size()
 	}
-	names, err := dirNames(filepath.Dir(abs))
-	if err != nil {
-		return behind, false, err
-	}
-	for _, n := range names {
-		ost, err := os.Lstat(n)
-		if err != nil || n == abs || !ost.Mode().IsRegular() {
-			continue
+	for _, place := range places(abs) {
+		names, err := dirNames(filepath.Dir(place))
+		if err != nil {
+			return behind, false, err
 		}
-		if dev, ino := fileID(ost); dev == pos.Device && ino == pos.Inode {
-			return behind + rest(ost), true, nil
+		for _, n := range names {
+			ost, err := os.Lstat(n)
+			if err != nil || n == place || !ost.Mode().IsRegular() {
+				continue
+			}
+			if dev, ino := fileID(ost); dev == pos.Device && ino == pos.Inode {
+				return behind + rest(ost), true, nil
+			}
 		}
 	}
 	return behind, false, nil

@@ -5,8 +5,10 @@ package inbox
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"os"
 
@@ -20,6 +22,15 @@ type journalFile struct {
 	name     string // the absolute name it was opened under
 	dev, ino uint64
 	meanLine int // the mean length of the last batch's lines (with their newlines), to size the next read
+	// The SHA-256 state of the file's first bytes where reading stands and where the batch read after
+	// it ends: each position's Prefix costs only its batch's own bytes, hashed once.
+	sums [2]prefixSum
+}
+
+// prefixSum is the SHA-256 state of a file's first at bytes; h nil: none.
+type prefixSum struct {
+	at int64
+	h  hash.Hash
 }
 
 // readSize is how many bytes to read for the next batch: enough for its lines at the last batch's
@@ -212,7 +223,102 @@ func (jf *journalFile) readBatch(p FilePosition, end int64, b batchBounds) ([][]
 		used += i + 1
 	}
 	jf.meanLine = used / len(lines)
-	return lines, advance(p, jf.name, lines), nil
+	next, err := jf.advance(p, lines)
+	return lines, next, err
+}
+
+// advance is p moved past lines, the next lines of jf after p, its Prefix included: the digest of
+// the file's first bytes at p is carried on from the last batch (or, the first time, read).
+func (jf *journalFile) advance(p FilePosition, lines [][]byte) (FilePosition, error) {
+	next := advance(p, jf.name, lines)
+	if len(lines) == 0 {
+		return next, nil
+	}
+	h, err := jf.sumAt(p.Offset)
+	if err != nil {
+		return p, err
+	}
+	before := jf.sum(p.Offset)
+	for _, l := range lines {
+		h.Write(l)
+		h.Write(newline)
+	}
+	h.Sum(next.Prefix[:0])
+	jf.sums = [2]prefixSum{{p.Offset, before}, {next.Offset, h}}
+	return next, nil
+}
+
+var newline = []byte{'\n'}
+
+// sum is the state kept at off, nil when none is.
+func (jf *journalFile) sum(off int64) hash.Hash {
+	for _, s := range jf.sums {
+		if s.h != nil && s.at == off {
+			return s.h
+		}
+	}
+	return nil
+}
+
+// sumAt returns a SHA-256 state of the file's first off bytes, its own to write on: a copy of the
+// one kept, or one read from the file (and kept).
+func (jf *journalFile) sumAt(off int64) (hash.Hash, error) {
+	if h := jf.sum(off); h != nil {
+		return clone(h), nil
+	}
+	h := sha256.New()
+	if off > 0 {
+		n, err := io.Copy(h, io.NewSectionReader(jf.f, 0, off))
+		if err != nil {
+			return nil, fmt.Errorf("inbox: read %s: %w", jf.name, err)
+		}
+		if n < off {
+			return nil, fmt.Errorf("%w: %s, at byte %d", errCutUnder, jf.name, n)
+		}
+	}
+	jf.sums = [2]prefixSum{{off, h}}
+	return clone(h), nil
+}
+
+// clone is a copy of a SHA-256 state: by hash.Cloner, or, where the build's SHA-256 has none (a
+// FIPS 140 module), through its binary encoding, which crypto/sha256 always has.
+func clone(h hash.Hash) hash.Hash {
+	if c, ok := h.(hash.Cloner); ok {
+		if d, err := c.Clone(); err == nil {
+			return d
+		}
+	}
+	state, err := h.(encoding.BinaryMarshaler).MarshalBinary()
+	d := sha256.New()
+	if err == nil {
+		err = d.(encoding.BinaryUnmarshaler).UnmarshalBinary(state)
+	}
+	if err != nil {
+		panic(fmt.Errorf("inbox: copy a SHA-256 state: %w", err)) // crypto/sha256 documents both
+	}
+	return d
+}
+
+// provesPrefix reports whether the file's first p.Offset bytes are still those p was taken after:
+// their SHA-256 is p.Prefix. It reads them once (a running source keeps the digest as it reads); a
+// position without the digest proves nothing.
+func (jf *journalFile) provesPrefix(p FilePosition) (bool, error) {
+	if p.Offset == 0 {
+		return true, nil
+	}
+	if !p.proven() {
+		return false, nil
+	}
+	h, err := jf.sumAt(p.Offset)
+	if errors.Is(err, errCutUnder) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	return sum == p.Prefix, nil
 }
 
 // advance is p moved past lines, the next lines of the file named name: the offset after them, the

@@ -153,8 +153,8 @@ func TestBatchesAreBoundedInLinesAndBytes(t *testing.T) {
 	}
 }
 
-// The position a batch ends at names the file, the offset, the first bytes and the last line, so
-// that it can be checked against the file later.
+// The position a batch ends at names the file, the offset, the first bytes, the last line and the
+// digest of everything before it, so that it can be checked against the file later.
 func TestThePositionHoldsTheIdentityTheFingerprintAndTheLastLine(t *testing.T) {
 	path := journalPath(t)
 	rj := newRelayJournal(t, path)
@@ -168,6 +168,7 @@ func TestThePositionHoldsTheIdentityTheFingerprintAndTheLastLine(t *testing.T) {
 		Path: path, Device: dev, Inode: ino, Offset: int64(len(content)),
 		FingerprintLen: len(lines[0]) + 1, Fingerprint: sha256.Sum256(content[:len(lines[0])+1]),
 		LastLineLen: len(lines[2]), LastLine: sha256.Sum256(lines[2]),
+		Prefix: sha256.Sum256(content),
 	}
 	if p != want {
 		t.Fatalf("position %+v, want %+v", p, want)

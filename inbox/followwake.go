@@ -20,18 +20,18 @@ var followNotify = true
 // interval passing. Notifications are hints: one that is lost, or a queue that overflows, costs the
 // time until the next poll, never a line, because every wake-up looks at the file itself.
 type waker struct {
-	path string // the followed file, absolute
-	dir  string
-	poll time.Duration
-	log  *slog.Logger
+	path  string   // the followed file, absolute
+	names []string // the names it is known by: where it really is (a symbolic link followed), and path
+	poll  time.Duration
+	log   *slog.Logger
 
 	w       *fsnotify.Watcher // nil: polling alone (no watcher could be had, or none wanted)
-	watched bool              // the directory is watched (it may not exist yet)
+	watched map[string]bool   // the directories watched (they may not exist yet)
 	timer   *time.Timer
 }
 
 func newWaker(path string, poll time.Duration, log *slog.Logger) *waker {
-	k := &waker{path: path, dir: filepath.Dir(path), poll: poll, log: log, timer: time.NewTimer(poll)}
+	k := &waker{path: path, names: places(path), poll: poll, log: log, timer: time.NewTimer(poll), watched: map[string]bool{}}
 	if !followNotify {
 		return k
 	}
@@ -46,14 +46,20 @@ func newWaker(path string, poll time.Duration, log *slog.Logger) *waker {
 	return k
 }
 
-// watch starts watching the directory, if it exists now. The directory is watched rather than the
-// file, so that a file created, renamed or replaced there is seen as well as one written.
+// watch starts watching the directories, those that exist now. A directory is watched rather than
+// the file, so that a file created, renamed or replaced there is seen as well as one written; the
+// directory where the file really is too, when the path is a symbolic link, since a rotation
+// happens there.
 func (k *waker) watch() {
-	if k.w == nil || k.watched {
+	if k.w == nil {
 		return
 	}
-	if err := k.w.Add(k.dir); err == nil {
-		k.watched = true
+	for _, n := range k.names {
+		if dir := filepath.Dir(n); !k.watched[dir] {
+			if err := k.w.Add(dir); err == nil {
+				k.watched[dir] = true
+			}
+		}
 	}
 }
 
@@ -110,8 +116,10 @@ func (k *waker) wait(ctx context.Context) error {
 // relevant: a notification about the followed file, or any that changes which file a name in the
 // directory is (the file the follower may be finishing was renamed to one of them).
 func (k *waker) relevant(ev fsnotify.Event) bool {
-	if filepath.Clean(ev.Name) == k.path {
-		return true
+	for _, n := range k.names {
+		if filepath.Clean(ev.Name) == n {
+			return true
+		}
 	}
 	return ev.Has(fsnotify.Create) || ev.Has(fsnotify.Rename) || ev.Has(fsnotify.Remove)
 }

@@ -79,12 +79,12 @@ func TestFollowerPollsAsItsFloor(t *testing.T) {
 	if k2.w == nil {
 		t.Skip("no file notifications on this system")
 	}
-	if k2.watched {
+	if k2.watched[dir] {
 		t.Fatal("watching a directory that does not exist")
 	}
 	os.Mkdir(dir, 0o755)
 	waitOnce(t, k2, func() {})
-	if !k2.watched {
+	if !k2.watched[dir] {
 		t.Fatal("the directory is not watched once it exists")
 	}
 }

@@ -39,6 +39,9 @@ type Inbox struct {
 	r    *sql.DB // the read pool
 	lock *os.File
 	st   *statements
+	// unmarked: opened read-only beside a database of an earlier release, whose sources have no
+	// rewound mark (migration 3): none of them is rewound with a position kept.
+	unmarked bool
 
 	// writer is held by the one write transaction in progress; waiting for it honours the caller's
 	// context.

@@ -49,7 +49,9 @@ var queryPlans = map[string]struct {
 	"SourceSet":         {db.SourceSet, nil, ""},
 	"SourcesRewind": {db.SourcesRewind, []string{"SCAN inbox_sources"},
 		"visits every source by design (a release rewinds them all); there is one row per source an inbox reads"},
-	"SourcesAfter": {db.SourcesAfter, []string{"SEARCH inbox_sources USING PRIMARY KEY (name>?)"}, ""},
+	"SourcesAfter":         {db.SourcesAfter, []string{"SEARCH inbox_sources USING PRIMARY KEY (name>?)"}, ""},
+	"SourceGetUnmarked":    {db.SourceGetUnmarked, []string{"SEARCH inbox_sources USING PRIMARY KEY (name=?)"}, ""},
+	"SourcesAfterUnmarked": {db.SourcesAfterUnmarked, []string{"SEARCH inbox_sources USING PRIMARY KEY (name>?)"}, ""},
 }
 
 var paramRE = regexp.MustCompile(`\?(\d+)`)

@@ -59,18 +59,23 @@ func OpenReadOnly(ctx context.Context, path string, opts ...Option) (*Inbox, err
 	if err != nil {
 		return nil, fmt.Errorf("inbox: %w", err)
 	}
-	if err := checkInboxSchema(ctx, r); err != nil {
+	version, err := checkInboxSchema(ctx, r)
+	if err != nil {
 		r.Close()
 		return nil, fmt.Errorf("inbox: open %s: %w", path, err)
 	}
 	in := &Inbox{path: path, cfg: cfg, q: db.New(), r: r, w: sql.OpenDB(readOnlyConnector{}),
-		writer: make(chan struct{}, 1)}
+		writer: make(chan struct{}, 1), unmarked: version < rewoundMarkVersion}
 	cfg.logger.Debug("inbox: opened read-only", "path", path)
 	return in, nil
 }
 
-// checkInboxSchema refuses a database that is not an inbox's, or is one of a newer release.
-func checkInboxSchema(ctx context.Context, r *sql.DB) error {
+// rewoundMarkVersion is the inbox schema version that keeps a rewound source's position.
+const rewoundMarkVersion = 3
+
+// checkInboxSchema refuses a database that is not an inbox's, or is one of a newer release, and
+// returns its version.
+func checkInboxSchema(ctx context.Context, r *sql.DB) (int64, error) {
 	var inbox, book int
 	err := r.QueryRowContext(ctx, `SELECT
 		count(*) FILTER (WHERE name IN (?, 'inbox_runs', 'inbox_quarantine', 'inbox_sources')),
@@ -78,22 +83,22 @@ func checkInboxSchema(ctx context.Context, r *sql.DB) error {
 		FROM sqlite_schema WHERE type = 'table'`, migrations.TableName, outboxVersionTable).Scan(&inbox, &book)
 	switch {
 	case err != nil:
-		return err
+		return 0, err
 	case book > 0:
-		return fmt.Errorf("%w: it is a book, not a consumer's database", ErrOutboxDatabase)
+		return 0, fmt.Errorf("%w: it is a book, not a consumer's database", ErrOutboxDatabase)
 	case inbox < 4:
-		return ErrNotInbox
+		return 0, ErrNotInbox
 	}
 	var version int64
 	if err := r.QueryRowContext(ctx, `SELECT COALESCE(MAX(version_id), 0) FROM `+migrations.TableName+
 		` WHERE is_applied`).Scan(&version); err != nil {
-		return fmt.Errorf("read the inbox's version: %w", err)
+		return 0, fmt.Errorf("read the inbox's version: %w", err)
 	}
 	if latest := migrations.Latest(); version > latest {
-		return fmt.Errorf("%w: the database is at version %d, this release knows up to %d",
+		return 0, fmt.Errorf("%w: the database is at version %d, this release knows up to %d",
 			migrations.ErrSchemaMismatch, version, latest)
 	}
-	return nil
+	return version, nil
 }
 
 // readOnlyConnector is the writer of a read-only Inbox: the write path asks it for the writer

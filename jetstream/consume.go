@@ -128,7 +128,8 @@ func ApplyStream(ctx context.Context, js jetstream.JetStream, stream string, in 
 // server restart, a leader's failover, a connection lost) cost latency, not lines: it waits and
 // reads on from the position it last committed, with a new ordered consumer. It looks at the stored
 // position at the inbox's poll interval when no message comes, so that after a Release, which
-// rewinds every source, it reads the stream again from its start. A retention gap, a malformed
+// rewinds every source, it reads the stream again from its start, the position it was rewound from
+// kept as the floor of its retention-gap check. A retention gap, a malformed
 // message, a handler's error or an error of the inbox ends it as it ends ApplyStream.
 func FollowStream(ctx context.Context, js jetstream.JetStream, stream string, in *inbox.Inbox, h inbox.Handler, opts ...ConsumeOption) error {
 	s, err := newStreamSource("FollowStream", js, stream, in, h, opts)

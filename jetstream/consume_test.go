@@ -388,7 +388,11 @@ func TestAMalformedMessageStopsTheSourceNamingItsSubjectAndStreamSequence(t *tes
 	}
 }
 
-func TestAfterReleaseTheSourceReadsTheStreamAgainFromItsStartWithoutARetentionGap(t *testing.T) {
+// After a Release the source reads the stream again from its start, but the retention gap it
+// reported before is still reported: the position it was rewound from is the floor of the check.
+// The operator's acceptance reads on from the first message held, and the line the purge took is a
+// gap of its own run's.
+func TestAfterReleaseTheSourceStillReportsTheRetentionGapItReportedBefore(t *testing.T) {
 	ctx := context.Background()
 	_, js, in := consumeSetup(t)
 	publishRun(t, js, "a", 1, 2) // 1..2
@@ -411,11 +415,12 @@ func TestAfterReleaseTheSourceReadsTheStreamAgainFromItsStartWithoutARetentionGa
 	if p := streamPosition(t, in); p != nil {
 		t.Fatalf("position after Release: %v, want none", p)
 	}
-	// Read again from the first message held: no retention gap (nothing is stored to be behind),
-	// and the line the purge took is a gap of its own run's.
-	rep, err := jetstream.ApplyStream(ctx, js, "EVENTS", in, insertHandler)
+	if _, err := jetstream.ApplyStream(ctx, js, "EVENTS", in, insertHandler); !errors.Is(err, jetstream.ErrRetentionGap) {
+		t.Fatalf("after the Release: %v, want the retention gap still", err)
+	}
+	rep, err := jetstream.ApplyStream(ctx, js, "EVENTS", in, insertHandler, jetstream.WithAcceptRetentionGap())
 	if err != nil {
-		t.Fatalf("ApplyStream after Release: %v", err)
+		t.Fatalf("ApplyStream accepting the gap: %v", err)
 	}
 	if rep != (inbox.Report{Applied: 2, Quarantined: 1}) {
 		t.Errorf("report %+v", rep)

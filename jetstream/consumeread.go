@@ -35,6 +35,10 @@ type streamSource struct {
 	// stream's start, which is what was asked for then).
 	prev  uint64
 	front bool
+	// floor is the position a Release or an AcceptGap rewound the source from, while the source
+	// reads the stream again below it: everything of the filter up to it was applied, so only a
+	// message after it that the stream no longer holds is a retention gap. 0: none.
+	floor uint64
 
 	target    uint64 // ApplyStream: the stream's last sequence when the call began
 	targetSet bool
@@ -128,13 +132,26 @@ func (s *streamSource) session(ctx context.Context, follow bool) error {
 	if !follow && (s.target == 0 || start > s.target) {
 		return s.advance(ctx)
 	}
+	if beforeConsume != nil {
+		beforeConsume()
+	}
 	c, err := s.consume(ctx, start)
 	if err != nil {
 		return err
 	}
 	defer c.stop(s)
 	if c.pending == 0 && !follow {
-		return s.advance(ctx) // nothing of the filter from start to the stream's end
+		// Nothing of the filter from the consumer's start to the stream's end. But a consumer asked
+		// to start below the stream's first sequence starts at the first, silently: the messages
+		// removed since begin looked (a purge meanwhile) are not pending either. The stream's first
+		// sequence, read after the consumer was created, says whether its start was the one asked
+		// for.
+		if s.front { // not when reading from the first message held, which is what was asked for
+			if err := s.checkFront(ctx, s.prev); err != nil {
+				return err
+			}
+		}
+		return s.advance(ctx)
 	}
 	for {
 		b, done, err := s.fill(ctx, c, follow)
@@ -152,9 +169,11 @@ func (s *streamSource) session(ctx context.Context, follow bool) error {
 
 // begin reads the stored position and the stream's state, and says where to read from (0: the
 // stream's first message) and the stream's last sequence now. A stream that no longer holds what
-// follows the position is a retention gap, unless accepted.
+// follows the position is a retention gap, unless accepted. A source that a Release or an AcceptGap
+// rewound reads the stream from its first message, with the position it was rewound from as the
+// floor of the check.
 func (s *streamSource) begin(ctx context.Context) (start, last uint64, err error) {
-	pos, err := s.in.SourcePosition(ctx, s.source)
+	pos, from, err := s.in.SourceState(ctx, s.source)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -177,45 +196,72 @@ func (s *streamSource) begin(ctx context.Context) (start, last uint64, err error
 	}
 	s.created = info.Created
 	st := info.State
+	s.prev, s.front, s.floor = 0, false, 0
+	rewound := pos == nil && from != nil
+	if rewound {
+		pos = from
+	}
 	if pos == nil {
-		// No position, or one a Release or AcceptGap rewound: the stream is read from the first
-		// message it holds, which is what the operator asked for. What it no longer holds is then
-		// seen on each run's own seqs: a run whose first line held is not its next is quarantined.
-		s.prev, s.front = 0, false
+		// No position: the stream is read from the first message it holds. What it no longer holds
+		// is then seen on each run's own seqs: a run whose first line held is not its next is
+		// quarantined.
 		return 0, st.LastSeq, nil
 	}
 	p, err := ParseStreamPosition(pos)
 	if err != nil {
 		return 0, 0, fmt.Errorf("%w (the position stored for stream %q)", err, s.name)
 	}
-	s.prev, s.front = p.Seq, true
+	// Everything of the filter up to top was applied: the position, or the floor it reads again below.
+	top := max(p.Seq, p.Floor)
 	switch {
 	case !p.Created.Equal(info.Created):
 		if !s.cfg.acceptGap {
-			return 0, 0, s.gapError(ctx, p.Seq, st.FirstSeq, true)
+			return 0, 0, s.gapError(ctx, top, st.FirstSeq, true)
 		}
 		s.b.Logger.Warn("jetstream: retention gap accepted: the stream was created again; reading it from its start",
-			"stream", s.name, "filter", s.filter, "position", p.Seq)
-		s.prev, s.front = 0, false
+			"stream", s.name, "filter", s.filter, "position", top)
 		return 0, st.LastSeq, nil
-	case p.Seq > st.LastSeq:
+	case top > st.LastSeq:
 		// The stream holds fewer messages than were read: it lost its last ones (one replica's power
 		// failure without sync always) and gives their sequences to the next messages, which may
 		// already be there, below the position. Which are new cannot be told by their sequences:
 		// the stream is read again from its start, what was applied coming back as duplicates.
 		s.b.Logger.Warn("jetstream: the stream ends before the stored position; reading it again from its start",
-			"stream", s.name, "position", p.Seq, "last_seq", st.LastSeq)
-		s.prev, s.front = 0, false
+			"stream", s.name, "position", top, "last_seq", st.LastSeq)
 		return 0, st.LastSeq, nil
-	case st.FirstSeq > p.Seq+1:
+	case st.FirstSeq > top+1:
 		if !s.cfg.acceptGap {
-			return 0, 0, s.gapError(ctx, p.Seq, st.FirstSeq, false)
+			return 0, 0, s.gapError(ctx, top, st.FirstSeq, false)
 		}
-		s.acceptedGap(p.Seq, st.FirstSeq)
-		s.prev = st.FirstSeq - 1
+		s.acceptedGap(top, st.FirstSeq)
+		s.prev, s.front = st.FirstSeq-1, true
 		return st.FirstSeq, st.LastSeq, nil
+	case rewound:
+		// Read again from the first message held, the position rewound from kept as the floor.
+		s.front, s.floor = true, top
+		return 0, st.LastSeq, nil
 	}
+	s.prev, s.front, s.floor = p.Seq, true, p.Floor
 	return p.Seq + 1, st.LastSeq, nil
+}
+
+// checkFront reports a retention gap when the stream's first sequence now is past what was read
+// (through before, or the floor): messages after it were removed before they were read.
+func (s *streamSource) checkFront(ctx context.Context, before uint64) error {
+	rctx, cancel := s.request(ctx)
+	info, err := s.stream.Info(rctx)
+	cancel()
+	if err != nil {
+		return s.broker(err, "read its first sequence")
+	}
+	read := max(before, s.floor)
+	if first := info.State.FirstSeq; first > read+1 {
+		if !s.cfg.acceptGap {
+			return s.gapError(ctx, read, first, false)
+		}
+		s.acceptedGap(read, first)
+	}
+	return nil
 }
 
 func (s *streamSource) acceptedGap(pos, first uint64) {
@@ -269,7 +315,7 @@ func (s *streamSource) fill(ctx context.Context, c *consumer, follow bool) (b *b
 		if seq <= prev && front {
 			return nil, false, errRestart // never expected of an ordered consumer: read again rather than trust it
 		}
-		if front && seq > prev+1 && b.hole < 0 {
+		if front && seq > max(prev, s.floor)+1 && b.hole < 0 {
 			b.hole = len(b.lines)
 		}
 		b.lines = append(b.lines, m.Data())
@@ -318,18 +364,12 @@ func (s *streamSource) commitBatch(ctx context.Context, b *batch) error {
 		if b.hole > 0 {
 			before = b.seqs[b.hole-1]
 		}
-		rctx, cancel := s.request(ctx)
-		info, err := s.stream.Info(rctx)
-		cancel()
-		if err != nil {
-			return s.broker(err, "read its first sequence")
-		}
-		if first := info.State.FirstSeq; first > before+1 {
-			if !s.cfg.acceptGap {
-				n, stop = b.hole, s.gapError(ctx, before, first, false)
-			} else {
-				s.acceptedGap(before, first)
+		if err := s.checkFront(ctx, before); err != nil {
+			var be *brokerError
+			if errors.As(err, &be) {
+				return err
 			}
+			n, stop = b.hole, err
 		}
 	}
 	if n > 0 {
@@ -359,7 +399,11 @@ func (s *streamSource) applyLines(ctx context.Context, b *batch, n int) error {
 
 // store applies lines and stores seq as the position with them, in one transaction.
 func (s *streamSource) store(ctx context.Context, lines [][]byte, seq uint64) error {
-	to := StreamPosition{Seq: seq, Created: s.created}.encode()
+	p := StreamPosition{Seq: seq, Created: s.created}
+	if s.floor > seq {
+		p.Floor = s.floor // still reading again below it: kept, so that a restart keeps it too
+	}
+	to := p.encode()
 	rep, err := s.in.ApplyFrom(ctx, s.source, s.stored, to, lines, s.h)
 	if errors.Is(err, inbox.ErrSourceMoved) {
 		return errRestart
@@ -375,7 +419,7 @@ func (s *streamSource) store(ctx context.Context, lines [][]byte, seq uint64) er
 	s.rep.Duplicates += rep.Duplicates
 	s.rep.Stale += rep.Stale
 	s.rep.Quarantined += rep.Quarantined
-	s.stored, s.prev, s.front = to, seq, true
+	s.stored, s.prev, s.front, s.floor = to, seq, true, p.Floor
 	s.commits++
 	if afterStreamCommit != nil {
 		afterStreamCommit(s.source, seq)
@@ -386,6 +430,10 @@ func (s *streamSource) store(ctx context.Context, lines [][]byte, seq uint64) er
 // afterStreamCommit, when set, is called after each batch a stream source commits (tests and
 // benchmarks).
 var afterStreamCommit func(source string, seq uint64)
+
+// beforeConsume, when set, is called between a session's first look at the stream and the start of
+// its ordered consumer (tests).
+var beforeConsume func()
 
 // advance stores the target as the position once everything of the filter up to it is applied, so
 // that a position read through a filter keeps up with the stream's other subjects; then a later

@@ -100,7 +100,9 @@
 //     position + 1 (MaxAge, MaxMsgs or MaxBytes under discard-old, a purge, while the consumer was
 //     away or behind) stops the call with a *RetentionGapError wrapping ErrRetentionGap, naming the
 //     position and the first sequence, with nothing applied past the position. It is checked when a
-//     call starts and again at every hole a batch holds (a purge while the consumer reads). A stream
+//     call starts, again at every hole a batch holds (a purge while the consumer reads), and when
+//     the consumer has nothing pending at its start (a purge just before it started: a consumer
+//     asked to start below the stream's first sequence starts at the first, silently). A stream
 //     deleted and created again under the same name is one too: the position holds the stream's
 //     creation time, which the server keeps across restarts and failovers. WithAcceptRetentionGap is
 //     the operator's explicit acceptance: the call reads on from the first message held, logs it, and
@@ -115,12 +117,14 @@
 //     is over the inbox's line limit, or whose engine_run_id is not its subject's run (which the sink
 //     never publishes) stops the call with an error wrapping journal.ErrMalformed that names its
 //     subject and stream sequence; the lines before it are applied, so the position stops at it.
-//   - After a Release or an AcceptGap, which rewind every source (no position), the stream is read
-//     again from the first message it holds, and no retention gap is reported: nothing stored is
-//     behind, and reading what the stream still holds is what the operator asked for. Lines it no
-//     longer holds then show as gaps of their runs, which are quarantined. A running FollowStream
-//     looks at the stored position at the inbox's poll interval while no message comes, so it
-//     notices a Release without new messages.
+//   - After a Release or an AcceptGap, which rewind every source, the stream is read again from the
+//     first message it holds, but the position the source was rewound from (inbox.SourceState)
+//     stays the floor of the retention-gap check: a message after it that the stream no longer
+//     holds is a retention gap, as it was before the rewind; messages at or below it may go (they
+//     were applied). The floor is stored with each position below it (StreamPosition.Floor), so a
+//     call stopped while it reads again keeps it. A running FollowStream looks at the stored
+//     position at the inbox's poll interval while no message comes, so it notices a Release
+//     without new messages.
 //   - The broker's failures cost latency, not lines. FollowStream meets a server restart, a leader's
 //     failover or a dropped connection by waiting (backing off up to the poll interval) and reading
 //     on from the position it last committed, with a new ordered consumer; the batch that was not

@@ -268,6 +268,16 @@ func sourceRow(s inbox.Source) inboxSourceRow {
 		return row
 	}
 	path := strings.TrimPrefix(s.Name, inbox.FileSourcePrefix)
+	if s.Position == nil && s.RewoundFrom != nil {
+		// Rewound: the file its position named is read again from its start, then on to the path's.
+		if p, err := inbox.ParseFilePosition(s.RewoundFrom); err == nil {
+			p.Offset = 0
+			if behind, found, err := inbox.FileBehind(path, p); err == nil && found {
+				row.BehindBytes = &behind
+				return row
+			}
+		}
+	}
 	if s.Position == nil {
 		// Rewound: the whole file is read again.
 		st, err := os.Stat(path)

@@ -31,7 +31,9 @@ The version table is ` + imigrations.TableName + `, the one the inbox and the go
 up and down take the inbox's lock, so they refuse to run beside a running consumer. down refuses a
 step that would drop the inbox's state (the runs' high-water marks, quarantines, accepted gaps,
 source positions, digests), saying how many rows, unless --force is given: a consumer whose state
-is dropped applies every line again as new. Rolling back version 2 drops nothing. Every action
+is dropped applies every line again as new. Rolling back version 2 drops nothing; rolling back
+version 3 drops the positions rewound sources were rewound from (refused while there are any,
+unless --force). Every action
 refuses a book and what is not a SQLite database, and creates nothing. status and version only
 read: they write nothing and create no file beside the database.`
 
@@ -158,8 +160,25 @@ func inboxMigrateLocked(ctx context.Context, d *sql.DB, action string, force boo
 
 // checkInboxLoss refuses rolling back version 1, which drops every table of the inbox, while they
 // hold a row: without them the consumer would apply every line again as new. Version 2 only gives
-// the digests their first shape back, a row per digest, and drops nothing.
+// the digests their first shape back, a row per digest, and drops nothing. Version 3 drops the
+// position a rewound source was rewound from, which it still needs to read a rotated file it had
+// not finished, or as the floor of a stream's retention-gap check.
 func checkInboxLoss(ctx context.Context, d *sql.DB, v int64) error {
+	if v == 3 {
+		var n int64
+		if err := d.QueryRowContext(ctx, `SELECT count(*) FROM inbox_sources WHERE rewound = 1`).Scan(&n); err != nil {
+			return err
+		}
+		if n == 0 {
+			return nil
+		}
+		what := "the position 1 rewound source was rewound from"
+		if n > 1 {
+			what = fmt.Sprintf("the positions %d rewound sources were rewound from", n)
+		}
+		return &lossError{v, what + ", so a file source would not finish a rotated file it had not read to its end, " +
+			"nor a stream source report a retention gap after it"}
+	}
 	if v != 1 {
 		return nil
 	}

@@ -21,7 +21,7 @@ import (
 func TestInboxMigrateUpCreatesTheInboxsTables(t *testing.T) {
 	dbPath := filepath.Join(t.TempDir(), "consumer.db")
 	code, out, errOut := cli(t, "inbox", "migrate", "up", "--db", dbPath)
-	if code != exitOK || out != "applied 00001_inbox.sql\napplied 00002_digest_rows.sql\n" || errOut != "" {
+	if code != exitOK || out != "applied 00001_inbox.sql\napplied 00002_digest_rows.sql\napplied 00003_source_rewound.sql\n" || errOut != "" {
 		t.Fatalf("up: exit %d, %q %q", code, out, errOut)
 	}
 	in, err := inbox.OpenReadOnly(context.Background(), dbPath)
@@ -29,7 +29,7 @@ func TestInboxMigrateUpCreatesTheInboxsTables(t *testing.T) {
 		t.Fatalf("not an inbox after up: %v", err)
 	}
 	in.Close()
-	if code, out, _ := cli(t, "inbox", "migrate", "version", "--db", dbPath); code != exitOK || out != "2\n" {
+	if code, out, _ := cli(t, "inbox", "migrate", "version", "--db", dbPath); code != exitOK || out != "3\n" {
 		t.Errorf("version: exit %d, %q", code, out)
 	}
 	if code, out, _ := cli(t, "inbox", "migrate", "up", "--db", dbPath); code != exitOK || out != "no pending migrations\n" {
@@ -67,20 +67,49 @@ func TestInboxMigrateRefusesBesideARunningConsumer(t *testing.T) {
 			t.Errorf("%s beside a consumer: exit %d, %q %q", action, code, out, errOut)
 		}
 	}
-	if code, out, _ := runOutbox(t, "inbox", "migrate", "version", "--db", dbPath); code != exitOK || out != "2\n" {
+	if code, out, _ := runOutbox(t, "inbox", "migrate", "version", "--db", dbPath); code != exitOK || out != "3\n" {
 		t.Errorf("version beside the consumer after the refusals: exit %d, %q", code, out)
 	}
 }
 
 func TestInboxMigrateDownRefusesToDropStateWithoutForce(t *testing.T) {
-	dbPath, _ := consumerDB(t)
+	dbPath, jPath := consumerDB(t)
+	// Version 3 drops the position a rewound source was rewound from.
+	ctx := context.Background()
+	in, err := inbox.Open(ctx, dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := in.Release(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	in.Close()
+	code, out, errOut := cli(t, "inbox", "migrate", "down", "--db", dbPath)
+	want := "outbox inbox migrate down: rolling back version 3 would drop the position 1 rewound source was rewound from, " +
+		"so a file source would not finish a rotated file it had not read to its end, nor a stream source report a retention gap after it; " +
+		"nothing was changed (give --force to roll back anyway)\n"
+	if code != exitUsage || out != "" || errOut != want {
+		t.Fatalf("down from 3: exit %d, %q\n got %q\nwant %q", code, out, errOut, want)
+	}
+	// Once the source has read again and stored a position, nothing is dropped.
+	in, err = inbox.Open(ctx, dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.ApplyFile(ctx, jPath, consumerHandler); err != nil {
+		t.Fatal(err)
+	}
+	in.Close()
+	if code, out, errOut := cli(t, "inbox", "migrate", "down", "--db", dbPath); code != exitOK || out != "rolled back 00003_source_rewound.sql\n" {
+		t.Fatalf("down from 3: exit %d, %q %q", code, out, errOut)
+	}
 	// Version 2 only reshapes the digests: it goes down without --force.
 	if code, out, errOut := cli(t, "inbox", "migrate", "down", "--db", dbPath); code != exitOK || out != "rolled back 00002_digest_rows.sql\n" {
 		t.Fatalf("down from 2: exit %d, %q %q", code, out, errOut)
 	}
-	code, out, errOut := cli(t, "inbox", "migrate", "down", "--db", dbPath)
-	want := "outbox inbox migrate down: rolling back version 1 would drop the high-water marks of 4 runs, 4 quarantines, " +
-		"the position of 1 source, 6 digests, so the consumer would apply every line again as new; nothing was changed (give --force to roll back anyway)\n"
+	code, out, errOut = cli(t, "inbox", "migrate", "down", "--db", dbPath)
+	want = "outbox inbox migrate down: rolling back version 1 would drop the high-water marks of 4 runs, 4 quarantines, " +
+		"the position of 1 source, 7 digests, so the consumer would apply every line again as new; nothing was changed (give --force to roll back anyway)\n"
 	if code != exitUsage || out != "" || errOut != want {
 		t.Errorf("down from 1: exit %d, %q\n got %q\nwant %q", code, out, errOut, want)
 	}
@@ -139,10 +168,10 @@ func TestInboxMigrateStatusWritesNothing(t *testing.T) {
 	dir := filepath.Dir(dbPath)
 	before := dirstate.Snapshot(t, dir)
 	code, out, errOut := runOutbox(t, "inbox", "migrate", "status", "--db", dbPath)
-	if code != exitOK || errOut != "" || !strings.HasPrefix(out, "00001_inbox.sql ") || strings.Count(out, " applied ") != 2 {
+	if code != exitOK || errOut != "" || !strings.HasPrefix(out, "00001_inbox.sql ") || strings.Count(out, " applied ") != 3 {
 		t.Errorf("status: exit %d, %q %q", code, out, errOut)
 	}
-	if code, out, _ := runOutbox(t, "inbox", "migrate", "version", "--db", dbPath); code != exitOK || out != "2\n" {
+	if code, out, _ := runOutbox(t, "inbox", "migrate", "version", "--db", dbPath); code != exitOK || out != "3\n" {
 		t.Errorf("version: exit %d, %q", code, out)
 	}
 	if diff := cmp.Diff(before, dirstate.Snapshot(t, dir)); diff != "" {

@@ -15,8 +15,10 @@ import (
 const inboxReleaseAbout = `
 Lifts the run's quarantine: the run goes on from its high-water mark + 1, and in the same
 transaction every source's position is rewound, so that each reads again from its start (the lines
-already applied are skipped as duplicates). A gap that is still there quarantines the run again
-at the next read. Exits 1 when the run is not quarantined.
+already applied are skipped as duplicates), still reading everything its position needed: a file
+source finishes a rotated file it had not read to its end (or stops, as before, when that file is
+lost), a stream source keeps its position as the floor of its retention-gap check. A gap that is
+still there quarantines the run again at the next read. Exits 1 when the run is not quarantined.
 
 Takes the inbox's exclusive lock: beside a running consumer it refuses (exit 2) and changes
 nothing; stop the consumer, release, start it again.`
@@ -59,7 +61,7 @@ const inboxAcceptGapAbout = `
 For a run quarantined for a gap that cannot be filled (a line really lost), gives up the missing
 seqs: records the decision (the run, the seqs, REASON, the operating system's user, the time),
 moves the run's high-water mark past the gap and lifts the quarantine, in one transaction; every
-source then reads again from its start. The seqs given up are never applied, even if they come
+source then reads again from its start, as after a release. The seqs given up are never applied, even if they come
 later. A run quarantined for a conflict or by its handler is refused: moving past it would apply
 the wrong bytes or skip a line the handler refused; release it once the cause is fixed. Exits 1
 when the run is not quarantined for a gap, 2 on a usage error.

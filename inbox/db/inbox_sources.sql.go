@@ -10,20 +10,38 @@ import (
 )
 
 const SourceGet = `-- name: SourceGet :one
+SELECT position, rewound FROM inbox_sources WHERE name = ?1
+`
+
+type SourceGetRow struct {
+	Position []byte
+	Rewound  int64
+}
+
+// The stored position and whether a Release or AcceptGap rewound it since it was stored.
+func (q *Queries) SourceGet(ctx context.Context, db DBTX, name string) (SourceGetRow, error) {
+	row := db.QueryRowContext(ctx, SourceGet, name)
+	var i SourceGetRow
+	err := row.Scan(&i.Position, &i.Rewound)
+	return i, err
+}
+
+const SourceGetUnmarked = `-- name: SourceGetUnmarked :one
 SELECT position FROM inbox_sources WHERE name = ?1
 `
 
-func (q *Queries) SourceGet(ctx context.Context, db DBTX, name string) ([]byte, error) {
-	row := db.QueryRowContext(ctx, SourceGet, name)
+// SourceGet on a database of an earlier release, which has no rewound mark (read beside it).
+func (q *Queries) SourceGetUnmarked(ctx context.Context, db DBTX, name string) ([]byte, error) {
+	row := db.QueryRowContext(ctx, SourceGetUnmarked, name)
 	var position []byte
 	err := row.Scan(&position)
 	return position, err
 }
 
 const SourceSet = `-- name: SourceSet :exec
-INSERT INTO inbox_sources (name, position, updated_at)
-VALUES (?1, ?2, ?3)
-ON CONFLICT (name) DO UPDATE SET position = excluded.position, updated_at = excluded.updated_at
+INSERT INTO inbox_sources (name, position, rewound, updated_at)
+VALUES (?1, ?2, 0, ?3)
+ON CONFLICT (name) DO UPDATE SET position = excluded.position, rewound = 0, updated_at = excluded.updated_at
 `
 
 type SourceSetParams struct {
@@ -38,7 +56,7 @@ func (q *Queries) SourceSet(ctx context.Context, db DBTX, arg SourceSetParams) e
 }
 
 const SourcesAfter = `-- name: SourcesAfter :many
-SELECT name, position, updated_at
+SELECT name, position, rewound, updated_at
 FROM inbox_sources
 WHERE name > ?1
 ORDER BY name
@@ -50,16 +68,71 @@ type SourcesAfterParams struct {
 	MaxRows int64
 }
 
+type SourcesAfterRow struct {
+	Name      string
+	Position  []byte
+	Rewound   int64
+	UpdatedAt int64
+}
+
 // A page of the sources, in name order after a name.
-func (q *Queries) SourcesAfter(ctx context.Context, db DBTX, arg SourcesAfterParams) ([]InboxSource, error) {
+func (q *Queries) SourcesAfter(ctx context.Context, db DBTX, arg SourcesAfterParams) ([]SourcesAfterRow, error) {
 	rows, err := db.QueryContext(ctx, SourcesAfter, arg.After, arg.MaxRows)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []InboxSource
+	var items []SourcesAfterRow
 	for rows.Next() {
-		var i InboxSource
+		var i SourcesAfterRow
+		if err := rows.Scan(
+			&i.Name,
+			&i.Position,
+			&i.Rewound,
+			&i.UpdatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const SourcesAfterUnmarked = `-- name: SourcesAfterUnmarked :many
+SELECT name, position, updated_at
+FROM inbox_sources
+WHERE name > ?1
+ORDER BY name
+LIMIT ?2
+`
+
+type SourcesAfterUnmarkedParams struct {
+	After   string
+	MaxRows int64
+}
+
+type SourcesAfterUnmarkedRow struct {
+	Name      string
+	Position  []byte
+	UpdatedAt int64
+}
+
+// SourcesAfter on a database of an earlier release, which has no rewound mark (read beside it).
+func (q *Queries) SourcesAfterUnmarked(ctx context.Context, db DBTX, arg SourcesAfterUnmarkedParams) ([]SourcesAfterUnmarkedRow, error) {
+	rows, err := db.QueryContext(ctx, SourcesAfterUnmarked, arg.After, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []SourcesAfterUnmarkedRow
+	for rows.Next() {
+		var i SourcesAfterUnmarkedRow
 		if err := rows.Scan(&i.Name, &i.Position, &i.UpdatedAt); err != nil {
 			return nil, err
 		}
@@ -75,10 +148,13 @@ func (q *Queries) SourcesAfter(ctx context.Context, db DBTX, arg SourcesAfterPar
 }
 
 const SourcesRewind = `-- name: SourcesRewind :exec
-UPDATE inbox_sources SET position = NULL, updated_at = ?1 WHERE position IS NOT NULL
+UPDATE inbox_sources SET rewound = 1, updated_at = ?1
+WHERE position IS NOT NULL AND rewound = 0
 `
 
-// Every source reads again from its start (Release, AcceptGap).
+// Every source reads again from its start (Release, AcceptGap). The position is kept, marked
+// rewound: what it still owed is read too. A source rewound again before it stored a position keeps
+// the position it was first rewound from.
 func (q *Queries) SourcesRewind(ctx context.Context, db DBTX, updatedAt int64) error {
 	_, err := db.ExecContext(ctx, SourcesRewind, updatedAt)
 	return err

@@ -41,4 +41,5 @@ type InboxSource struct {
 	Name      string
 	Position  []byte
 	UpdatedAt int64
+	Rewound   int64
 }
