@@ -172,3 +172,23 @@ func TestAMalformedTraceMemberIsReportedAndTheLineStaysAJournalLine(t *testing.T
 		}
 	}
 }
+
+// FuzzLineTraceContext: whatever a line holds, reading its trace member ends without a panic, and
+// what it returns is either an error or a trace context that validates.
+func FuzzLineTraceContext(f *testing.F) {
+	f.Add([]byte(`{"engine_run_id":"r","seq":1,"trace":{"traceparent":"` + goodParent + `","tracestate":"` + goodState + `"}}`))
+	f.Add([]byte(`{"engine_run_id":"r","seq":1,"tr\u0061ce":{"traceparent":"` + goodParent + `"},"TRACE":1}`))
+	f.Add([]byte(`{"trace":{"traceparent":"` + goodParent + `","traceparent":""}}`))
+	f.Add([]byte(`{"trace":[[[[{"traceparent":"x"}]]]]}`))
+	f.Fuzz(func(t *testing.T, line []byte) {
+		tc, err := journal.LineTraceContext(line)
+		switch {
+		case err != nil && !errors.Is(err, journal.ErrTraceContext):
+			t.Fatalf("%v does not wrap ErrTraceContext", err)
+		case err != nil && !tc.IsZero():
+			t.Fatalf("%+v beside %v", tc, err)
+		case err == nil && tc.Validate() != nil:
+			t.Fatalf("%+v does not validate: %v", tc, tc.Validate())
+		}
+	})
+}
