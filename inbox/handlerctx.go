@@ -11,9 +11,9 @@ import (
 
 // HandlerContextFunc derives the context a handler is given for ev from ctx, the one the inbox would
 // give it, and returns a function the inbox calls with the handler's result once the handler has
-// returned (ErrHandlerPanicked when it panicked instead), or nil. It is where a
-// tracer starts a span per line and ends it: package github.com/textmachine/outbox/otel gives one
-// that starts a span linked to the producer's (Event.TraceContext).
+// returned (ErrHandlerPanicked when it panicked instead), or nil. It is where a tracer starts a
+// span per line and ends it: package github.com/textmachine/outbox/otel gives one that starts a span
+// linked to the producer's (Event.TraceContext).
 //
 // It runs inside the inbox's transaction, before the handler, for the lines whose handler runs, and
 // must neither block nor call the inbox. The context it returns must be derived from ctx (a nil one
