@@ -1,10 +1,11 @@
 # The repository is a Go workspace (go.work): the library at the root, and modules of their own for
-# the command (cmd/outbox), the NATS JetStream sink (jetstream) and the peer benchmarks (bench), so that
-# the library depends on neither NATS nor a peer. ./... stays inside one module, so every target names
-# each module. sqlc is pinned in tools/go.mod (a `tool` directive), outside the workspace, and run with
-# `go tool`: no global install.
+# the command (cmd/outbox), the NATS JetStream sink (jetstream), the peer benchmarks (bench) and the
+# OpenTelemetry trace context (otel), so that the library depends on neither NATS nor a peer, and
+# neither the library nor the sink on OpenTelemetry. ./... stays inside one module, so every target
+# names each module. sqlc is pinned in tools/go.mod (a `tool` directive), outside the workspace, and
+# run with `go tool`: no global install.
 SQLC := cd tools && GOWORK=off go tool sqlc -f ../sqlc.yaml
-MODULES := ./... ./cmd/outbox/... ./jetstream/... ./bench/...
+MODULES := ./... ./cmd/outbox/... ./jetstream/... ./bench/... ./otel/...
 # MIN_GO is the go line of the library's go.mod: the oldest Go a user can build the modules with.
 MIN_GO := $(shell sed -n 's/^go //p' go.mod)
 
@@ -34,16 +35,18 @@ test: fmt-check vet check-generated check-license
 ## test-min-go: the go line is a claim, so CI builds and tests with that Go (go$(MIN_GO), fetched from
 ## the module proxy as golang.org/toolchain on first use) beside the current one. The library alone
 ## (GOWORK=off), as a user's build resolves it from its go.mod; the JetStream sink inside the
-## workspace, which stands in for the library release it requires until the tag exists; the command
-## and the benchmarks built. Without -race, and without the sink's crash campaigns and the -short
-## skips: those run under the race detector with the current Go above. About a minute with a
-## warm build cache; the first run downloads the toolchain and builds everything again with it
-## (about 3 more minutes on 2 shared cores).
+## workspace, which stands in for the library release it requires until the tag exists, and the
+## OpenTelemetry module's likewise; the command and the benchmarks built. Without -race, and
+## without the sink's crash campaigns and the -short skips: those run under the race detector with
+## the current Go above. About a minute with a warm build cache; the first run downloads the
+## toolchain and builds everything again with it (about 3 more minutes on 2 shared cores).
 test-min-go:
 	@echo "test-min-go: the library's tests with go$(MIN_GO), the go line of go.mod"
 	GOTOOLCHAIN=go$(MIN_GO) GOWORK=off go test -count=1 ./...
 	@echo "test-min-go: the JetStream sink's tests with go$(MIN_GO), in the workspace"
 	GOTOOLCHAIN=go$(MIN_GO) go test -count=1 -short -skip 'Crash' ./jetstream/...
+	@echo "test-min-go: the OpenTelemetry module's tests with go$(MIN_GO), in the workspace"
+	GOTOOLCHAIN=go$(MIN_GO) go test -count=1 ./otel/...
 	@echo "test-min-go: the command and the benchmarks built with go$(MIN_GO)"
 	GOTOOLCHAIN=go$(MIN_GO) go build ./cmd/outbox/... ./bench/...
 
@@ -55,6 +58,7 @@ fuzz:
 	go test -run '^$$' -fuzz '^FuzzParseLine$$' -fuzztime $(FUZZTIME) ./journal/
 	go test -run '^$$' -fuzz '^FuzzParseShaped$$' -fuzztime $(FUZZTIME) ./journal/
 	go test -run '^$$' -fuzz '^FuzzMatchSteps$$' -fuzztime $(FUZZTIME) ./journal/
+	go test -run '^$$' -fuzz '^FuzzLineTraceContext$$' -fuzztime $(FUZZTIME) ./journal/
 	go test -run '^$$' -fuzz '^FuzzTerminalSafeText$$' -fuzztime $(FUZZTIME) ./cmd/outbox/
 	go test -run '^$$' -fuzz '^FuzzToken$$' -fuzztime $(FUZZTIME) ./jetstream/
 	go test -run '^$$' -fuzz '^FuzzOpenFile$$' -fuzztime $(FUZZTIME) ./journal/

@@ -247,7 +247,7 @@ func (t *txn) applyLine(hctx context.Context, r *runTx, k *key, line []byte, h H
 	if err := t.savepoint(spBegin); err != nil {
 		return fmt.Errorf("inbox: run %q seq %d: savepoint: %w", r.id, k.seq, err)
 	}
-	herr := h(hctx, t.tx, Event{RunID: k.run, Seq: k.seq, Line: bytes.Clone(line)})
+	herr := t.callHandler(hctx, h, Event{RunID: k.run, Seq: k.seq, Line: bytes.Clone(line)})
 	if err := t.alive(); err != nil {
 		if herr != nil {
 			err = fmt.Errorf("%w (the handler returned: %w)", err, herr)

@@ -96,4 +96,13 @@
 // resumes from the position committed with the last effects. Power loss is covered at
 // DurabilityFull. Two names for one database file (a hard link) are refused, since SQLite would give
 // each its own WAL. Network file systems are not supported.
+//
+// # Trace context
+//
+// A line may carry its producer's W3C trace context (journal.WithTraceContext). Event.TraceContext
+// reads it, checked: a malformed one is the zero TraceContext, never an error, so a producer cannot
+// stop the inbox with it. WithHandlerContext derives each handler's context from the event, which is
+// where a tracer starts the line's span; package github.com/textmachine/outbox/otel does that with
+// OpenTelemetry, a span linked to the producer's. Without the option the handler's context is the
+// inbox's, as it always was.
 package inbox

@@ -50,6 +50,7 @@ type config struct {
 	operator    string
 	vfs         string
 	batchHook   func(source string, r Report)
+	handlerCtx  HandlerContextFunc
 	now         func() time.Time
 	savepoint   string // the name of the savepoint around each line, when a test must know it
 }

@@ -50,6 +50,16 @@
 // ("message size exceeds maximum allowed"), which is ErrTooLarge too: the relay stops, naming the run,
 // the seq, the line's size and the limit, instead of sending the line again for ever.
 //
+// # Trace context
+//
+// A line that carries a W3C trace context (its "trace" member, written by journal.WithTraceContext)
+// is published with it as the headers traceparent and tracestate (TraceparentHeader,
+// TracestateHeader), for NATS tooling and OpenTelemetry's propagators; the headers count in the size
+// check above. The member is checked first (journal.LineTraceContext): a malformed one sets no header
+// and the line is published as it is. Without a trace member nothing is added. The stream's reader
+// takes the trace context from the line itself, so what ApplyStream gives a handler is the same as
+// the file's reader gives.
+//
 // # Ids
 //
 // Distinct run ids map to distinct subjects and distinct Msg-Ids: the token encoding is reversible and

@@ -60,6 +60,7 @@ func (s *Sink) publishBatches(ctx context.Context, run, subject string, lines []
 			m := nats.NewMsg(subject)
 			m.Data = l.Line
 			m.Header.Set(jetstream.MsgIDHeader, MsgID(run, l.Seq))
+			setTraceHeaders(m.Header, l.Line)
 			if i == 0 {
 				m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(last.streamSeq, 10))
 			}
@@ -92,6 +93,7 @@ func (s *Sink) publishEach(ctx context.Context, run, subject string, lines []out
 	for _, l := range lines {
 		msg := nats.NewMsg(subject)
 		msg.Data = l.Line
+		setTraceHeaders(msg.Header, l.Line)
 		ack, err := s.js.PublishMsg(ctx, msg, jetstream.WithMsgID(MsgID(run, l.Seq)),
 			jetstream.WithExpectLastSequencePerSubject(last.streamSeq))
 		if err == nil && ack.Duplicate {
@@ -144,7 +146,7 @@ func (s *Sink) tooLarge(ctx context.Context, run, subject string, lines []outbox
 		}
 	}
 	for _, l := range lines {
-		if len(l.Line)+len(MsgID(run, l.Seq))+len(subject)+headerRoom > limit {
+		if len(l.Line)+len(MsgID(run, l.Seq))+len(subject)+headerRoom+traceHeaderLen(l.Line) > limit {
 			over = l
 			break
 		}

@@ -397,7 +397,7 @@ func (s *Sink) check(runID string, lines []outbox.EventLine) (string, error) {
 		case i > 0 && l.Seq != lines[i-1].Seq+1:
 			return "", fmt.Errorf("%w: run %q: seq %d follows seq %d in one batch: %w", ErrGap, runID, l.Seq, lines[i-1].Seq, outbox.ErrSinkRefused)
 		}
-		if n := len(l.Line) + len(MsgID(runID, l.Seq)) + len(subject) + headerRoom; maxMsg > 0 && n > maxMsg {
+		if n := len(l.Line) + len(MsgID(runID, l.Seq)) + len(subject) + headerRoom + traceHeaderLen(l.Line); maxMsg > 0 && n > maxMsg {
 			return "", fmt.Errorf("%w: run %q, seq %d: %d bytes with headers, the server takes %d: %w",
 				ErrTooLarge, runID, l.Seq, n, maxMsg, outbox.ErrSinkRefused)
 		}

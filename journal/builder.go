@@ -21,17 +21,38 @@ const TimeFormat = "2006-01-02T15:04:05.000000000Z"
 // for the seq the outbox assigns. The time is taken when the line is rendered, inside the enqueue's
 // transaction, and stored with it: a re-delivery re-sends the same bytes. data is encoded with
 // encoding/json; an encoding error fails the enqueue and stores nothing.
-func Builder(runID, eventType string, data any) outbox.EventBuilder {
+//
+// Options add to the line: WithTraceContext writes a W3C trace context as a "trace" member before
+// "data". Without options the line is exactly the one above.
+func Builder(runID, eventType string, data any, opts ...BuilderOption) outbox.EventBuilder {
+	var c builderConfig
+	for _, o := range opts {
+		if o != nil {
+			o(&c)
+		}
+	}
+	var trace *TraceContext
+	var bad error
+	if !c.trace.IsZero() {
+		trace = &c.trace
+		bad = c.trace.Validate()
+	}
 	return func(seq int64) ([]byte, error) {
-		return render(runID, seq, eventType, time.Now(), data)
+		if bad != nil {
+			return nil, fmt.Errorf("journal: render %s line %d: %w", eventType, seq, bad)
+		}
+		if trace == nil {
+			return render(runID, seq, eventType, time.Now(), data)
+		}
+		return renderTraced(runID, seq, eventType, time.Now(), trace, data)
 	}
 }
 
-// Handshake is the Builder of a run's first line (seq 1): type "run_started". Given any other seq it
+// Handshake is the Builder of a run's first line (seq 1): type "run_started", with Builder's options. Given any other seq it
 // fails, so the enqueue stores nothing: a run id reused by mistake (EventsUsed says whether one is
 // fresh) is caught at the handshake instead of continuing the earlier run's numbers.
-func Handshake(runID string, data any) outbox.EventBuilder {
-	build := Builder(runID, "run_started", data)
+func Handshake(runID string, data any, opts ...BuilderOption) outbox.EventBuilder {
+	build := Builder(runID, "run_started", data, opts...)
 	return func(seq int64) ([]byte, error) {
 		if seq != 1 {
 			return nil, fmt.Errorf("journal: the handshake of run %q is given seq %d, not 1: the run id was used before", runID, seq)
@@ -41,15 +62,21 @@ func Handshake(runID string, data any) outbox.EventBuilder {
 }
 
 type line struct {
-	RunID string `json:"engine_run_id"`
-	Seq   int64  `json:"seq"`
-	Type  string `json:"type"`
-	At    string `json:"at"`
-	Data  any    `json:"data"`
+	RunID string        `json:"engine_run_id"`
+	Seq   int64         `json:"seq"`
+	Type  string        `json:"type"`
+	At    string        `json:"at"`
+	Trace *TraceContext `json:"trace,omitempty"`
+	Data  any           `json:"data"`
 }
 
 func render(runID string, seq int64, eventType string, at time.Time, data any) ([]byte, error) {
-	b, err := json.Marshal(line{RunID: runID, Seq: seq, Type: eventType, At: at.UTC().Format(TimeFormat), Data: data})
+	return renderTraced(runID, seq, eventType, at, nil, data)
+}
+
+// renderTraced is render with a trace context; nil writes no "trace" member.
+func renderTraced(runID string, seq int64, eventType string, at time.Time, trace *TraceContext, data any) ([]byte, error) {
+	b, err := json.Marshal(line{RunID: runID, Seq: seq, Type: eventType, At: at.UTC().Format(TimeFormat), Trace: trace, Data: data})
 	if err != nil {
 		return nil, fmt.Errorf("journal: render %s line %d: %w", eventType, seq, err)
 	}

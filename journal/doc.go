@@ -14,6 +14,14 @@
 //
 //	{"engine_run_id":"…","seq":1,"type":"run_started","at":"2026-11-30T01:59:17.123456789Z","data":…}
 //
+// With WithTraceContext, the line carries the W3C trace context of the enqueue's caller in a
+// "trace" member before "data" (see TraceMember):
+//
+//	{…,"at":…,"trace":{"traceparent":"00-…-…-01","tracestate":"…"},"data":…}
+//
+// The key rules ignore it, as they do every member of the producer's; LineTraceContext reads it back
+// and reports a malformed one, which a reader drops rather than refusing the line.
+//
 // A reader keys lines by (engine_run_id, seq). Each run's lines must come as 1, 2, 3, … (a missing seq
 // is a stream gap, fatal to the reader); a line may come again only with the same bytes (a duplicate,
 // skipped); the same seq with other bytes is a payload conflict. Runs interleave freely. A run id is
