@@ -23,7 +23,7 @@ const TimeFormat = "2006-01-02T15:04:05.000000000Z"
 // encoding/json; an encoding error fails the enqueue and stores nothing.
 func Builder(runID, eventType string, data any) outbox.EventBuilder {
 	return func(seq int64) ([]byte, error) {
-		return render(runID, seq, eventType, time.Now(), data)
+		return render(runID, seq, eventType, now(), data)
 	}
 }
 
