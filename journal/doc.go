@@ -14,6 +14,9 @@
 //
 //	{"engine_run_id":"…","seq":1,"type":"run_started","at":"2026-11-30T01:59:17.123456789Z","data":…}
 //
+// and Event renders the same bytes for the run of the enqueue it is passed to, so that the run id is
+// named once: s.EnqueueTx(ctx, tx, runID, journal.Event("order_placed", v)).
+//
 // A reader keys lines by (engine_run_id, seq). Each run's lines must come as 1, 2, 3, … (a missing seq
 // is a stream gap, fatal to the reader); a line may come again only with the same bytes (a duplicate,
 // skipped); the same seq with other bytes is a payload conflict. Runs interleave freely. A run id is

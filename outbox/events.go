@@ -32,7 +32,7 @@ type EventLine struct {
 // line declines: nothing is stored and no number is used. It must not call the store's write methods:
 // the store's one writer connection is busy with the transaction it runs in (with group commit, on the
 // committer goroutine, between the other calls of its group), and such a call fails at once with
-// ErrCallInsideTx.
+// ErrCallInsideTx. RunBuilder makes one that is given the enqueue's run id as well.
 type EventBuilder func(seq int64) ([]byte, error)
 
 // EnqueueEvent assigns runID's next sequence number, has build render the line, and stores it, in one
