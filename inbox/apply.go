@@ -31,7 +31,8 @@ type Event struct {
 //
 // A nil error applies the line. An error wrapping ErrQuarantine parks the line's run: the line's
 // writes are undone and the call goes on with the other runs. Any other error stops the call, and
-// nothing of it is committed.
+// nothing of it is committed; with WithRetry, it runs the handler again for the line and then
+// quarantines the line's run alone.
 type Handler func(ctx context.Context, tx *sql.Tx, ev Event) error
 
 // Report counts what a call did with its lines; each line counts in exactly one field.
@@ -57,7 +58,8 @@ type Report struct {
 // Every line is parsed before anything is written: a line that is not a journal line (no key, not
 // UTF-8, a lone-surrogate run id, longer than the limit, holding a newline) returns a *LineError
 // wrapping journal.ErrMalformed, and nothing is applied. A handler error stops the call with nothing
-// committed, wrapped with the line's run and seq; a handler's panic rolls the call back and goes on
+// committed, wrapped with the line's run and seq (with WithRetry: the line is tried again, then its
+// run quarantined, and the call goes on); a handler's panic rolls the call back and goes on
 // as the same panic. Any error means nothing of the call is stored, and the Report is zero.
 func (in *Inbox) Apply(ctx context.Context, lines [][]byte, h Handler) (Report, error) {
 	return in.apply(ctx, nil, lines, h)
@@ -242,35 +244,56 @@ func (t *txn) line(hctx context.Context, k *key, line []byte, h Handler, rep *Re
 }
 
 // applyLine runs the handler for the run's next line inside a savepoint, so that a handler that
-// quarantines its run undoes its own writes for the line and nothing else.
+// quarantines its run undoes its own writes for the line and nothing else. With WithRetry, a handler
+// error undoes the line's writes and runs the handler again in a new savepoint, after the backoff,
+// up to the retries allowed; the last failure quarantines the run.
 func (t *txn) applyLine(hctx context.Context, r *runTx, k *key, line []byte, h Handler, rep *Report) error {
-	if err := t.savepoint(spBegin); err != nil {
-		return fmt.Errorf("inbox: run %q seq %d: savepoint: %w", r.id, k.seq, err)
-	}
-	herr := t.callHandler(hctx, h, Event{RunID: k.run, Seq: k.seq, Line: bytes.Clone(line)})
-	if err := t.alive(); err != nil {
-		if herr != nil {
-			err = fmt.Errorf("%w (the handler returned: %w)", err, herr)
+	for attempt := 0; ; attempt++ {
+		if err := t.savepoint(spBegin); err != nil {
+			return fmt.Errorf("inbox: run %q seq %d: savepoint: %w", r.id, k.seq, err)
 		}
-		return wrapf(err, "run %q seq %d", r.id, k.seq)
-	}
-	switch {
-	case herr == nil:
-		if err := t.endLine(false); err != nil {
-			return lineError(r, k, "release the savepoint", err, nil)
+		herr := t.callHandler(hctx, h, Event{RunID: k.run, Seq: k.seq, Line: bytes.Clone(line)})
+		if err := t.alive(); err != nil {
+			if herr != nil {
+				err = fmt.Errorf("%w (the handler returned: %w)", err, herr)
+			}
+			return wrapf(err, "run %q seq %d", r.id, k.seq)
 		}
-		r.hwm = k.seq
-		r.digests = append(r.digests, k.digest)
-		rep.Applied++
-		return nil
-	case errors.Is(herr, ErrQuarantine):
+		switch {
+		case herr == nil:
+			if err := t.endLine(false); err != nil {
+				return lineError(r, k, "release the savepoint", err, nil)
+			}
+			r.hwm = k.seq
+			r.digests = append(r.digests, k.digest)
+			rep.Applied++
+			return nil
+		case errors.Is(herr, ErrQuarantine):
+			if err := t.endLine(true); err != nil {
+				return lineError(r, k, "undo the handler's writes", err, herr)
+			}
+			rep.Quarantined++
+			return t.quarantine(r, "handler", k.seq, k.seq, herr.Error())
+		}
+		retry := t.in.cfg.retry
+		if retry == nil || t.ctx.Err() != nil {
+			// A handler that failed because the call's context ended has said nothing about
+			// its line: the call fails, and the line is applied again by the next one.
+			return fmt.Errorf("inbox: run %q seq %d: handler: %w", r.id, k.seq, herr)
+		}
 		if err := t.endLine(true); err != nil {
 			return lineError(r, k, "undo the handler's writes", err, herr)
 		}
-		rep.Quarantined++
-		return t.quarantine(r, "handler", k.seq, k.seq, herr.Error())
+		if attempt == retry.n {
+			rep.Quarantined++
+			return t.quarantine(r, "handler", k.seq, k.seq,
+				fmt.Sprintf("the handler failed %d times; the last error: %v", attempt+1, herr))
+		}
+		t.in.cfg.logger.Info("inbox: handler failed, retrying", "run", r.id, "seq", k.seq, "attempt", attempt+1, "error", herr)
+		if err := retry.wait(t.ctx, attempt+1); err != nil {
+			return fmt.Errorf("inbox: run %q seq %d: waiting to run the handler again (it returned: %v): %w", r.id, k.seq, herr, err)
+		}
 	}
-	return fmt.Errorf("inbox: run %q seq %d: handler: %w", r.id, k.seq, herr)
 }
 
 // lineError is the error of ending a line's savepoint, naming the handler's misuse plainly.

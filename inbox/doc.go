@@ -13,6 +13,32 @@
 //		return err
 //	})
 //
+// # Handlers by event type
+//
+// A Router is the handler most consumers need: it reads each line's "type" and calls the Handler
+// registered for it, and Decode gives that handler the line's "data" decoded into the consumer's own
+// type, so that no consumer writes the envelope's decoding or a switch on the type:
+//
+//	r := inbox.NewRouter()
+//	r.Handle("order_placed", inbox.Decode(func(ctx context.Context, tx *sql.Tx, ev inbox.Event, v OrderPlaced) error {
+//		_, err := tx.ExecContext(ctx, `INSERT INTO orders (id, cents) VALUES (?, ?)`, v.ID, v.Cents)
+//		return err
+//	}))
+//	rep, err := in.Apply(ctx, lines, r.Route)
+//
+// A type without a handler stops the call by default (ErrUnknownType), as a handler's error does:
+// nothing is skipped, and a consumer that knows the type goes on as if nothing had happened.
+// WithUnknownType chooses to quarantine its run or to ignore it (applied, with nothing written)
+// instead. Data that does not decode quarantines its run: the line's bytes never change, so no later
+// attempt could decode them, and a stop would hold every run for one.
+//
+// A handler's error stops the call (fail-stop). WithRetry makes it run the handler again for the
+// line, its writes undone each time, and quarantine the line's run alone after the last attempt,
+// while the other runs go on.
+//
+// Package outboxtest opens an inbox in a test's temporary directory and feeds it lines from a
+// slice, for testing handlers.
+//
 // # What it keeps
 //
 // Per run (engine_run_id): the high-water mark, the last seq applied; the SHA-256 digests of the last
@@ -33,7 +59,8 @@
 //     a stream.
 //   - Nothing skipped. A line above the next seq quarantines its run ("gap"); a line within the
 //     window with other bytes than those applied quarantines it ("conflict"); a handler returning an
-//     error wrapping ErrQuarantine quarantines it ("handler"). A quarantine is a row committed with
+//     error wrapping ErrQuarantine, or failing its last attempt under WithRetry, quarantines it
+//     ("handler"). A quarantine is a row committed with
 //     the call, durable; the run's later lines are counted Quarantined and not applied, while other
 //     runs go on. Only an operator lifts it: Release (the run goes on from its mark + 1, and every
 //     source is rewound: it reads again from its start, which deduplication makes safe) or, for a
@@ -50,8 +77,9 @@
 //   - Fail-stop. A line that is not a journal line (journal.LineKey's rules, a newline inside, over
 //     the line limit) stops the call before anything is written (*LineError, wrapping
 //     journal.ErrMalformed): the inbox never skips what it cannot attribute to a run. A handler's
-//     error stops the call with nothing of it committed; calling again gives the same outcome. A
-//     handler's panic rolls the call back and reaches the caller as the same panic.
+//     error stops the call with nothing of it committed; calling again gives the same outcome
+//     (unless WithRetry, which quarantines the line's run instead). A handler's panic rolls the call
+//     back and reaches the caller as the same panic.
 //   - One transaction and one WAL sync per call, whatever the number of lines (at the default
 //     outbox.DurabilityFull, durable on return; outbox.DurabilityNormal can lose the last calls to a
 //     power failure, and the sources then read their lines again). A cancelled or expired context

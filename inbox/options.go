@@ -3,6 +3,7 @@
 package inbox
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"time"
@@ -53,6 +54,7 @@ type config struct {
 	handlerCtx  HandlerContextFunc
 	now         func() time.Time
 	savepoint   string // the name of the savepoint around each line, when a test must know it
+	retry       *retryPolicy
 }
 
 func newConfig(opts []Option) (config, error) {
@@ -263,3 +265,59 @@ func (in *Inbox) batchLines() int             { return in.cfg.batchLines }
 func (in *Inbox) batchBytes() int             { return in.cfg.batchBytes }
 func (in *Inbox) pollInterval() time.Duration { return in.cfg.poll }
 func (in *Inbox) logger() *slog.Logger        { return in.cfg.logger }
+
+// retryPolicy is WithRetry's: how many times a failed handler runs again, and how long before each.
+type retryPolicy struct {
+	n       int
+	backoff func(attempt int) time.Duration
+}
+
+// wait waits the backoff before the given retry (1 for the first), or until ctx ends.
+func (p *retryPolicy) wait(ctx context.Context, attempt int) error {
+	var d time.Duration
+	if p.backoff != nil {
+		d = p.backoff(attempt)
+	}
+	if d <= 0 {
+		return ctx.Err()
+	}
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-tm.C:
+		return nil
+	}
+}
+
+// MaxRetries bounds WithRetry's n.
+const MaxRetries = 1000
+
+// WithRetry turns a handler error (other than one wrapping ErrQuarantine) from a stop of the whole
+// call into a quarantine of the line's run alone: the line's writes are undone and the handler runs
+// again for the same line, after backoff(1), backoff(2), … (nil or a duration ≤ 0: at once), up to n
+// more times (0 to MaxRetries). When the last attempt fails too, the run is quarantined ("handler",
+// its Detail naming the number of attempts and the last error) and the call goes on with the other
+// runs, whose lines apply as they would have. An operator's Release then applies the line again.
+//
+// Without it (the default), a handler error stops the call with nothing committed, every run with
+// it: fail-stop, the safe choice when any failure may be a bug that a quarantine would only hide.
+// WithRetry suits handlers whose errors are transient (a lookup in another service) or belong to one
+// run's data.
+//
+// The retry runs inside the call, in the line's savepoint, holding the call's transaction and the
+// inbox's writer: the lines before it in the call stay applied, and the backoff delays every later
+// line and every other call (Close waits for it). Keep it short; a context that ends during the
+// backoff fails the call at once, with nothing of it stored. A handler's error while the call's
+// context has ended is not retried: the call fails as without WithRetry, and no run is quarantined.
+// A panic is never retried.
+func WithRetry(n int, backoff func(attempt int) time.Duration) Option {
+	return func(c *config) error {
+		if n < 0 || n > MaxRetries {
+			return fmt.Errorf("inbox: %d retries, need 0 to %d", n, MaxRetries)
+		}
+		c.retry = &retryPolicy{n: n, backoff: backoff}
+		return nil
+	}
+}

@@ -42,9 +42,9 @@ func Builder(runID, eventType string, data any, opts ...BuilderOption) outbox.Ev
 			return nil, fmt.Errorf("journal: render %s line %d: %w", eventType, seq, bad)
 		}
 		if trace == nil {
-			return render(runID, seq, eventType, time.Now(), data)
+			return render(runID, seq, eventType, now(), data)
 		}
-		return renderTraced(runID, seq, eventType, time.Now(), trace, data)
+		return renderTraced(runID, seq, eventType, now(), trace, data)
 	}
 }
 

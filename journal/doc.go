@@ -14,6 +14,9 @@
 //
 //	{"engine_run_id":"…","seq":1,"type":"run_started","at":"2026-11-30T01:59:17.123456789Z","data":…}
 //
+// and Event renders the same bytes for the run of the enqueue it is passed to, so that the run id is
+// named once: s.EnqueueTx(ctx, tx, runID, journal.Event("order_placed", v)).
+//
 // With WithTraceContext, the line carries the W3C trace context of the enqueue's caller in a
 // "trace" member before "data" (see TraceMember):
 //

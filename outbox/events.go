@@ -32,7 +32,7 @@ type EventLine struct {
 // line declines: nothing is stored and no number is used. It must not call the store's write methods:
 // the store's one writer connection is busy with the transaction it runs in (with group commit, on the
 // committer goroutine, between the other calls of its group), and such a call fails at once with
-// ErrCallInsideTx.
+// ErrCallInsideTx. RunBuilder makes one that is given the enqueue's run id as well.
 type EventBuilder func(seq int64) ([]byte, error)
 
 // EnqueueEvent assigns runID's next sequence number, has build render the line, and stores it, in one
@@ -234,7 +234,7 @@ func (s *Store) render(ctx context.Context, g *groupRun, runID string, seq int64
 			return nil, err
 		}
 	}
-	line, err = callBuild(build, seq)
+	line, err = callBuild(build, runID, seq)
 	if g != nil {
 		if err := g.leaveBuilder(); err != nil {
 			return nil, err
@@ -273,14 +273,19 @@ type userPanic struct{ val any }
 
 func (p userPanic) Error() string { return fmt.Sprintf("outbox: the builder panicked: %v", p.val) }
 
-// callBuild runs a builder, turning its panic into a userPanic error.
-func callBuild(build EventBuilder, seq int64) (line []byte, err error) {
+// callBuild runs a builder, turning its panic into a userPanic error. A builder from RunBuilder asks
+// for the call's run id by its error, and is answered here.
+func callBuild(build EventBuilder, runID string, seq int64) (line []byte, err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			line, err = nil, userPanic{v}
 		}
 	}()
-	return build(seq)
+	line, err = build(seq)
+	if req, ok := err.(*runRequest); ok {
+		return req.build(runID, seq)
+	}
+	return line, err
 }
 
 // callCheck runs the store's line check, turning its panic into a userPanic error, as callBuild does.
