@@ -86,21 +86,29 @@ func main() {
 }
 
 func run(book, journalPath, natsURL, stream string, pace time.Duration) (err error) {
-	// The signal ends ctx: the engine stops producing. Nothing else derives from it, so that the
-	// flush and the relay outlive it as long as the shutdown needs them.
+	// The signal ends ctx: the engine stops producing. The flush and the relay do not derive from
+	// it, so that they outlive it as long as the shutdown needs them.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	setup := context.Background()
-
-	sink, closeSink, err := openSink(setup, journalPath, natsURL, stream)
-	if err != nil {
+	// A signal during the start (a long Recover, say) ends it: nothing of this run is enqueued yet,
+	// and what earlier runs left waits for the next start's Recover.
+	startFailed := func(err error) error {
+		if ctx.Err() != nil {
+			log.Printf("stopped before the run began")
+			return nil
+		}
 		return err
+	}
+
+	sink, closeSink, err := openSink(ctx, journalPath, natsURL, stream)
+	if err != nil {
+		return startFailed(err)
 	}
 	// Deferred calls run last first: the sink is closed after the store.
 	defer func() { err = errors.Join(err, closeSink()) }()
-	s, err := outbox.Open(setup, book, outbox.WithLineCheck(journal.CheckLine))
+	s, err := outbox.Open(ctx, book, outbox.WithLineCheck(journal.CheckLine))
 	if err != nil {
-		return err
+		return startFailed(err)
 	}
 	defer func() { err = errors.Join(err, s.Close()) }()
 
@@ -113,21 +121,25 @@ func run(book, journalPath, natsURL, stream string, pace time.Duration) (err err
 	}
 	// Before the run writes its first event: earlier runs' lines reach the sink, and their once
 	// keys the ledger, so that an announcement they made is not made again.
-	if err := relay.Recover(setup); err != nil {
+	if err := relay.Recover(ctx); err != nil {
+		if ctx.Err() != nil {
+			return startFailed(err)
+		}
 		// Every earlier run that could be projected is; the error names the others (a line the sink
 		// refused). This engine starts anyway; `outbox stats` shows those runs as stopped.
 		log.Printf("recover: %v", err)
 	}
-	if err := s.WriteTx(setup, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(setup, schema)
+	if err := s.WriteTx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, schema)
 		return err
 	}); err != nil {
-		return err
+		return startFailed(err)
 	}
 	// The handshake is the run's first line, seq 1, type run_started: it fails if the run id was
-	// used before, instead of continuing another run's numbers.
-	if _, err := s.EnqueueEvent(setup, runID, journal.Handshake(runID, map[string]any{"pid": os.Getpid()})); err != nil {
-		return err
+	// used before, instead of continuing another run's numbers. From here on the shutdown below
+	// runs whatever happens, so that the handshake is projected too.
+	if _, err := s.EnqueueEvent(ctx, runID, journal.Handshake(runID, map[string]any{"pid": os.Getpid()})); err != nil {
+		return startFailed(err)
 	}
 
 	relayCtx, stopRelay := context.WithCancel(context.Background())
@@ -147,9 +159,12 @@ func run(book, journalPath, natsURL, stream string, pace time.Duration) (err err
 	log.Printf("running: run %s", runID)
 
 	workErr := work(produce, s, runID, pace)
+	// A second signal now ends the process at once: the book loses nothing of what it committed,
+	// and the next start's Recover projects what this one could not.
+	stop()
 
 	// Shutdown, in this order. Producing has stopped (above). Flush projects every line committed
-	// so far, with a context of its own: the signal has ended ctx already.
+	// so far, with a context of its own: ctx may have ended already.
 	flushCtx, cancelFlush := context.WithTimeout(context.Background(), time.Minute)
 	defer cancelFlush()
 	flushErr := relay.Flush(flushCtx)
@@ -199,8 +214,8 @@ func work(ctx context.Context, s *outbox.Store, runID string, pace time.Duration
 			return err
 		})
 		if ctx.Err() != nil {
-			// The signal came during the transaction: it rolled back whole, and the order was
-			// never placed.
+			// Stopped: the last order committed whole with its events, or rolled back whole if
+			// the signal came during its transaction.
 			return nil
 		}
 		if err != nil {
