@@ -52,6 +52,7 @@ var modules = []struct {
 	{"cmd/outbox", command, true},
 	{"bench", library + "/bench", false},
 	{"otel", otel, true},
+	{"examples", library + "/examples", false},
 }
 
 func main() {
