@@ -1,0 +1,115 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// rotateTwice renames path to .1 and .1 to .2 twice over, as logrotate does, with middle as the
+// content of the journal written between the two rotations and last as the path's new file.
+func rotateTwice(t *testing.T, path, middle, last string) {
+	t.Helper()
+	if err := os.Rename(path, path+".1"); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, path, middle)
+	// The second rotation comes after the first's file was last written, as a writer's does.
+	later := time.Now().Add(time.Second)
+	if err := os.Chtimes(path, later, later); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(path+".1", path+".2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(path, path+".1"); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, path, last)
+}
+
+// The consumer stopped inside journal.jsonl; while it was stopped the journal was rotated twice. The
+// file between the two rotations (now journal.jsonl.1) holds b/1, b's only line: it is read after the
+// file the position named and before the path's file, so nothing is lost and a is not quarantined.
+// Older rotated files are not read again.
+func TestAJournalRotatedTwiceWhileStoppedHasTheFileBetweenTheRotationsRead(t *testing.T) {
+	for _, how := range []string{"apply", "release", "accept gap"} {
+		t.Run(how, func(t *testing.T) {
+			path := journalPath(t)
+			// An older rotated file, last written long before: not read again.
+			old := time.Now().Add(-time.Hour)
+			writeFile(t, path+".3", jls(jl("z", 1)))
+			if err := os.Chtimes(path+".3", old, old); err != nil {
+				t.Fatal(err)
+			}
+			writeFile(t, path, jls(jl("q", 2), jl("a", 1)))
+			c := newConsumer(t)
+			c.applyFileQ(path)
+			appendRaw(t, path, jl("a", 2))
+			rotateTwice(t, path, jls(jl("b", 1), jl("a", 3)), jls(jl("c", 1), jl("a", 4)))
+			if how != "apply" {
+				c.lift(how, "q")
+			}
+			rep := c.applyFileQ(path)
+			wantApplied(t, c.applied(), map[string]int64{"a": 4, "b": 1, "c": 1})
+			if q := c.quarantine("a"); q != nil {
+				t.Fatalf("a quarantined: %+v", q)
+			}
+			if how == "apply" && rep != (Report{Applied: 5}) {
+				t.Fatalf("report %+v: an older file was read again", rep)
+			}
+			// Every rotated file is done with: deleting them changes nothing.
+			for _, n := range []string{".1", ".2", ".3"} {
+				os.Remove(path + n)
+			}
+			appendRaw(t, path, jl("c", 2))
+			if rep := c.applyFileQ(path); rep != (Report{Applied: 1}) {
+				t.Fatalf("after the rotated files were deleted: %+v", rep)
+			}
+		})
+	}
+}
+
+// A running follower reads the journal while it is rotated twice (both rotations happen between two
+// of its looks, here within one of its batches): the file between the two rotations is read after
+// the one it holds open and before the path's new file, not skipped.
+func TestAFollowerThatMissesARotationReadsTheFileBetweenTheRotations(t *testing.T) {
+	path := journalPath(t)
+	writeFile(t, path, jls(jl("a", 1), jl("a", 2)))
+	var armed atomic.Bool
+	armed.Store(true)
+	hookErr := make(chan error, 1)
+	c := newConsumer(t, WithBatchLines(1), WithPollInterval(10*time.Millisecond),
+		WithBatchHook(func(string, Report) {
+			if !armed.CompareAndSwap(true, false) {
+				return
+			}
+			hookErr <- func() (err error) {
+				defer func() {
+					if r := recover(); r != nil {
+						err = fmt.Errorf("%v", r)
+					}
+				}()
+				rotateTwice(t, path, jls(jl("b", 1), jl("a", 3)), jls(jl("c", 1), jl("a", 4)))
+				return nil
+			}()
+		}))
+	stop := c.follow(path, record)
+	c.waitPosition("c", 1)
+	if err := <-hookErr; err != nil {
+		t.Fatal(err)
+	}
+	if err := stop(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("FollowFile: %v", err)
+	}
+	wantApplied(t, c.applied(), map[string]int64{"a": 4, "b": 1, "c": 1})
+	if q := c.quarantine("a"); q != nil {
+		t.Fatalf("a quarantined: %+v", q)
+	}
+}
