@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -112,4 +113,24 @@ func TestAFollowerThatMissesARotationReadsTheFileBetweenTheRotations(t *testing.
 	if q := c.quarantine("a"); q != nil {
 		t.Fatalf("a quarantined: %+v", q)
 	}
+}
+
+// The path is a symbolic link to the journal in another directory, where it is rotated twice while
+// the consumer is stopped: the file between the rotations is looked for, and read, where the journal
+// really is.
+func TestAJournalBehindASymlinkRotatedTwiceHasTheFileBetweenTheRotationsRead(t *testing.T) {
+	real := journalPath(t)
+	link := filepath.Join(t.TempDir(), "journal.jsonl")
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, real, jls(jl("a", 1)))
+	c := newConsumer(t)
+	c.applyFile(link)
+	appendRaw(t, real, jl("a", 2))
+	rotateTwice(t, real, jls(jl("b", 1), jl("a", 3)), jls(jl("c", 1), jl("a", 4)))
+	if rep := c.applyFile(link); rep != (Report{Applied: 5}) {
+		t.Fatalf("report %+v", rep)
+	}
+	wantApplied(t, c.applied(), map[string]int64{"a": 4, "b": 1, "c": 1})
 }
