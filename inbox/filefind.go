@@ -179,8 +179,8 @@ func (f *finder) find() (located, error) {
 			return located{}, err
 		}
 		if c != nil {
-			return located{cur: c, pos: f.from(c, cm), next: pf,
-				why: f.unproven(cm, "the journal was cut under its position, or rewritten; reading a copy of it first, then the journal from its start")}, nil
+			return f.then(located{cur: c, pos: f.from(c, cm), next: pf,
+				why: f.unproven(cm, "the journal was cut under its position, or rewritten; reading a copy of it first, then the journal from its start")})
 		}
 		// Looked at again as a whole: what it holds now may not be a journal (NUL bytes where a
 		// writer went on at its old offset after a truncation).
@@ -198,18 +198,8 @@ func (f *finder) find() (located, error) {
 		return located{}, err
 	}
 	if old != nil {
-		mid, err := f.findBetween(old, pf)
-		if err != nil {
-			old.close()
-			return located{}, err
-		}
-		l := located{cur: old, pos: f.from(old, m), next: pf,
-			why: f.unproven(m, "the path names another file (rotated or replaced), or none; reading the file it named to its end first")}
-		if mid != nil {
-			l.next, l.between = mid, true
-			l.why += ", then " + quotePath(mid.name) + ", rotated after it"
-		}
-		return l, nil
+		return f.then(located{cur: old, pos: f.from(old, m), next: pf,
+			why: f.unproven(m, "the path names another file (rotated or replaced), or none; reading the file it named to its end first")})
 	}
 	if pf != nil {
 		ok, err := pf.sameJournal(p)
@@ -222,6 +212,21 @@ func (f *finder) find() (located, error) {
 	}
 	return located{}, fmt.Errorf("%w: %s was being read from %s, read to byte %d (device %d, inode %d), and no file in %s is it any more",
 		ErrFileLost, f.path, quotePath(p.Path), p.Offset, p.Device, p.Inode, placeDirs(f.path))
+}
+
+// then has l read, after l.cur, a file rotated after it and before the path's (see findBetween)
+// when there is one, instead of going on to the path's file.
+func (f *finder) then(l located) (located, error) {
+	mid, err := f.findBetween(l.cur, f.pf)
+	if err != nil {
+		l.cur.close()
+		return located{}, err
+	}
+	if mid != nil {
+		l.next, l.between = mid, true
+		l.why += "; then " + quotePath(mid.name) + ", rotated after it"
+	}
+	return l, nil
 }
 
 // fileID2 is a file's device and inode.

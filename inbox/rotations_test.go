@@ -97,12 +97,12 @@ func TestAFollowerThatMissesARotationReadsTheFileBetweenTheRotations(t *testing.
 						err = fmt.Errorf("%v", r)
 					}
 				}()
-				rotateTwice(t, path, jls(jl("b", 1), jl("a", 3)), jls(jl("c", 1), jl("a", 4)))
+				rotateTwice(t, path, jls(jl("b", 1), jl("a", 3)), jls(jl("a", 4), jl("c", 1)))
 				return nil
 			}()
 		}))
 	stop := c.follow(path, record)
-	c.waitPosition("c", 1)
+	c.waitPosition("c", 1) // the last line
 	if err := <-hookErr; err != nil {
 		t.Fatal(err)
 	}
@@ -133,4 +133,47 @@ func TestAJournalBehindASymlinkRotatedTwiceHasTheFileBetweenTheRotationsRead(t *
 		t.Fatalf("report %+v", rep)
 	}
 	wantApplied(t, c.applied(), map[string]int64{"a": 4, "b": 1, "c": 1})
+}
+
+// copytruncate copies the journal to .1 and cuts it to nothing, as logrotate's copytruncate does,
+// renaming .1 to .2 first.
+func copyTruncate(t *testing.T, path string, at time.Time) {
+	t.Helper()
+	if _, err := os.Stat(path + ".1"); err == nil {
+		if err := os.Rename(path+".1", path+".2"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, path+".1", string(b))
+	if err := os.Chtimes(path+".1", at, at); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(path, 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The journal is rotated twice by copytruncate while the consumer is stopped: the copy of what was
+// written between the two (now journal.jsonl.1) is read after the copy that holds the position and
+// before the journal itself.
+func TestAJournalCopyTruncatedTwiceWhileStoppedHasTheCopyBetweenTheRotationsRead(t *testing.T) {
+	path := journalPath(t)
+	writeFile(t, path, jls(jl("a", 1)))
+	c := newConsumer(t)
+	c.applyFile(path)
+	appendRaw(t, path, jl("a", 2))
+	now := time.Now()
+	copyTruncate(t, path, now)
+	appendRaw(t, path, jls(jl("b", 1), jl("a", 3)))
+	copyTruncate(t, path, now.Add(time.Second))
+	appendRaw(t, path, jls(jl("c", 1), jl("a", 4)))
+	rep := c.applyFile(path)
+	wantApplied(t, c.applied(), map[string]int64{"a": 4, "b": 1, "c": 1})
+	if rep != (Report{Applied: 5}) {
+		t.Fatalf("report %+v", rep)
+	}
 }
