@@ -177,3 +177,24 @@ func TestAJournalCopyTruncatedTwiceWhileStoppedHasTheCopyBetweenTheRotationsRead
 		t.Fatalf("report %+v", rep)
 	}
 }
+
+// FileBehind counts the file between two rotations too: the source reads it before the path's.
+func TestFileBehindCountsTheFileBetweenTwoRotations(t *testing.T) {
+	path := journalPath(t)
+	writeFile(t, path, jls(jl("a", 1)))
+	c := newConsumer(t)
+	c.applyFile(path)
+	p := *c.position(path)
+	appendRaw(t, path, jl("a", 2))
+	middle, last := jls(jl("b", 1), jl("a", 3)), jls(jl("c", 1), jl("a", 4))
+	rotateTwice(t, path, middle, last)
+	n, found, err := FileBehind(path, p)
+	if want := int64(len(jl("a", 2)) + len(middle) + len(last)); err != nil || !found || n != want {
+		t.Fatalf("FileBehind: %d, %v, %v; want %d", n, found, err, want)
+	}
+	c.applyFile(path)
+	p = *c.position(path)
+	if n, found, err := FileBehind(path, p); err != nil || !found || n != 0 {
+		t.Fatalf("FileBehind after reading: %d, %v, %v", n, found, err)
+	}
+}
