@@ -259,7 +259,7 @@ func (f *finder) findBetween(old, pf *journalFile) (*journalFile, error) {
 		}
 		base := filepath.Base(place)
 		for _, n := range names {
-			if n == place || looked[n] || !strings.HasPrefix(filepath.Base(n), base) {
+			if n == place || looked[n] || !rotationName(base, filepath.Base(n)) {
 				continue
 			}
 			looked[n] = true
@@ -284,6 +284,17 @@ func (f *finder) findBetween(old, pf *journalFile) (*journalFile, error) {
 		}
 	}
 	return best, nil
+}
+
+// rotationName reports whether name is one a rotation gives a file named base: base followed by a
+// separator and a suffix (journal.jsonl.1, journal.jsonl-20261201, journal.jsonl_old), not another
+// file that only begins like it (journal.jsonl2), which may be another engine's journal. A file
+// taken as rotated between two others is read with no proof that it is the journal's (no position
+// was ever taken in it), so the rule is stricter than for a copy, which must hold a position's
+// anchors.
+func rotationName(base, name string) bool {
+	rest, ok := strings.CutPrefix(name, base)
+	return ok && len(rest) > 1 && strings.ContainsRune(".-_", rune(rest[0]))
 }
 
 // at is p in jf, under jf's name.

@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 )
 
 // FileBehind returns how many bytes of the journal at path a file source standing at pos has not
@@ -62,7 +61,7 @@ func FileBehind(path string, pos FilePosition) (behind int64, found bool, err er
 				if old == nil {
 					old = ost
 				}
-			case strings.HasPrefix(filepath.Base(n), base) && (st == nil || !os.SameFile(st, ost)):
+			case rotationName(base, filepath.Base(n)) && (st == nil || !os.SameFile(st, ost)):
 				others = append(others, ost)
 			}
 		}

@@ -198,3 +198,26 @@ func TestFileBehindCountsTheFileBetweenTwoRotations(t *testing.T) {
 		t.Fatalf("FileBehind after reading: %d, %v, %v", n, found, err)
 	}
 }
+
+// Another engine's journal beside this one, whose name only begins like it (journal.jsonl2), is not
+// taken for a file rotated between two others, however recent.
+func TestAFileThatOnlyBeginsLikeTheJournalsNameIsNotReadAsARotatedOne(t *testing.T) {
+	path := journalPath(t)
+	writeFile(t, path, jls(jl("a", 1)))
+	c := newConsumer(t)
+	c.applyFile(path)
+	appendRaw(t, path, jl("a", 2))
+	if err := os.Rename(path, path+".1"); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, path+"2", jls(jl("other", 1)))
+	later := time.Now().Add(time.Second)
+	if err := os.Chtimes(path+"2", later, later); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, path, jls(jl("a", 3)))
+	if rep := c.applyFile(path); rep != (Report{Applied: 2}) {
+		t.Fatalf("report %+v", rep)
+	}
+	wantApplied(t, c.applied(), map[string]int64{"a": 3})
+}
