@@ -32,9 +32,9 @@ const FileSourcePrefix = "file:"
 // file (a rotation) has the file it named read to its end first, found by its device and inode in
 // the directory where the path's file really is (a symbolic link followed) or the path's own, then
 // any file rotated after it and before the path's (a journal rotated more than once meanwhile: the
-// journal files whose names begin with the path's own and that were last written no earlier than
-// it, oldest first), then the new one from its start; a path that names another copy of the same journal (one that begins
-// with the same line) is read from its start. The proof of the prefix costs one SHA-256 pass over
+// journal files named as a rotation names it, journal.jsonl.1, and last written no earlier than it,
+// oldest first), then the new one from its start; a path that names another copy of the same
+// journal (one that begins with the same line) is read from its start. The proof of the prefix costs one SHA-256 pass over
 // the bytes before the position per call (about 1.4 GB/s on this project's 2-core machines, the file
 // in the page cache: 0.7 s for a 1 GiB journal); while reading, the digest is carried on from batch
 // to batch, one more pass over each line as it is read. After a Release or AcceptGap (a rewound

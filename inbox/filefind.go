@@ -232,7 +232,7 @@ func (f *finder) then(l located) (located, error) {
 // fileID2 is a file's device and inode.
 type fileID2 [2]uint64
 
-// findBetween looks, among the names a rotation gives (those that begin with the path's own, where
+// findBetween looks, among the names a rotation gives (the path's own, a separator, a suffix, where
 // the path's file really is and beside the path), for a journal file rotated after old and before
 // the path's file: one that is neither of them, that this call has not read (done), and that was
 // last written no earlier than old was. Without it a journal rotated twice while the source was

@@ -12,8 +12,8 @@ import (
 // FileBehind returns how many bytes of the journal at path a file source standing at pos has not
 // read: what follows pos in the file it was reading, plus the whole of the file the path names now
 // when that is another one (a rotation not yet followed), and of every file rotated between the two
-// (the journal files whose names begin with the path's own, last written no earlier than pos's
-// file, which the source reads before the path's). A file now shorter than pos counts whole,
+// (the journal files named as a rotation names it, journal.jsonl.1, last written no earlier than
+// pos's file, which the source reads before the path's). A file now shorter than pos counts whole,
 // since it is read again from its start. It looks at the files' sizes and identities only, never
 // at their content or the inbox's database, so it is cheap enough for every scrape of a metric. The
 // file pos was taken in is looked for by its device and inode in the directory where the path's file
