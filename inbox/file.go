@@ -31,8 +31,10 @@ const FileSourcePrefix = "file:"
 // its start, after a copy of it (journal.jsonl.1) when there is one; a path that now names another
 // file (a rotation) has the file it named read to its end first, found by its device and inode in
 // the directory where the path's file really is (a symbolic link followed) or the path's own, then
-// the new one from its start; a path that names another copy of the same journal (one that begins
-// with the same line) is read from its start. The proof of the prefix costs one SHA-256 pass over
+// any file rotated after it and before the path's (a journal rotated more than once meanwhile: the
+// journal files named as a rotation names it, journal.jsonl.1, and last written no earlier than it,
+// oldest first), then the new one from its start; a path that names another copy of the same
+// journal (one that begins with the same line) is read from its start. The proof of the prefix costs one SHA-256 pass over
 // the bytes before the position per call (about 1.4 GB/s on this project's 2-core machines, the file
 // in the page cache: 0.7 s for a 1 GiB journal); while reading, the digest is carried on from batch
 // to batch, one more pass over each line as it is read. After a Release or AcceptGap (a rewound
@@ -128,6 +130,7 @@ type fileSource struct {
 	stored []byte  // the position the inbox holds, exactly as stored (nil: none)
 	l      located // where reading goes on; no cur: waiting for the file
 	ends   map[fileKey]int64
+	done   map[fileID2]bool // the files this call has read (or is reading): never a file rotated between two others
 	rep    Report
 	why    string // what the last look found had happened, logged once
 }
@@ -148,7 +151,7 @@ func (in *Inbox) newFileSource(call, path string, h Handler) (*fileSource, error
 		return nil, err
 	}
 	return &fileSource{in: in, path: abs, name: FileSourcePrefix + abs, h: h, follow: follow,
-		bounds: batchBounds{lines: in.batchLines(), bytes: in.batchBytes(), maxLine: in.maxLineSize()}, ends: map[fileKey]int64{}}, nil
+		bounds: batchBounds{lines: in.batchLines(), bytes: in.batchBytes(), maxLine: in.maxLineSize()}, ends: map[fileKey]int64{}, done: map[fileID2]bool{}}, nil
 }
 
 func (s *fileSource) close() { s.l.close() }
@@ -189,7 +192,7 @@ func (s *fileSource) relocate(p *FilePosition, whole bool) error {
 		s.l.next.close()
 	}
 	s.l = located{}
-	l, err := locate(s.path, p, open, whole)
+	l, err := locate(s.path, p, open, whole, s.done)
 	if err != nil {
 		if p == nil && s.follow && errors.Is(err, fs.ErrNotExist) {
 			return nil // FollowFile waits for the file
@@ -201,6 +204,7 @@ func (s *fileSource) relocate(p *FilePosition, whole bool) error {
 	}
 	s.why = l.why
 	s.l = l
+	s.reading(l.cur)
 	// Each file's end is taken when the call first sees it: the path's file too, though it is read
 	// only after a rotated one.
 	for _, jf := range []*journalFile{l.cur, l.next} {
@@ -281,14 +285,28 @@ func (s *fileSource) drain(ctx context.Context) error {
 		}
 		// The rotated file is read to its end: go on to the path's file, and say so in the database
 		// at once, so that the old file is not needed again even if it is deleted now.
-		nf := s.l.next
+		nf, between := s.l.next, s.l.between
 		s.l.cur.close()
 		s.l = located{cur: nf, pos: nf.start()}
+		s.reading(nf)
 		if err := s.commit(ctx, s.l.pos, nil); err != nil {
 			return err
 		}
+		if between {
+			// A file rotated between two others: the one after it is looked for again.
+			if err := s.relocate(&s.l.pos, false); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
+}
+
+// reading notes jf as a file this call reads.
+func (s *fileSource) reading(jf *journalFile) {
+	if jf != nil && (jf.dev != 0 || jf.ino != 0) {
+		s.done[fileID2{jf.dev, jf.ino}] = true
+	}
 }
 
 // commit applies lines and stores to as the position after them, in one transaction. When the

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -29,7 +30,10 @@ type located struct {
 	cur  *journalFile
 	pos  FilePosition
 	next *journalFile // nil: cur is the path's file, or the path names no file
-	why  string       // what happened to the file since p, for the log; "" when nothing did
+	// between: next is not the path's file but one rotated after cur and before it (the journal was
+	// rotated more than once since cur was read): once next is read, where to go on is looked for again.
+	between bool
+	why     string // what happened to the file since p, for the log; "" when nothing did
 }
 
 func (l located) close() {
@@ -61,7 +65,11 @@ func (l located) close() {
 //
 // A file deleted and another created under its name that gets the same inode number cannot be told
 // from a truncation: it is read from its start.
-func locate(path string, p *FilePosition, open *journalFile, whole bool) (l located, err error) {
+//
+// When the path names another file than p's, p's file is read first, then any file rotated after it
+// and before the path's file (see findBetween): done names the files this call has read already,
+// which are not read again.
+func locate(path string, p *FilePosition, open *journalFile, whole bool, done map[fileID2]bool) (l located, err error) {
 	opened := []*journalFile{open}
 	defer func() {
 		closed := map[*journalFile]bool{}
@@ -83,12 +91,12 @@ func locate(path string, p *FilePosition, open *journalFile, whole bool) (l loca
 		}
 		return located{cur: pf, pos: pf.start()}, nil
 	}
-	f := finder{path: path, p: *p, pf: pf, open: open, whole: whole}
+	f := finder{path: path, p: *p, pf: pf, open: open, whole: whole, done: done}
 	l, err = f.find()
 	if err != nil {
 		return located{}, err
 	}
-	opened = append(opened, l.cur)
+	opened = append(opened, l.cur, l.next)
 	if whole {
 		l.pos = l.cur.start() // so it is already: the anchors alone never read on from p
 		why := "the source was rewound (Release or AcceptGap); reading again from the start of the file its position names"
@@ -115,6 +123,7 @@ type finder struct {
 	p        FilePosition
 	pf, open *journalFile
 	whole    bool // the prefix is not needed: the file found is read from its start
+	done     map[fileID2]bool
 }
 
 // holds is how much of f.p jf holds; the prefix is read only when the anchors are there.
@@ -170,8 +179,8 @@ func (f *finder) find() (located, error) {
 			return located{}, err
 		}
 		if c != nil {
-			return located{cur: c, pos: f.from(c, cm), next: pf,
-				why: f.unproven(cm, "the journal was cut under its position, or rewritten; reading a copy of it first, then the journal from its start")}, nil
+			return f.then(located{cur: c, pos: f.from(c, cm), next: pf,
+				why: f.unproven(cm, "the journal was cut under its position, or rewritten; reading a copy of it first, then the journal from its start")})
 		}
 		// Looked at again as a whole: what it holds now may not be a journal (NUL bytes where a
 		// writer went on at its old offset after a truncation).
@@ -189,8 +198,8 @@ func (f *finder) find() (located, error) {
 		return located{}, err
 	}
 	if old != nil {
-		return located{cur: old, pos: f.from(old, m), next: pf,
-			why: f.unproven(m, "the path names another file (rotated or replaced), or none; reading the file it named to its end first")}, nil
+		return f.then(located{cur: old, pos: f.from(old, m), next: pf,
+			why: f.unproven(m, "the path names another file (rotated or replaced), or none; reading the file it named to its end first")})
 	}
 	if pf != nil {
 		ok, err := pf.sameJournal(p)
@@ -203,6 +212,89 @@ func (f *finder) find() (located, error) {
 	}
 	return located{}, fmt.Errorf("%w: %s was being read from %s, read to byte %d (device %d, inode %d), and no file in %s is it any more",
 		ErrFileLost, f.path, quotePath(p.Path), p.Offset, p.Device, p.Inode, placeDirs(f.path))
+}
+
+// then has l read, after l.cur, a file rotated after it and before the path's (see findBetween)
+// when there is one, instead of going on to the path's file.
+func (f *finder) then(l located) (located, error) {
+	mid, err := f.findBetween(l.cur, f.pf)
+	if err != nil {
+		l.cur.close()
+		return located{}, err
+	}
+	if mid != nil {
+		l.next, l.between = mid, true
+		l.why += "; then " + quotePath(mid.name) + ", rotated after it"
+	}
+	return l, nil
+}
+
+// fileID2 is a file's device and inode.
+type fileID2 [2]uint64
+
+// findBetween looks, among the names a rotation gives (the path's own, a separator, a suffix, where
+// the path's file really is and beside the path), for a journal file rotated after old and before
+// the path's file: one that is neither of them, that this call has not read (done), and that was
+// last written no earlier than old was. Without it a journal rotated twice while the source was
+// stopped (or between two looks of a follower) would go on from old to the path's file, and the
+// lines only in the file between them would be lost without a word. The earliest written is
+// returned, nil when there is none. A file older than old that shares its last write's time is read
+// too: its lines come back as duplicates. Where the system gives files no inode, none is looked for.
+func (f *finder) findBetween(old, pf *journalFile) (*journalFile, error) {
+	if old.dev == 0 && old.ino == 0 {
+		return nil, nil
+	}
+	ost, err := old.f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("inbox: stat %s: %w", old.name, err)
+	}
+	var best *journalFile
+	var bestAt time.Time
+	looked := map[string]bool{}
+	for _, place := range places(f.path) {
+		names, err := dirNames(filepath.Dir(place))
+		if err != nil {
+			best.close()
+			return nil, err
+		}
+		base := filepath.Base(place)
+		for _, n := range names {
+			if n == place || looked[n] || !rotationName(base, filepath.Base(n)) {
+				continue
+			}
+			looked[n] = true
+			st, err := os.Lstat(n)
+			if err != nil || !st.Mode().IsRegular() || st.ModTime().Before(ost.ModTime()) {
+				continue
+			}
+			if best != nil && !st.ModTime().Before(bestAt) {
+				continue
+			}
+			dev, ino := fileID(st)
+			if old.sameID(st) || (pf != nil && pf.sameID(st)) || f.done[fileID2{dev, ino}] {
+				continue
+			}
+			jf, err := openJournalFile(n)
+			if err != nil || !jf.sameID(st) {
+				jf.close()
+				continue // not a journal (compressed, another kind of file), or gone meanwhile
+			}
+			best.close()
+			best, bestAt = jf, st.ModTime()
+		}
+	}
+	return best, nil
+}
+
+// rotationName reports whether name is one a rotation gives a file named base: base followed by a
+// separator and a suffix (journal.jsonl.1, journal.jsonl-20261201, journal.jsonl_old), not another
+// file that only begins like it (journal.jsonl2), which may be another engine's journal. A file
+// taken as rotated between two others is read with no proof that it is the journal's (no position
+// was ever taken in it), so the rule is stricter than for a copy, which must hold a position's
+// anchors.
+func rotationName(base, name string) bool {
+	rest, ok := strings.CutPrefix(name, base)
+	return ok && len(rest) > 1 && strings.ContainsRune(".-_", rune(rest[0]))
 }
 
 // at is p in jf, under jf's name.

@@ -39,7 +39,7 @@ func TestARotatedFileIsFoundByItsIdentityAndReadToItsEndFirst(t *testing.T) {
 		if open {
 			jf = openTest(t, rj.path+".1")
 		}
-		l, err := locate(rj.path, &p, jf, false)
+		l, err := locate(rj.path, &p, jf, false, nil)
 		if err != nil {
 			t.Fatalf("open %v: %v", open, err)
 		}
@@ -68,7 +68,7 @@ func TestACopytruncateReadsTheCopyOnThenTheCutFileFromItsStart(t *testing.T) {
 	if err := os.Truncate(rj.path, 0); err != nil {
 		t.Fatal(err)
 	}
-	l, err := locate(rj.path, &p, nil, false)
+	l, err := locate(rj.path, &p, nil, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func TestATruncatedFileIsReadFromItsStart(t *testing.T) {
 		if err := os.WriteFile(rj.path, b, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		l, err := locate(rj.path, &p, nil, false)
+		l, err := locate(rj.path, &p, nil, false, nil)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -111,7 +111,7 @@ func TestAReplacedFileIsReadFromItsStartAndALostOneIsAnError(t *testing.T) {
 	content := readAllFile(t, rj.path)
 	os.Remove(rj.path)
 	os.WriteFile(rj.path, content, 0o644)
-	l, err := locate(rj.path, &p, nil, false)
+	l, err := locate(rj.path, &p, nil, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,16 +122,16 @@ func TestAReplacedFileIsReadFromItsStartAndALostOneIsAnError(t *testing.T) {
 
 	os.Remove(rj.path)
 	os.WriteFile(rj.path, []byte("{\"engine_run_id\":\"other\",\"seq\":1}\n"), 0o644)
-	_, err = locate(rj.path, &p, nil, false)
+	_, err = locate(rj.path, &p, nil, false, nil)
 	if !errors.Is(err, ErrFileLost) || !strings.Contains(err.Error(), rj.path) || !strings.Contains(err.Error(), "read to byte") {
 		t.Fatalf("the file read is gone: %v; want ErrFileLost naming it and how far", err)
 	}
 	// The path naming nothing is the same, once something was read.
 	os.Remove(rj.path)
-	if _, err = locate(rj.path, &p, nil, false); !errors.Is(err, ErrFileLost) {
+	if _, err = locate(rj.path, &p, nil, false, nil); !errors.Is(err, ErrFileLost) {
 		t.Fatalf("the path names nothing: %v", err)
 	}
-	if _, err = locate(rj.path, nil, nil, false); !errors.Is(err, fs.ErrNotExist) {
+	if _, err = locate(rj.path, nil, nil, false, nil); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("nothing read, no file: %v; want fs.ErrNotExist", err)
 	}
 }
@@ -146,7 +146,7 @@ func TestAReusedInodeIsNotTakenForTheFileRead(t *testing.T) {
 	p.Device, p.Inode = fileID(st) // as if the journal's inode had gone to it
 	os.Remove(rj.path)
 	os.WriteFile(rj.path, []byte("{\"engine_run_id\":\"y\",\"seq\":1}\n"), 0o644)
-	if _, err := locate(rj.path, &p, nil, false); !errors.Is(err, ErrFileLost) {
+	if _, err := locate(rj.path, &p, nil, false, nil); !errors.Is(err, ErrFileLost) {
 		t.Fatalf("a reused inode: %v; want ErrFileLost", err)
 	}
 }
@@ -156,7 +156,7 @@ func TestAReusedInodeIsNotTakenForTheFileRead(t *testing.T) {
 func TestAFileThatIsNotAJournalIsErrNotJournal(t *testing.T) {
 	path := journalPath(t)
 	os.WriteFile(path, []byte("SQLite format 3\x00\x10\x00"), 0o644)
-	if _, err := locate(path, nil, nil, false); !errors.Is(err, journal.ErrNotJournal) {
+	if _, err := locate(path, nil, nil, false, nil); !errors.Is(err, journal.ErrNotJournal) {
 		t.Fatalf("%v; want journal.ErrNotJournal", err)
 	}
 }

@@ -409,3 +409,20 @@ func TestVerifyAndCheckExitTwoWhenTheirReportCannotBeWritten(t *testing.T) {
 		}
 	}
 }
+
+// migrate status and version on the platform's database do not report it as a book with every
+// migration pending (which sends the operator to migrate up, which refuses it): they name it a
+// consumer's database, exit 2, and change nothing.
+func TestMigrateStatusAndVersionNameAConsumersDatabaseAsOne(t *testing.T) {
+	consumer, _ := consumerDB(t)
+	before := fileDigest(t, consumer)
+	for _, action := range []string{"status", "version"} {
+		code, out, errOut := cli(t, "migrate", action, "--db", consumer)
+		if code != exitUsage || out != "" || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, "consumer's database") {
+			t.Errorf("migrate %s: exit %d, stdout %q, stderr %q; want exit 2 naming a consumer's database", action, code, out, errOut)
+		}
+	}
+	if fileDigest(t, consumer) != before {
+		t.Errorf("the consumer's database was changed")
+	}
+}

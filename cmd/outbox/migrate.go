@@ -130,6 +130,12 @@ func migrateRead(ctx context.Context, path, action string, stdout io.Writer) err
 	if err := checkFile(path, "database"); err != nil {
 		return err
 	}
+	// A consumer's database has none of the book's migrations: reported as a book with all of them
+	// pending, it would send the operator to migrate up, which refuses it.
+	if in, err := inbox.OpenReadOnly(ctx, path); err == nil {
+		in.Close()
+		return fmt.Errorf("database %s is a consumer's database (it holds an inbox), not a book; see outbox inbox migrate", quote(path))
+	}
 	d, err := outbox.OpenReadOnlyDB(ctx, path)
 	if err != nil {
 		return err
