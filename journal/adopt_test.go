@@ -120,3 +120,20 @@ func TestAdoptRefusesAFileThatIsNotAJournalOrIsOpenAndLeavesNothingBehind(t *tes
 		t.Fatalf("a refused Adopt left %s behind", dir)
 	}
 }
+
+func TestAdoptStoppedByItsContextChangesNothing(t *testing.T) {
+	t.Parallel()
+	path := singleFile(t)
+	dir := filepath.Join(t.TempDir(), "j")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := Adopt(ctx, path, dir); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Adopt with its context done: %v, want context.Canceled", err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the stopped Adopt left %s behind", dir)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("the stopped Adopt moved the file: %v", err)
+	}
+}
