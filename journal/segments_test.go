@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/textmachine/outbox/outbox"
@@ -525,4 +526,32 @@ func FuzzParseSegmentIndex(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestAFailedFdatasyncCutsTheBatchBackAndTheJournalTakesNoMoreUntilReopened(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "j")
+	ops := &scriptedOps{syncErr: syscall.EIO, from: 3}
+	j, err := Open(dir, WithSegmentSize(150), withOps(ops))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustAppend(t, j, "r", runBatch("r", 1, 2, "a"))
+	mustAppend(t, j, "r", runBatch("r", 3, 2, "b")) // a roll: the batch begins the second segment
+	want := string(catDir(t, dir))
+	if err := j.Append(context.Background(), "r", runBatch("r", 5, 1, "c")); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("an append whose fdatasync failed: %v", err)
+	}
+	if err := j.Append(context.Background(), "r", runBatch("r", 5, 1, "c")); !errors.Is(err, ErrFailed) {
+		t.Fatalf("an append after a failed fdatasync: %v, want ErrFailed", err)
+	}
+	if got := string(catDir(t, dir)); got != want {
+		t.Fatalf("the failed batch was not cut back:\n%s", got)
+	}
+	j.Close()
+	j = openDir(t, dir, WithSegmentSize(150))
+	mustAppend(t, j, "r", runBatch("r", 5, 1, "c"))
+	if last, err := j.LastSeq("r"); err != nil || last != 5 {
+		t.Fatalf("LastSeq = %d, %v", last, err)
+	}
 }
