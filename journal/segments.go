@@ -519,31 +519,30 @@ func (j *Journal) readAt(b []byte, off int64) error {
 	return nil
 }
 
-// reader opens sealed segment i for reading, checking that it still has its size.
+// reader opens sealed segment i for reading, or takes the one kept from the last read, and checks
+// that the segment still has the size it was sealed at: another program's append to a sealed
+// segment is found when the segment is read.
 func (j *Journal) reader(i int) (*os.File, error) {
-	if j.rdIdx == i {
-		return j.rd, nil
+	if j.rdIdx != i {
+		if j.rd != nil {
+			j.rd.Close()
+			j.rd, j.rdIdx = nil, -1
+		}
+		f, err := os.Open(filepath.Join(j.dir, segmentName(j.sealed[i].base)))
+		if err != nil {
+			return nil, fmt.Errorf("journal: %w", err)
+		}
+		j.rd, j.rdIdx = f, i
 	}
-	if j.rd != nil {
-		j.rd.Close()
-		j.rd, j.rdIdx = nil, -1
-	}
-	seg := j.sealed[i]
-	f, err := os.Open(filepath.Join(j.dir, segmentName(seg.base)))
+	st, err := j.rd.Stat()
 	if err != nil {
 		return nil, fmt.Errorf("journal: %w", err)
 	}
-	st, err := f.Stat()
-	if err == nil && st.Size() != seg.size {
-		err = fmt.Errorf("%w: sealed segment %s is %d bytes, it was sealed at %d: %w",
-			ErrModified, f.Name(), st.Size(), seg.size, outbox.ErrSinkRefused)
+	if seg := j.sealed[i]; st.Size() != seg.size {
+		return nil, fmt.Errorf("%w: sealed segment %s is %d bytes, it was sealed at %d: %w",
+			ErrModified, j.rd.Name(), st.Size(), seg.size, outbox.ErrSinkRefused)
 	}
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	j.rd, j.rdIdx = f, i
-	return f, nil
+	return j.rd, nil
 }
 
 // Close releases the directory's lock and closes the segments. Appends after Close fail. A read

@@ -555,3 +555,26 @@ func TestAFailedFdatasyncCutsTheBatchBackAndTheJournalTakesNoMoreUntilReopened(t
 		t.Fatalf("LastSeq = %d, %v", last, err)
 	}
 }
+
+func TestAnAppendToASealedSegmentWhileTheJournalIsOpenIsFoundWhenTheSegmentIsRead(t *testing.T) {
+	t.Parallel()
+	dir := sealedJournal(t)
+	j := openDir(t, dir, WithSegmentSize(150))
+	if _, err := j.LastSeq("r"); err != nil {
+		t.Fatal(err)
+	}
+	segs := segmentsOf(t, dir)
+	for _, s := range segs[:len(segs)-1] {
+		if err := appendBytes(filepath.Join(dir, segmentName(s.base)), jline(99, "z")+"\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A re-delivery compared with its copy in the segment the start read last, kept open.
+	if err := j.Append(context.Background(), "r", runBatch("r", 6, 1, "b")); !errors.Is(err, ErrModified) {
+		t.Fatalf("a re-delivery read from the segment read last: %v, want ErrModified", err)
+	}
+	// And one of "x"'s first line is compared with its copy in the first segment.
+	if err := j.Append(context.Background(), "x", runBatch("x", 1, 2, "x")); !errors.Is(err, ErrModified) {
+		t.Fatalf("a re-delivery read from a sealed segment another program appended to: %v, want ErrModified", err)
+	}
+}
