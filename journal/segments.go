@@ -200,10 +200,14 @@ func (j *Journal) open() error {
 		j.sealed = append(j.sealed, segment{base, want})
 	}
 	j.tailBase = bases[len(bases)-1]
+	segs := make(map[int64]bool, len(bases))
+	for _, b := range bases {
+		segs[b] = true
+	}
 	for base := range indexes {
 		// The last segment's index is stale by definition (it was written before a crash stopped a
 		// roll, and the segment may have grown since); one without its segment is an orphan.
-		if base >= j.tailBase || !slices.Contains(bases, base) {
+		if base >= j.tailBase || !segs[base] {
 			remove = append(remove, indexName(base))
 		}
 	}
