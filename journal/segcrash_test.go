@@ -88,6 +88,9 @@ func checkJournal(t *testing.T, dir string, acked int64) int64 {
 		t.Fatalf("verify after the kill: %+v, %v", rep, err)
 	}
 	segs := segmentsOf(t, dir)
+	if tmp, _ := filepath.Glob(filepath.Join(dir, "*.tmp")); len(tmp) > 0 {
+		t.Fatalf("Open left %v", tmp)
+	}
 	if _, err := os.Stat(filepath.Join(dir, indexName(segs[len(segs)-1].base))); err == nil {
 		t.Fatal("an index is left beside the last segment, which is appended to")
 	}
@@ -106,7 +109,7 @@ func checkJournal(t *testing.T, dir string, acked int64) int64 {
 
 func TestAJournalKilledAtEveryStepOfARollOpensWithEveryAcknowledgedLine(t *testing.T) {
 	t.Parallel()
-	points := []string{faultBeforeIndex, faultAfterIndex, faultAfterRoll, faultpoint.JournalMidWrite, faultpoint.JournalBeforeSync}
+	points := []string{faultBeforeIndex, faultIndexTmp, faultAfterIndex, faultAfterRoll, faultpoint.JournalMidWrite, faultpoint.JournalBeforeSync}
 	for _, point := range points {
 		for _, at := range []int{1, 2} {
 			dir := filepath.Join(t.TempDir(), "j")

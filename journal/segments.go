@@ -27,6 +27,7 @@ const DefaultSegmentSize = 128 << 20
 // The fault points of a roll, in the order it passes them.
 const (
 	faultBeforeIndex = "journal.before_index" // the last segment is full; its index is not written
+	faultIndexTmp    = "journal.index_tmp"    // the index is written and synced under its temporary name
 	faultAfterIndex  = "journal.after_index"  // its index is written; the next segment is not created
 	faultAfterRoll   = "journal.after_roll"   // the next segment is created; the batch is not written
 )
@@ -453,6 +454,7 @@ func (j *Journal) writeIndex(si *segIndex) error {
 		err = cerr
 	}
 	if err == nil {
+		faultpoint.Hit(faultIndexTmp)
 		err = os.Rename(tmp, final)
 	}
 	if err != nil {
