@@ -578,3 +578,48 @@ func TestAnAppendToASealedSegmentWhileTheJournalIsOpenIsFoundWhenTheSegmentIsRea
 		t.Fatalf("a re-delivery read from a sealed segment another program appended to: %v, want ErrModified", err)
 	}
 }
+
+func TestAppendsAndLastSeqFromManyGoroutinesRollWithoutLosingALine(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "j")
+	j := openDir(t, dir, WithSegmentSize(1000))
+	runs := []string{"a", "b", "c", "d"}
+	errs := make(chan error, len(runs)+1)
+	for _, run := range runs {
+		go func() {
+			for seq := int64(1); seq <= 60; seq += 3 {
+				if err := j.Append(context.Background(), run, runBatch(run, seq, 3, run)); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	go func() {
+		for range 200 {
+			if _, err := j.LastSeq("a"); err != nil {
+				errs <- err
+				return
+			}
+		}
+		errs <- nil
+	}()
+	for range len(runs) + 1 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep, err := Verify(bytes.NewReader(catDir(t, dir)))
+	if err != nil || rep.Lines != 240 {
+		t.Fatalf("verify: %+v, %v", rep, err)
+	}
+	for _, run := range runs {
+		if rep.Runs[run].Last != 60 {
+			t.Errorf("run %s ends at %d", run, rep.Runs[run].Last)
+		}
+	}
+	if n := len(segmentsOf(t, dir)); n < 10 {
+		t.Fatalf("%d segments", n)
+	}
+}
