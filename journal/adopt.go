@@ -117,7 +117,7 @@ func Adopt(ctx context.Context, file, dir string) error {
 	j := &Journal{dir: dir, rdIdx: -1}
 	j.name, j.src = dir, j
 	j.appendFile = appendFile{path: first, f: src.f, size: src.size}
-	sum, err := j.lineSum(end.lastStart, src.size)
+	sum, _, err := j.lineSum(end.lastStart, src.size)
 	if err != nil {
 		return err
 	}

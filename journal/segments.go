@@ -298,7 +298,7 @@ func (j *Journal) Append(ctx context.Context, runID string, lines []outbox.Event
 		return err
 	}
 	if j.size > 0 && j.size+int64(len(buf)) > j.segSize {
-		if err := j.roll(ctx); err != nil {
+		if err := j.roll(); err != nil {
 			return err
 		}
 	}
@@ -378,11 +378,11 @@ func (j *Journal) segmentIndex(ctx context.Context, seg segment) (*segIndex, err
 	b, err := os.ReadFile(filepath.Join(j.dir, indexName(seg.base)))
 	if err == nil {
 		if si, perr := parseSegIndex(b); perr == nil && si.base == seg.base && si.size == seg.size {
-			sum, err := j.lineSum(seg.base+si.lastStart, seg.base+seg.size)
+			sum, ok, err := j.lineSum(seg.base+si.lastStart, seg.base+seg.size)
 			if err != nil {
 				return nil, err
 			}
-			if sum == si.lastSum {
+			if ok && sum == si.lastSum {
 				return si, nil
 			}
 		}
@@ -392,17 +392,18 @@ func (j *Journal) segmentIndex(ctx context.Context, seg segment) (*segIndex, err
 	return j.rebuildIndex(ctx, seg)
 }
 
-// lineSum returns the digest of the line from start to end (its newline included), refusing bytes
-// that are not one line.
-func (j *Journal) lineSum(start, end int64) ([sha256.Size]byte, error) {
+// lineSum returns the digest of the bytes from start to end, the last line of what ends at end
+// (its newline included); ok is false when they do not end in a newline, which no line the
+// journal wrote does.
+func (j *Journal) lineSum(start, end int64) (sum [sha256.Size]byte, ok bool, err error) {
 	b := make([]byte, end-start)
 	if err := j.readAt(b, start); err != nil {
-		return [sha256.Size]byte{}, err
+		return sum, false, err
 	}
 	if len(b) == 0 || b[len(b)-1] != '\n' {
-		return [sha256.Size]byte{}, nil // no line: a digest no line has, so the index is rebuilt
+		return sum, false, nil
 	}
-	return sha256.Sum256(b), nil
+	return sha256.Sum256(b), true, nil
 }
 
 // rebuildIndex reads a sealed segment whole to index it, and writes its index file.
@@ -426,7 +427,7 @@ func (j *Journal) rebuildIndex(ctx context.Context, seg segment) (*segIndex, err
 	if err := j.scanInto(ctx, &x, seg.base+seg.size); err != nil {
 		return nil, err
 	}
-	sum, err := j.lineSum(seg.base+end.lastStart, seg.base+seg.size)
+	sum, _, err := j.lineSum(seg.base+end.lastStart, seg.base+seg.size)
 	if err != nil {
 		return nil, err
 	}
@@ -467,10 +468,10 @@ func (j *Journal) writeIndex(si *segIndex) error {
 // roll seals the last segment and starts the next, named by the position it begins at: the index
 // first, so that a sealed segment nearly always has one (a crash between the two leaves an index
 // beside the last segment, which Open removes), then the new segment, synced into the directory.
-func (j *Journal) roll(ctx context.Context) error {
+func (j *Journal) roll() error {
 	faultpoint.Hit(faultBeforeIndex)
 	end := j.tailBase + j.size
-	sum, err := j.lineSum(j.lastLine, end)
+	sum, _, err := j.lineSum(j.lastLine, end)
 	if err != nil {
 		return err
 	}
