@@ -623,3 +623,23 @@ func TestAppendsAndLastSeqFromManyGoroutinesRollWithoutLosingALine(t *testing.T)
 		t.Fatalf("%d segments", n)
 	}
 }
+
+func TestASealedSegmentRewrittenToEndWithoutANewlineIsNotTrustedWhateverItsIndexSays(t *testing.T) {
+	t.Parallel()
+	dir := sealedJournal(t)
+	path := filepath.Join(dir, segmentName(0))
+	b, _ := os.ReadFile(path)
+	b[len(b)-1] = ' '
+	os.WriteFile(path, b, 0o644)
+	good, _ := os.ReadFile(filepath.Join(dir, indexName(0)))
+	si, err := parseSegIndex(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	si.lastSum = [32]byte{}
+	os.WriteFile(filepath.Join(dir, indexName(0)), si.encode(), 0o644)
+	j := openDir(t, dir)
+	if _, err := j.LastSeq("x"); !errors.Is(err, ErrModified) {
+		t.Fatalf("LastSeq over a sealed segment that no longer ends a line: %v, want ErrModified", err)
+	}
+}
