@@ -79,6 +79,49 @@
 //     outbox.ErrSinkRefused) without writing, so its bytes are not overwritten, no hole of NUL bytes
 //     is left, and no line goes to a file the path no longer names.
 //
+// # Segments
+//
+// Open keeps a journal as a directory of segment files, each named by the journal-wide byte
+// position of its first byte, in 20 digits (00000000000000000000.jsonl, 00000000000134217800.jsonl,
+// …), so that `cat DIR/*.jsonl` is the journal in order and a position is one number. The highest
+// segment is the one appended to. A batch goes whole into one segment: when it would take the last
+// segment past the segment size (WithSegmentSize, DefaultSegmentSize by default), that segment is
+// sealed and the batch begins the next, so a segment exceeds the size only when it holds one batch
+// (or one line) larger than it. A sealed segment is never renamed, rewritten or appended to.
+//
+// Sealing writes the segment's index beside it (00000000000000000000.idx): a header line
+// ("outbox journal segment index 1"), then unsigned varints: the segment's position, its size, where
+// its last line starts (from the segment's first byte), then the SHA-256 of that last line, then
+// the number of runs and, per run in byte order of its id, the id's length and bytes, the number of
+// its spans and each span's first seq, offset (from the segment's first byte), number of seqs and
+// length in bytes (a span as File's run index keeps it: consecutive seqs whose lines start within
+// 1 MiB of its first); the file ends with the SHA-256 of all that precedes it. A run's first and
+// last seq in the segment are its first span's seq and its last span's last, and the spans say
+// where in the segment a seq lies. The index is written to a temporary name, synced, renamed and the
+// directory synced, before the next segment is created (and the directory synced again).
+//
+// Open reads the directory's names and opens the last segment, cutting its torn tail; it reads no
+// sealed segment. A sealed segment's size must end where the next one's name begins, or another
+// program appended to it or cut it (ErrModified). The first Append or LastSeq reads each sealed
+// segment's index and trusts it only when it is that segment's index as the segment is now: its
+// checksum holds, its position and size are the segment's, and the digest of the segment's last
+// line, read alone, is the one it records. Any other (missing, torn, another segment's, left by a
+// crash before a segment grew) is rebuilt from that segment alone, read once, and written again;
+// an index beside the last segment (a crash came between writing it and starting the next segment)
+// is removed at Open, since that segment is appended to. Then it reads the last segment. A start
+// therefore reads the indexes and at most a segment of lines, whatever the journal's length.
+//
+// A Journal makes every check a File makes, against the whole retained journal (a re-delivery is
+// compared with its copies in whichever segments hold them), with the same failure model: a batch
+// whole or not at all, fdatasync before Append returns, ErrFailed after a failed fdatasync, the
+// last segment's torn tail cut at Open, an exclusive flock on the directory (ErrLocked), and
+// another program's write to the last segment refused before each append (ErrModified); a write to
+// a sealed segment is found when the journal is opened or the segment read. A directory that holds
+// anything but segments, their indexes and an index's temporary file left by a crash is
+// ErrNotJournal, and so is a path that is not a directory (a single-file journal is carried over
+// by `outbox journal adopt FILE DIR`). The run index in memory costs what File's costs for the same
+// lines.
+//
 // # Verify
 //
 // Verify checks a journal against the reader's rules and reports what it accepted. A line longer than

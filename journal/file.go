@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 
 	"github.com/textmachine/outbox/internal/dirsync"
 	"github.com/textmachine/outbox/internal/faultpoint"
@@ -49,20 +48,27 @@ const tailLen = 64
 // key, writes a batch and fdatasyncs it, or leaves the file as it was. A File holds an exclusive lock
 // on its path while open. Its methods are safe for concurrent use.
 type File struct {
-	path string
+	runLog
+	mu sync.Mutex
+	appendFile
+}
 
-	mu     sync.Mutex
+// appendFile is a journal file appended to: a File's, or a Journal's last segment.
+type appendFile struct {
+	path   string
 	f      *os.File
 	size   int64  // the length of the file's complete, synced content
 	tail   []byte // its last bytes (up to tailLen)
 	failed error
 	ops    fileOps
-	scan   scanner // parses lines with the verifier's rules
-	runs   runIndex
-	rbuf   []byte // the line reader's buffer, kept between reads
-	read   int64  // bytes read to index the file and check re-deliveries
+}
 
-	closing atomic.Bool // set by Close, so that a long read under mu gives up
+// readAt reads the file's bytes; a File's offsets are its file's.
+func (a *appendFile) readAt(b []byte, off int64) error {
+	if err := readAt(a.f, b, off); err != nil {
+		return fmt.Errorf("journal: read %s at byte %d: %w", a.path, off, err)
+	}
+	return nil
 }
 
 // fileOps is the file system under a File, replaceable so tests can inject I/O errors and power loss.
@@ -128,7 +134,8 @@ func openFile(path string, ops fileOps) (*File, error) {
 			return nil, fmt.Errorf("journal: sync %s after cutting its torn tail: %w", path, err)
 		}
 	}
-	j := &File{path: path, f: f, size: end.complete, tail: end.tail, ops: ops}
+	j := &File{appendFile: appendFile{path: path, f: f, size: end.complete, tail: end.tail, ops: ops}}
+	j.name, j.src = path, &j.appendFile
 	j.runs.init(j.size)
 	return j, nil
 }
@@ -251,29 +258,47 @@ func (j *File) Append(ctx context.Context, runID string, lines []outbox.EventLin
 	if err := j.checkUnmodified(); err != nil {
 		return err
 	}
+	if err := j.index(ctx); err != nil {
+		return err
+	}
 	if err := j.checkContinues(ctx, runID, lines); err != nil {
 		return err
 	}
-	if err := j.write(buf); err != nil {
-		if terr := j.ops.Truncate(j.f, j.size); terr != nil {
-			j.failed = terr
-			return fmt.Errorf("journal: append to %s: %w (and the truncate back failed: %v)", j.path, err, terr)
+	off := j.size
+	if err := j.appendSynced(buf); err != nil {
+		return err
+	}
+	j.runs.noteAppended(runID, lines, off)
+	j.runs.scanned = j.size
+	return nil
+}
+
+// index builds the run index, reading the file from where an interrupted build stopped.
+func (j *File) index(ctx context.Context) error {
+	return j.scanInto(ctx, &j.runs, j.size)
+}
+
+// appendSynced writes buf after the complete content and fdatasyncs it, or leaves the file as it
+// was (or, when that fails too, marks it failed).
+func (a *appendFile) appendSynced(buf []byte) error {
+	if err := a.write(buf); err != nil {
+		if terr := a.ops.Truncate(a.f, a.size); terr != nil {
+			a.failed = terr
+			return fmt.Errorf("journal: append to %s: %w (and the truncate back failed: %v)", a.path, err, terr)
 		}
-		return fmt.Errorf("journal: append to %s: %w", j.path, err)
+		return fmt.Errorf("journal: append to %s: %w", a.path, err)
 	}
 	faultpoint.Hit(faultpoint.JournalBeforeSync)
-	if err := j.ops.Datasync(j.f); err != nil {
+	if err := a.ops.Datasync(a.f); err != nil {
 		// The batch may or may not be on disk, and a second fdatasync could report success for pages
 		// the kernel already dropped. Cut the batch back (best effort) and refuse further appends: the
 		// relay re-sends the batch to a reopened file, where it is new or a byte-identical duplicate.
-		j.failed = err
-		j.ops.Truncate(j.f, j.size)
-		return fmt.Errorf("journal: fdatasync %s: %w", j.path, err)
+		a.failed = err
+		a.ops.Truncate(a.f, a.size)
+		return fmt.Errorf("journal: fdatasync %s: %w", a.path, err)
 	}
-	j.runs.noteAppended(runID, lines, j.size)
-	j.size += int64(len(buf))
-	j.runs.scanned = j.size
-	j.tail = appendTail(j.tail, buf)
+	a.size += int64(len(buf))
+	a.tail = appendTail(a.tail, buf)
 	return nil
 }
 
@@ -302,7 +327,7 @@ func (j *File) LastSeqContext(ctx context.Context, runID string) (int64, error) 
 	return j.runs.last(runID), nil
 }
 
-func (j *File) usable() error {
+func (j *appendFile) usable() error {
 	if j.f == nil {
 		return fmt.Errorf("journal: %s: file closed", j.path)
 	}
@@ -315,7 +340,7 @@ func (j *File) usable() error {
 // checkUnmodified checks that the file still ends where the last append left it: its length, and its
 // last bytes. A program that appended (or truncated and wrote again) would otherwise have its bytes
 // overwritten, or leave a hole of NUL bytes before the next line.
-func (j *File) checkUnmodified() error {
+func (j *appendFile) checkUnmodified() error {
 	st, err := j.f.Stat()
 	if err != nil {
 		return fmt.Errorf("journal: stat %s: %w", j.path, err)
@@ -323,7 +348,7 @@ func (j *File) checkUnmodified() error {
 	// A journal moved away (a log rotation that renames and creates) would take the lines the reader
 	// of the path is waiting for.
 	if pst, err := os.Stat(j.path); err != nil || !os.SameFile(st, pst) {
-		return fmt.Errorf("%w: %s no longer names the file this File appends to: %w", ErrModified, j.path, outbox.ErrSinkRefused)
+		return fmt.Errorf("%w: %s no longer names the file this journal appends to: %w", ErrModified, j.path, outbox.ErrSinkRefused)
 	}
 	if st.Size() != j.size {
 		return fmt.Errorf("%w: %s is %d bytes long, the last append left it at %d: %w",
@@ -352,7 +377,7 @@ func appendTail(tail, b []byte) []byte {
 
 // write writes buf at the end of the complete content, splitting it at a fault point when tests arm
 // one.
-func (j *File) write(buf []byte) error {
+func (j *appendFile) write(buf []byte) error {
 	off := j.size
 	if faultpoint.Armed() && len(buf) > 1 {
 		half := len(buf) / 2
@@ -365,7 +390,7 @@ func (j *File) write(buf []byte) error {
 	return j.writeAll(buf, off)
 }
 
-func (j *File) writeAll(buf []byte, off int64) error {
+func (j *appendFile) writeAll(buf []byte, off int64) error {
 	for len(buf) > 0 {
 		n, err := j.ops.WriteAt(j.f, buf, off)
 		if err != nil {

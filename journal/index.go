@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"sync/atomic"
 
 	"github.com/textmachine/outbox/outbox"
 )
@@ -26,13 +27,32 @@ const spanReach = 1 << 20
 // errClosing: Close was called while a read was under way; the read gives up at its next chunk.
 var errClosing = errors.New("file closed")
 
+// runLog is what File and Journal share: the run index over a journal's bytes, and the checks of a
+// batch against it. Offsets are the journal's: a File's are its file's, a Journal's run across its
+// segments, which src reads as one.
+type runLog struct {
+	name string // the file or directory, for messages
+	src  byteSource
+	scan scanner // parses lines with the verifier's rules
+	runs runIndex
+	rbuf []byte // the line reader's buffer, kept between reads
+	read int64  // bytes read to index the journal and check re-deliveries
+
+	closing atomic.Bool // set by Close, so that a long read under the lock gives up
+}
+
+// byteSource reads a journal's bytes at its offsets; its errors name what it read.
+type byteSource interface {
+	readAt(b []byte, off int64) error
+}
+
 // lineReader reads the file's lines forward, from the start of a line to end, in chunks of
 // readChunk bytes. A line longer than the limit is skipped without holding more of it than the
 // limit: it is no line the File wrote, and judging it is the verifier's work. Before each read it
 // checks its context and whether the File is closing, so a long read is cancellable at every
 // chunk.
 type lineReader struct {
-	j    *File
+	j    *runLog
 	ctx  context.Context
 	buf  []byte
 	data []byte // what is read and not yet returned: a part of buf, from pos on
@@ -40,7 +60,7 @@ type lineReader struct {
 	end  int64
 }
 
-func (j *File) lines(ctx context.Context, from, end int64) *lineReader {
+func (j *runLog) lines(ctx context.Context, from, end int64) *lineReader {
 	return &lineReader{j: j, ctx: ctx, buf: j.rbuf, pos: from, end: end}
 }
 
@@ -94,8 +114,8 @@ func (r *lineReader) fill() error {
 	n := copy(r.buf[:cap(r.buf)], r.data)
 	at := r.pos + int64(n)
 	m := int(min(int64(cap(r.buf)-n), r.end-at))
-	if err := readAt(r.j.f, r.buf[n:n+m], at); err != nil {
-		return fmt.Errorf("journal: read %s at byte %d: %w", r.j.path, at, err)
+	if err := r.j.src.readAt(r.buf[n:n+m], at); err != nil {
+		return err
 	}
 	r.j.read += int64(m)
 	r.data = r.buf[:n+m]
@@ -114,8 +134,8 @@ func (r *lineReader) skipLine() error {
 			return err
 		}
 		b := r.buf[:min(int64(cap(r.buf)), r.end-r.pos)]
-		if err := readAt(r.j.f, b, r.pos); err != nil {
-			return fmt.Errorf("journal: read %s at byte %d: %w", r.j.path, r.pos, err)
+		if err := r.j.src.readAt(b, r.pos); err != nil {
+			return err
 		}
 		r.j.read += int64(len(b))
 		if i := bytes.IndexByte(b, '\n'); i >= 0 {
@@ -127,9 +147,9 @@ func (r *lineReader) skipLine() error {
 	return nil
 }
 
-func (j *File) interrupted(ctx context.Context) error {
+func (j *runLog) interrupted(ctx context.Context) error {
 	if j.closing.Load() {
-		return fmt.Errorf("journal: %s: %w", j.path, errClosing)
+		return fmt.Errorf("journal: %s: %w", j.name, errClosing)
 	}
 	return ctx.Err()
 }
@@ -240,13 +260,13 @@ func (x *runIndex) last(run string) int64 {
 	return 0
 }
 
-// index builds the run index, reading the file from where an interrupted build stopped.
-func (j *File) index(ctx context.Context) error {
-	x := &j.runs
+// scanInto adds to x the lines from where x's scan stopped (x.scanned) up to end, where a line ends,
+// and marks x built: a read interrupted by ctx or Close is taken up where it stopped by the next call.
+func (j *runLog) scanInto(ctx context.Context, x *runIndex, end int64) error {
 	if x.built {
 		return nil
 	}
-	r := j.lines(ctx, x.scanned, j.size)
+	r := j.lines(ctx, x.scanned, end)
 	defer r.done()
 	for {
 		line, off, err := r.next()
@@ -266,7 +286,7 @@ func (j *File) index(ctx context.Context) error {
 			rs.sort()
 		}
 	}
-	x.scanned, x.built = j.size, true
+	x.scanned, x.built = end, true
 	return nil
 }
 
@@ -284,7 +304,7 @@ func (x *runIndex) noteAppended(runID string, lines []outbox.EventLine, off int6
 // a line under a key the file holds with other bytes is a payload conflict, which the reader would
 // quarantine the run for; a seq the file skips is a gap. Each copy is found through the index: the
 // span that holds it is read, less than spanReach bytes before it and the lines compared.
-func (j *File) checkRedelivery(ctx context.Context, runID string, lines []outbox.EventLine, last int64) error {
+func (j *runLog) checkRedelivery(ctx context.Context, runID string, lines []outbox.EventLine, last int64) error {
 	rs := j.runs.runs[runID]
 	first := lines[0].Seq
 	upTo := min(lines[len(lines)-1].Seq, last)
@@ -293,7 +313,7 @@ func (j *File) checkRedelivery(ctx context.Context, runID string, lines []outbox
 		sp, ok := rs.find(seq)
 		if !ok {
 			return fmt.Errorf("%w: run %q: %s holds the run up to seq %d but not seq %d: %w",
-				ErrStreamGap, runID, j.path, last, seq, outbox.ErrSinkRefused)
+				ErrStreamGap, runID, j.name, last, seq, outbox.ErrSinkRefused)
 		}
 		to := min(upTo, sp.last())
 		if err := j.compareSpan(ctx, runID, sp, lines, seq, to, seen); err != nil {
@@ -305,7 +325,7 @@ func (j *File) checkRedelivery(ctx context.Context, runID string, lines []outbox
 		if !ok {
 			// The index said the span holds it: the file changed under the File.
 			return fmt.Errorf("%w: %s: run %q seq %d is no longer where it was: %w",
-				ErrModified, j.path, runID, first+int64(i), outbox.ErrSinkRefused)
+				ErrModified, j.name, runID, first+int64(i), outbox.ErrSinkRefused)
 		}
 	}
 	return nil
@@ -313,7 +333,7 @@ func (j *File) checkRedelivery(ctx context.Context, runID string, lines []outbox
 
 // compareSpan reads the span sp and compares every copy of runID's seqs from to to that it holds
 // with the batch's line.
-func (j *File) compareSpan(ctx context.Context, runID string, sp span, lines []outbox.EventLine, from, to int64, seen []bool) error {
+func (j *runLog) compareSpan(ctx context.Context, runID string, sp span, lines []outbox.EventLine, from, to int64, seen []bool) error {
 	first := lines[0].Seq
 	r := j.lines(ctx, sp.off, sp.off+int64(sp.size))
 	defer r.done()
@@ -331,7 +351,7 @@ func (j *File) compareSpan(ctx context.Context, runID string, sp span, lines []o
 		}
 		if !bytes.Equal(line[:n], lines[seq-first].Line) {
 			return fmt.Errorf("%w: run %q seq %d: %s holds the line with other bytes: %w",
-				ErrPayloadConflict, runID, seq, j.path, outbox.ErrSinkRefused)
+				ErrPayloadConflict, runID, seq, j.name, outbox.ErrSinkRefused)
 		}
 		seen[seq-first] = true
 	}

@@ -40,7 +40,7 @@ func checkLineBytes(runID string, l outbox.EventLine) error {
 
 // checkKeys parses each line of buf (the batch, each line followed by its newline) as the verifier
 // does, and checks that it is runID's line of its EventLine.Seq, and that the seqs are consecutive.
-func (j *File) checkKeys(runID string, lines []outbox.EventLine, buf []byte) error {
+func (j *runLog) checkKeys(runID string, lines []outbox.EventLine, buf []byte) error {
 	start := 0
 	for i, l := range lines {
 		n, run, seq, w := j.scan.parseNext(buf[start:])
@@ -64,11 +64,8 @@ func (j *File) checkKeys(runID string, lines []outbox.EventLine, buf []byte) err
 
 // checkContinues refuses a batch of runID that starts more than one past the run's last seq in the
 // journal, and compares every line of it that the journal already holds with its copy there, wherever
-// in the file that is (see runIndex).
-func (j *File) checkContinues(ctx context.Context, runID string, lines []outbox.EventLine) error {
-	if err := j.index(ctx); err != nil {
-		return err
-	}
+// in the journal that is (see runIndex). The caller has built the index.
+func (j *runLog) checkContinues(ctx context.Context, runID string, lines []outbox.EventLine) error {
 	first := lines[0].Seq
 	last := j.runs.last(runID)
 	switch {
@@ -78,8 +75,8 @@ func (j *File) checkContinues(ctx context.Context, runID string, lines []outbox.
 		return nil
 	case last == 0:
 		return fmt.Errorf("%w: run %q: the batch starts at seq %d, and %s holds no line of the run: %w",
-			ErrStreamGap, runID, first, j.path, outbox.ErrSinkRefused)
+			ErrStreamGap, runID, first, j.name, outbox.ErrSinkRefused)
 	}
 	return fmt.Errorf("%w: run %q: the batch starts at seq %d, and %s holds the run up to seq %d: %w",
-		ErrStreamGap, runID, first, j.path, last, outbox.ErrSinkRefused)
+		ErrStreamGap, runID, first, j.name, last, outbox.ErrSinkRefused)
 }

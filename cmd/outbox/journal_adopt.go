@@ -1,0 +1,66 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+
+	"github.com/textmachine/outbox/journal"
+)
+
+func init() {
+	commands["journal"] = command{
+		summary: "work on a segmented journal directory (adopt: carry a single-file journal over)",
+		run:     runJournal,
+	}
+}
+
+const journalAbout = `
+Works on a journal kept as a directory of segments.
+
+  adopt FILE DIR   carries the single-file journal FILE over into DIR, which must be missing or
+                   empty and on FILE's file system: FILE becomes DIR's first segment
+                   (00000000000000000000.jsonl), moved by a rename, so every line keeps its byte
+                   position; it is read once, to write its index, and an empty segment is started
+                   after it, so that a start reads the index, not the file. Stop the engine first:
+                   a journal another writer has open is refused. Nothing is changed when it is
+                   refused. FILE is no longer at its path afterwards: an inbox that reads it
+                   (ApplyFile, FollowFile) must be moved to the directory too.`
+
+func runJournal(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("journal", "outbox journal adopt FILE DIR", journalAbout)
+	pos, code, done := parseFlags(fs, args, stderr)
+	if done {
+		return code
+	}
+	if len(pos) == 0 {
+		return usageError(stderr, "outbox journal", "need a subcommand: adopt FILE DIR")
+	}
+	switch pos[0] {
+	case "adopt":
+		if len(pos) != 3 {
+			return usageError(stderr, "outbox journal", "adopt takes a file and a directory: adopt FILE DIR")
+		}
+		return journalAdopt(ctx, pos[1], pos[2], stdout, stderr)
+	}
+	return usageError(stderr, "outbox journal", "unknown subcommand %s", quote(pos[0]))
+}
+
+func journalAdopt(ctx context.Context, file, dir string, stdout, stderr io.Writer) int {
+	if err := checkFile(file, "journal"); err != nil {
+		return failErr(stderr, exitUsage, "journal adopt", fmt.Errorf("%w; nothing was changed", err))
+	}
+	err := journal.Adopt(ctx, file, dir)
+	if errors.Is(err, journal.ErrLocked) {
+		return fail(stderr, exitUsage, "journal adopt: journal %s is open in another process (is the engine running?); nothing was changed", quote(file))
+	}
+	if err != nil {
+		return failErr(stderr, exitUsage, "journal adopt", err)
+	}
+	fmt.Fprintf(stdout, "adopted %s as %s\n", quote(file), quote(filepath.Join(dir, "00000000000000000000.jsonl")))
+	return exitOK
+}

@@ -1,0 +1,133 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package journal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+)
+
+// ErrNotEmpty is returned by Adopt when the directory already holds files: a journal's segments, or
+// anything else. Nothing is changed.
+var ErrNotEmpty = errors.New("journal: the directory is not empty")
+
+// Adopt carries the single-file journal at file over into dir as a segmented journal, with nothing
+// lost and the file read once: the file becomes the first segment (00000000000000000000.jsonl),
+// moved by a rename, so that every line keeps its position; its index is written from that one
+// read, and an empty segment is started after it, so that the next start reads the index and not
+// the file. dir must be missing or empty (ErrNotEmpty), and on the file's file system: a rename
+// cannot move a file to another, and a copy would read it twice, so that is refused and nothing is
+// changed. The file is opened as OpenFile opens it: a file that is not a journal is ErrNotJournal,
+// one another writer has open is ErrLocked, and its torn tail is cut. A crash part way leaves dir a
+// journal that Open takes (at worst with the first segment not yet sealed, which the next roll
+// seals), or file where it was and dir empty.
+func Adopt(ctx context.Context, file, dir string) error {
+	if dir == "" || file == "" {
+		return errors.New("journal: Adopt: a file and a directory are needed")
+	}
+	created := false
+	switch st, err := os.Stat(dir); {
+	case errors.Is(err, os.ErrNotExist):
+		created = true
+	case err != nil:
+		return fmt.Errorf("journal: %w", err)
+	case !st.IsDir():
+		return fmt.Errorf("%w: %s is not a directory; nothing was changed", ErrNotJournal, dir)
+	default:
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			return fmt.Errorf("journal: %w", err)
+		}
+		if len(ents) > 0 {
+			return fmt.Errorf("%w: %s holds %q; nothing was changed", ErrNotEmpty, dir, ents[0].Name())
+		}
+	}
+	src, err := OpenFile(file)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	// The one read: the run index of the whole file.
+	if _, err := src.LastSeqContext(ctx, ""); err != nil {
+		return err
+	}
+	end, err := inspect(src.f)
+	if err != nil {
+		return inspectError(file, err)
+	}
+	if created {
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			return fmt.Errorf("journal: create %s: %w", dir, err)
+		}
+	}
+	dirf, err := os.Open(dir)
+	if err == nil {
+		err = lock(dirf)
+		if err != nil {
+			dirf.Close()
+		}
+	}
+	if err != nil {
+		if created {
+			os.Remove(dir)
+		}
+		if errors.Is(err, errHeld) {
+			return fmt.Errorf("%w: %s", ErrLocked, dir)
+		}
+		return fmt.Errorf("journal: %w", err)
+	}
+	defer unlock(dirf)
+	// Empty still, now that it is locked?
+	if ents, err := os.ReadDir(dir); err != nil || len(ents) > 0 {
+		if err == nil {
+			err = fmt.Errorf("%w: %s holds %q; nothing was changed", ErrNotEmpty, dir, ents[0].Name())
+		}
+		return err
+	}
+	first := filepath.Join(dir, segmentName(0))
+	if err := os.Rename(file, first); err != nil {
+		if created {
+			os.Remove(dir)
+		}
+		if errors.Is(err, syscall.EXDEV) {
+			return fmt.Errorf("journal: %s and %s are on different file systems: move the file next to the "+
+				"directory first (a copy would read it twice); nothing was changed", file, dir)
+		}
+		return fmt.Errorf("journal: %w", err)
+	}
+	if created {
+		if err := syncDir(filepath.Dir(dir)); err != nil {
+			return err
+		}
+	}
+	if err := syncDir(dir); err != nil {
+		return err
+	}
+	if err := syncDir(filepath.Dir(file)); err != nil {
+		return err
+	}
+	if src.size == 0 {
+		return nil // an empty first segment is the one appended to
+	}
+	// Sealed as a roll seals: the index, then the next segment.
+	j := &Journal{dir: dir, rdIdx: -1}
+	j.name, j.src = dir, j
+	j.appendFile = appendFile{path: first, f: src.f, size: src.size}
+	sum, _, err := j.lineSum(end.lastStart, src.size)
+	if err != nil {
+		return err
+	}
+	if err := j.writeIndex(segIndexOf(&src.runs, 0, src.size, end.lastStart, sum)); err != nil {
+		return err
+	}
+	next, err := os.OpenFile(filepath.Join(dir, segmentName(src.size)), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return fmt.Errorf("journal: start the segment after %s: %w", first, err)
+	}
+	next.Close()
+	return syncDir(dir)
+}

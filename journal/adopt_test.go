@@ -1,0 +1,139 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package journal
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// singleFile writes a single-file journal of runs "x" (1–2) and "r" (1–6).
+func singleFile(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "j.jsonl")
+	f, err := OpenFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, b := range []struct {
+		run  string
+		from int64
+		n    int
+	}{{"x", 1, 2}, {"r", 1, 3}, {"r", 4, 3}} {
+		if err := f.Append(ctx, b.run, runBatch(b.run, b.from, b.n, "w")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.Close()
+	return path
+}
+
+func TestAdoptMakesTheFileTheFirstSegmentSealedWithItsIndex(t *testing.T) {
+	t.Parallel()
+	path := singleFile(t)
+	before, _ := os.Stat(path)
+	content, _ := os.ReadFile(path)
+	dir := filepath.Join(t.TempDir(), "j")
+	if err := Adopt(context.Background(), path, dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the file is still at its path: %v", err)
+	}
+	first, err := os.Stat(filepath.Join(dir, segmentName(0)))
+	if err != nil || !os.SameFile(before, first) {
+		t.Fatalf("the first segment is not the file, moved: %v", err)
+	}
+	if string(catDir(t, dir)) != string(content) {
+		t.Fatal("the journal's bytes changed")
+	}
+	for _, name := range []string{indexName(0), segmentName(int64(len(content)))} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	j := openDir(t, dir)
+	for run, want := range map[string]int64{"x": 2, "r": 6} {
+		if got, err := j.LastSeq(run); err != nil || got != want {
+			t.Errorf("LastSeq(%q) = %d, %v; want %d", run, got, err, want)
+		}
+	}
+	if j.read != 0 {
+		t.Fatalf("the first start after Adopt read %d bytes of lines", j.read)
+	}
+	if err := j.Append(context.Background(), "x", runBatch("x", 2, 1, "other")); !errors.Is(err, ErrPayloadConflict) {
+		t.Fatalf("a re-delivery with other bytes against the adopted lines: %v", err)
+	}
+	mustAppend(t, j, "r", runBatch("r", 5, 3, "w"))
+}
+
+func TestAdoptOfAnEmptyFileLeavesItTheSegmentAppendedTo(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "j.jsonl")
+	os.WriteFile(path, nil, 0o644)
+	dir := filepath.Join(t.TempDir(), "j")
+	if err := Adopt(context.Background(), path, dir); err != nil {
+		t.Fatal(err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 || ents[0].Name() != segmentName(0) {
+		t.Fatalf("the directory holds %v", ents)
+	}
+	mustAppend(t, openDir(t, dir), "r", runBatch("r", 1, 1, "w"))
+}
+
+func TestAdoptRefusesADirectoryThatHoldsSegmentsAndChangesNothing(t *testing.T) {
+	t.Parallel()
+	path := singleFile(t)
+	content, _ := os.ReadFile(path)
+	dir := sealedJournal(t)
+	before := catDir(t, dir)
+	if err := Adopt(context.Background(), path, dir); !errors.Is(err, ErrNotEmpty) {
+		t.Fatalf("Adopt into a journal: %v, want ErrNotEmpty", err)
+	}
+	if b, _ := os.ReadFile(path); string(b) != string(content) || string(catDir(t, dir)) != string(before) {
+		t.Fatal("the refused Adopt changed something")
+	}
+}
+
+func TestAdoptRefusesAFileThatIsNotAJournalOrIsOpenAndLeavesNothingBehind(t *testing.T) {
+	t.Parallel()
+	notJournal := filepath.Join(t.TempDir(), "notes.txt")
+	os.WriteFile(notJournal, []byte("hello\n"), 0o644)
+	dir := filepath.Join(t.TempDir(), "j")
+	if err := Adopt(context.Background(), notJournal, dir); !errors.Is(err, ErrNotJournal) {
+		t.Fatalf("Adopt of a text file: %v, want ErrNotJournal", err)
+	}
+	path := singleFile(t)
+	f, err := OpenFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := Adopt(context.Background(), path, dir); !errors.Is(err, ErrLocked) {
+		t.Fatalf("Adopt of a journal another writer has open: %v, want ErrLocked", err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a refused Adopt left %s behind", dir)
+	}
+}
+
+func TestAdoptStoppedByItsContextChangesNothing(t *testing.T) {
+	t.Parallel()
+	path := singleFile(t)
+	dir := filepath.Join(t.TempDir(), "j")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := Adopt(ctx, path, dir); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Adopt with its context done: %v, want context.Canceled", err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the stopped Adopt left %s behind", dir)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("the stopped Adopt moved the file: %v", err)
+	}
+}

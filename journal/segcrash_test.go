@@ -1,0 +1,153 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package journal
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/textmachine/outbox/internal/crashtest"
+	"github.com/textmachine/outbox/internal/faultpoint"
+)
+
+func TestMain(m *testing.M) {
+	crashtest.Main(m, map[string]func() int{"segment-writer": segmentWriter})
+}
+
+// segmentWriter appends batches of three lines of run "r" to the journal in SEG_DIR, at the segment
+// size SEG_SIZE, going on from the run's last seq there, and prints each batch's last seq once Append
+// has returned: what the journal has acknowledged.
+func segmentWriter() int {
+	crashtest.ArmFromEnv()
+	size, _ := strconv.ParseInt(os.Getenv("SEG_SIZE"), 10, 64)
+	batches, _ := strconv.Atoi(os.Getenv("SEG_BATCHES"))
+	j, err := Open(os.Getenv("SEG_DIR"), WithSegmentSize(size))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	last, err := j.LastSeq("r")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	for range batches {
+		if err := j.Append(context.Background(), "r", runBatch("r", last+1, 3, strings.Repeat("w", 40))); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		last += 3
+		fmt.Println(last)
+	}
+	return 0
+}
+
+// runWriter runs a segmentWriter life and returns the last seq it printed.
+func runWriter(t *testing.T, dir string, size int64, batches int, env ...string) (acked int64, killed bool) {
+	t.Helper()
+	cmd := crashtest.Child(t, "segment-writer", append(env, "SEG_DIR="+dir,
+		"SEG_SIZE="+strconv.FormatInt(size, 10), "SEG_BATCHES="+strconv.Itoa(batches))...)
+	out, err := cmd.Output()
+	killed = crashtest.Killed(err)
+	if err != nil && !killed {
+		t.Fatalf("writer: %v", err)
+	}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		acked, _ = strconv.ParseInt(sc.Text(), 10, 64)
+	}
+	return acked, killed
+}
+
+// checkJournal opens dir and checks that it holds run "r" from seq 1 to at least acked, with no gap
+// and no torn line, and that every sealed segment's index, once the start has read them, is the
+// index of that segment.
+func checkJournal(t *testing.T, dir string, acked int64) int64 {
+	t.Helper()
+	j, err := Open(dir)
+	if err != nil {
+		t.Fatalf("open after the kill: %v", err)
+	}
+	defer j.Close()
+	last, err := j.LastSeq("r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last < acked || last > acked+3 {
+		t.Fatalf("the journal holds run r up to %d, %d was acknowledged", last, acked)
+	}
+	rep, err := Verify(bytes.NewReader(catDir(t, dir)))
+	if err != nil || rep.TornTail || rep.Runs["r"].Last != last || int64(rep.Lines) != last {
+		t.Fatalf("verify after the kill: %+v, %v", rep, err)
+	}
+	segs := segmentsOf(t, dir)
+	if tmp, _ := filepath.Glob(filepath.Join(dir, "*.tmp")); len(tmp) > 0 {
+		t.Fatalf("Open left %v", tmp)
+	}
+	if _, err := os.Stat(filepath.Join(dir, indexName(segs[len(segs)-1].base))); err == nil {
+		t.Fatal("an index is left beside the last segment, which is appended to")
+	}
+	for _, s := range segs[:len(segs)-1] {
+		b, err := os.ReadFile(filepath.Join(dir, indexName(s.base)))
+		if err != nil {
+			t.Fatalf("sealed segment %d has no index after the start: %v", s.base, err)
+		}
+		si, err := parseSegIndex(b)
+		if err != nil || si.base != s.base || si.size != s.size {
+			t.Fatalf("the index of segment %d: %+v, %v", s.base, si, err)
+		}
+	}
+	return last
+}
+
+func TestAJournalKilledAtEveryStepOfARollOpensWithEveryAcknowledgedLine(t *testing.T) {
+	t.Parallel()
+	points := []string{faultBeforeIndex, faultIndexTmp, faultAfterIndex, faultAfterRoll, faultpoint.JournalMidWrite, faultpoint.JournalBeforeSync}
+	for _, point := range points {
+		for _, at := range []int{1, 2} {
+			dir := filepath.Join(t.TempDir(), "j")
+			acked, killed := runWriter(t, dir, 500, 30, crashtest.KillAt(point, at)...)
+			if !killed {
+				t.Fatalf("%s #%d: the writer was not killed", point, at)
+			}
+			last := checkJournal(t, dir, acked)
+			// The next life goes on from there, rolls again, and leaves a journal that opens.
+			acked, _ = runWriter(t, dir, 500, 10)
+			if acked != last+30 {
+				t.Fatalf("%s #%d: the next life acknowledged up to %d, from %d", point, at, acked, last)
+			}
+			checkJournal(t, dir, acked)
+		}
+	}
+}
+
+func TestAnIndexWrittenBeforeAHardKillIsNotTrustedOnceItsSegmentGrew(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "j")
+	acked, killed := runWriter(t, dir, 500, 30, crashtest.KillAt(faultAfterIndex, 1)...)
+	if !killed {
+		t.Fatal("the writer was not killed")
+	}
+	segs := segmentsOf(t, dir)
+	tail := segs[len(segs)-1]
+	if _, err := os.Stat(filepath.Join(dir, indexName(tail.base))); err != nil {
+		t.Fatalf("the kill left no index beside the last segment: %v", err)
+	}
+	// The next life takes larger segments, so the segment the index describes grows past it before
+	// it is sealed, and is killed as it seals it.
+	acked2, killed := runWriter(t, dir, 5000, 100, crashtest.KillAt(faultAfterRoll, 1)...)
+	if !killed || acked2 <= acked {
+		t.Fatalf("the second life: acked %d (from %d), killed %v", acked2, acked, killed)
+	}
+	if s := segmentsOf(t, dir); s[len(s)-2].base != tail.base || s[len(s)-2].size <= tail.size {
+		t.Fatalf("the segment did not grow: %v", s)
+	}
+	checkJournal(t, dir, acked2)
+}

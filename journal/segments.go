@@ -1,0 +1,576 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package journal
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/textmachine/outbox/internal/faultpoint"
+	"github.com/textmachine/outbox/outbox"
+)
+
+// DefaultSegmentSize is the size a Journal's segment is sealed at unless WithSegmentSize says
+// otherwise.
+const DefaultSegmentSize = 128 << 20
+
+// The fault points of a roll, in the order it passes them.
+const (
+	faultBeforeIndex = "journal.before_index" // the last segment is full; its index is not written
+	faultIndexTmp    = "journal.index_tmp"    // the index is written and synced under its temporary name
+	faultAfterIndex  = "journal.after_index"  // its index is written; the next segment is not created
+	faultAfterRoll   = "journal.after_roll"   // the next segment is created; the batch is not written
+)
+
+const (
+	segmentExt = ".jsonl"
+	indexExt   = ".idx"
+	tmpExt     = ".idx.tmp"
+	nameDigits = 20
+)
+
+// Option configures Open.
+type Option func(*options)
+
+type options struct {
+	segmentSize int64
+	ops         fileOps
+}
+
+// WithSegmentSize sets the size a segment is sealed at (DefaultSegmentSize by default): a batch that
+// would take the last segment past n bytes goes to a new one. A batch is never split, so a segment
+// exceeds n only when it holds a single batch larger than n. n must be positive.
+func WithSegmentSize(n int64) Option { return func(o *options) { o.segmentSize = n } }
+
+// withOps replaces the file system calls of appends, for tests.
+func withOps(ops fileOps) Option { return func(o *options) { o.ops = ops } }
+
+// Journal is a journal kept as a directory of segment files, for appending. It is the outbox's
+// segmented sink, with every check File makes (see Append); a start reads the sealed segments'
+// index files and the last segment, not the journal's history. A Journal holds an exclusive lock on
+// its directory while open. Its methods are safe for concurrent use.
+type Journal struct {
+	runLog
+	mu sync.Mutex
+	appendFile
+
+	dir     string
+	dirf    *os.File // the directory, locked
+	segSize int64
+
+	sealed   []segment // in order; the last segment (the tail) follows them
+	tailBase int64
+	lastLine int64    // where the tail's last complete line starts, when it has one
+	tailRuns runIndex // the tail's own spans, written beside it when it is sealed
+	loaded   int      // sealed segments whose spans are in runs
+	merged   bool     // tailRuns is in runs too
+
+	rd    *os.File // a sealed segment open for reading, kept for the next read
+	rdIdx int
+}
+
+type segment struct{ base, size int64 }
+
+func segmentName(base int64) string { return fmt.Sprintf("%0*d%s", nameDigits, base, segmentExt) }
+func indexName(base int64) string   { return fmt.Sprintf("%0*d%s", nameDigits, base, indexExt) }
+
+// parseBase reads the position in a name of the journal's form: nameDigits digits and ext.
+func parseBase(name, ext string) (int64, bool) {
+	digits, ok := strings.CutSuffix(name, ext)
+	if !ok || len(digits) != nameDigits || strings.Trim(digits, "0123456789") != "" {
+		return 0, false
+	}
+	v, err := strconv.ParseInt(digits, 10, 64)
+	return v, err == nil
+}
+
+// Open opens the journal kept in dir for appending, creating dir (and its first segment) when it is
+// missing or empty. dir holds only the journal's files: segments named by the journal-wide position
+// of their first byte (%020d.jsonl), and the sealed segments' index files (%020d.idx). Anything else
+// in it, a path that is not a directory, or a last segment that is not a journal, is ErrNotJournal,
+// left as it was. A sealed segment whose size does not end where the next one's name begins (another
+// program appended to it, or cut it) is ErrModified. Open takes an exclusive lock on dir, failing
+// with ErrLocked when another Journal, in this process or another, has it open, and cuts the last
+// segment's torn tail. It reads no sealed segment: the first Append or LastSeq reads their indexes.
+func Open(dir string, opts ...Option) (*Journal, error) {
+	o := options{segmentSize: DefaultSegmentSize, ops: osOps{}}
+	for _, opt := range opts {
+		if opt == nil {
+			return nil, errors.New("journal: Open: a nil Option")
+		}
+		opt(&o)
+	}
+	if o.segmentSize <= 0 {
+		return nil, fmt.Errorf("journal: Open: segment size %d: it must be positive", o.segmentSize)
+	}
+	if dir == "" {
+		return nil, errors.New("journal: Open: no directory named")
+	}
+	switch st, err := os.Stat(dir); {
+	case errors.Is(err, os.ErrNotExist):
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("journal: create %s: %w", dir, err)
+		}
+		if err := syncDir(filepath.Dir(dir)); err != nil {
+			return nil, err
+		}
+	case err != nil:
+		return nil, fmt.Errorf("journal: %w", err)
+	case !st.IsDir():
+		return nil, fmt.Errorf("%w: %s is not a directory (a single-file journal is opened with OpenFile, "+
+			"or carried over with outbox journal adopt); it was not opened", ErrNotJournal, dir)
+	}
+	dirf, err := os.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("journal: open %s: %w", dir, err)
+	}
+	if err := lock(dirf); err != nil {
+		dirf.Close()
+		if errors.Is(err, errHeld) {
+			return nil, fmt.Errorf("%w: %s", ErrLocked, dir)
+		}
+		return nil, fmt.Errorf("journal: lock %s: %w", dir, err)
+	}
+	j := &Journal{dir: dir, dirf: dirf, segSize: o.segmentSize, rdIdx: -1}
+	j.name, j.src, j.ops = dir, j, o.ops
+	if err := j.open(); err != nil {
+		if j.f != nil {
+			j.f.Close()
+		}
+		unlock(dirf)
+		return nil, err
+	}
+	return j, nil
+}
+
+// open reads the directory's names and opens the last segment; called with the lock held.
+func (j *Journal) open() error {
+	ents, err := os.ReadDir(j.dir)
+	if err != nil {
+		return fmt.Errorf("journal: read %s: %w", j.dir, err)
+	}
+	var bases []int64
+	indexes := map[int64]bool{}
+	var remove []string
+	for _, e := range ents {
+		name := e.Name()
+		if base, ok := parseBase(name, segmentExt); ok {
+			if !e.Type().IsRegular() {
+				return fmt.Errorf("%w: %s: %s is not a regular file", ErrNotJournal, j.dir, name)
+			}
+			bases = append(bases, base)
+			continue
+		}
+		if base, ok := parseBase(name, indexExt); ok && e.Type().IsRegular() {
+			indexes[base] = true
+			continue
+		}
+		if _, ok := parseBase(name, tmpExt); ok && e.Type().IsRegular() {
+			remove = append(remove, name) // an index whose write a crash interrupted
+			continue
+		}
+		return fmt.Errorf("%w: %s holds %q, which is not a file of a journal; it was not opened", ErrNotJournal, j.dir, name)
+	}
+	slices.Sort(bases)
+	if len(bases) == 0 {
+		if len(indexes) > 0 {
+			return fmt.Errorf("%w: %s holds index files but no segment; it was not opened", ErrNotJournal, j.dir)
+		}
+		bases = []int64{0}
+	}
+	for i, base := range bases[:len(bases)-1] {
+		st, err := os.Stat(filepath.Join(j.dir, segmentName(base)))
+		if err != nil {
+			return fmt.Errorf("journal: %w", err)
+		}
+		want := bases[i+1] - base
+		if st.Size() != want {
+			return fmt.Errorf("%w: %s: sealed segment %s is %d bytes, and the next segment's name says %d: "+
+				"another program appended to it or cut it: %w", ErrModified, j.dir, segmentName(base), st.Size(), want, outbox.ErrSinkRefused)
+		}
+		j.sealed = append(j.sealed, segment{base, want})
+	}
+	j.tailBase = bases[len(bases)-1]
+	segs := make(map[int64]bool, len(bases))
+	for _, b := range bases {
+		segs[b] = true
+	}
+	for base := range indexes {
+		// The last segment's index is stale by definition (it was written before a crash stopped a
+		// roll, and the segment may have grown since); one without its segment is an orphan.
+		if base >= j.tailBase || !segs[base] {
+			remove = append(remove, indexName(base))
+		}
+	}
+	path := filepath.Join(j.dir, segmentName(j.tailBase))
+	f, created, err := openRegular(path)
+	if err != nil {
+		return err
+	}
+	j.path, j.f = path, f
+	end, err := inspect(f)
+	if err != nil {
+		return inspectError(path, err)
+	}
+	if end.size != end.complete {
+		if err := j.ops.Truncate(f, end.complete); err != nil {
+			return fmt.Errorf("journal: cut the torn tail of %s: %w", path, err)
+		}
+		if err := j.ops.Datasync(f); err != nil {
+			return fmt.Errorf("journal: sync %s after cutting its torn tail: %w", path, err)
+		}
+	}
+	j.size, j.tail, j.lastLine = end.complete, end.tail, j.tailBase+end.lastStart
+	for _, name := range remove {
+		if err := os.Remove(filepath.Join(j.dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("journal: %w", err)
+		}
+	}
+	if created || len(remove) > 0 {
+		if err := syncDir(j.dir); err != nil {
+			return err
+		}
+	}
+	j.runs.init(0)
+	j.tailRuns.init(j.size)
+	j.tailRuns.scanned = j.tailBase
+	return nil
+}
+
+// Dir returns the journal's directory.
+func (j *Journal) Dir() string { return j.dir }
+
+// Path returns the journal's directory, as File's Path returns its file.
+func (j *Journal) Path() string { return j.dir }
+
+// Append writes lines, each followed by a newline, at the end of the journal, then fdatasyncs, with
+// File.Append's guarantees and checks, against the whole retained journal: a re-delivery is compared
+// with its copies in whichever segments hold them, and a run's first batch is refused when any
+// segment holds a run of that id with other bytes. A batch goes whole into one segment: when it
+// would take the last segment past the segment size, that segment is sealed (its index written
+// beside it) and the batch begins a new one, unless the last segment is empty. Another program's
+// write to the last segment, or a change of its name, is ErrModified, found before each append;
+// a sealed segment's is found when the journal is opened or the segment is read.
+func (j *Journal) Append(ctx context.Context, runID string, lines []outbox.EventLine) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	n := 0
+	for _, l := range lines {
+		if err := checkLineBytes(runID, l); err != nil {
+			return err
+		}
+		n += len(l.Line) + 1
+	}
+	if n == 0 {
+		return nil
+	}
+	buf := make([]byte, 0, n)
+	for _, l := range lines {
+		buf = append(append(buf, l.Line...), '\n')
+	}
+
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if err := j.usable(); err != nil {
+		return err
+	}
+	if err := j.checkKeys(runID, lines, buf); err != nil {
+		return err
+	}
+	if err := j.checkUnmodified(); err != nil {
+		return err
+	}
+	if err := j.index(ctx); err != nil {
+		return err
+	}
+	if err := j.checkContinues(ctx, runID, lines); err != nil {
+		return err
+	}
+	if j.size > 0 && j.size+int64(len(buf)) > j.segSize {
+		if err := j.roll(); err != nil {
+			return err
+		}
+	}
+	off := j.tailBase + j.size
+	if err := j.appendSynced(buf); err != nil {
+		return err
+	}
+	j.runs.noteAppended(runID, lines, off)
+	j.tailRuns.noteAppended(runID, lines, off)
+	j.tailRuns.scanned = j.tailBase + j.size
+	j.lastLine = off + int64(len(buf)-len(lines[len(lines)-1].Line)-1)
+	return nil
+}
+
+// LastSeq returns the highest seq of runID's lines in the journal, or 0 when it holds none.
+func (j *Journal) LastSeq(runID string) (int64, error) {
+	return j.LastSeqContext(context.Background(), runID)
+}
+
+// LastSeqContext returns the highest seq of runID's lines in the journal, or 0 when it holds none.
+// The first call after Open (or the first Append) reads the sealed segments' indexes, rebuilding
+// one that is missing or does not match its segment from that segment alone, and reads the last
+// segment; it stops with ctx's error when ctx is done, or when Close is called, and the next call
+// takes it up where it stopped.
+func (j *Journal) LastSeqContext(ctx context.Context, runID string) (int64, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if err := j.usable(); err != nil {
+		return 0, err
+	}
+	if err := j.checkUnmodified(); err != nil {
+		return 0, err
+	}
+	if err := j.index(ctx); err != nil {
+		return 0, err
+	}
+	return j.runs.last(runID), nil
+}
+
+// index loads the sealed segments' indexes and reads the last segment, from where an interrupted
+// call stopped.
+func (j *Journal) index(ctx context.Context) error {
+	if j.merged {
+		return nil
+	}
+	for j.loaded < len(j.sealed) {
+		if err := j.interrupted(ctx); err != nil {
+			return err
+		}
+		si, err := j.segmentIndex(ctx, j.sealed[j.loaded])
+		if err != nil {
+			return err
+		}
+		si.mergeInto(&j.runs)
+		j.loaded++
+	}
+	if err := j.scanInto(ctx, &j.tailRuns, j.tailBase+j.size); err != nil {
+		return err
+	}
+	for id, rs := range j.tailRuns.runs {
+		j.runs.addSpans(id, rs.spans, 0)
+	}
+	for _, rs := range j.runs.runs {
+		if rs.unsorted {
+			rs.sort()
+		}
+	}
+	j.runs.built, j.merged = true, true
+	return nil
+}
+
+// segmentIndex reads a sealed segment's index, and trusts it only when it is the index of that
+// segment as it is now: its position and size, and the digest of its last line, read alone. Any
+// other index (missing, torn, failing its checksum, another segment's, a stale one) is rebuilt from
+// the segment and written again.
+func (j *Journal) segmentIndex(ctx context.Context, seg segment) (*segIndex, error) {
+	b, err := os.ReadFile(filepath.Join(j.dir, indexName(seg.base)))
+	if err == nil {
+		if si, perr := parseSegIndex(b); perr == nil && si.base == seg.base && si.size == seg.size {
+			sum, ok, err := j.lineSum(seg.base+si.lastStart, seg.base+seg.size)
+			if err != nil {
+				return nil, err
+			}
+			if ok && sum == si.lastSum {
+				return si, nil
+			}
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("journal: %w", err)
+	}
+	return j.rebuildIndex(ctx, seg)
+}
+
+// lineSum returns the digest of the bytes from start to end, the last line of what ends at end
+// (its newline included); ok is false when they do not end in a newline, which no line the
+// journal wrote does.
+func (j *Journal) lineSum(start, end int64) (sum [sha256.Size]byte, ok bool, err error) {
+	b := make([]byte, end-start)
+	if err := j.readAt(b, start); err != nil {
+		return sum, false, err
+	}
+	if len(b) == 0 || b[len(b)-1] != '\n' {
+		return sum, false, nil
+	}
+	return sha256.Sum256(b), true, nil
+}
+
+// rebuildIndex reads a sealed segment whole to index it, and writes its index file.
+func (j *Journal) rebuildIndex(ctx context.Context, seg segment) (*segIndex, error) {
+	path := filepath.Join(j.dir, segmentName(seg.base))
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("journal: %w", err)
+	}
+	end, err := inspect(f)
+	f.Close()
+	if err != nil {
+		return nil, inspectError(path, err)
+	}
+	if end.complete != seg.size {
+		return nil, fmt.Errorf("%w: sealed segment %s does not end with a complete line: %w", ErrModified, path, outbox.ErrSinkRefused)
+	}
+	var x runIndex
+	x.init(seg.size)
+	x.scanned = seg.base
+	if err := j.scanInto(ctx, &x, seg.base+seg.size); err != nil {
+		return nil, err
+	}
+	sum, _, err := j.lineSum(seg.base+end.lastStart, seg.base+seg.size)
+	if err != nil {
+		return nil, err
+	}
+	si := segIndexOf(&x, seg.base, seg.size, seg.base+end.lastStart, sum)
+	if err := j.writeIndex(si); err != nil {
+		return nil, err
+	}
+	return si, nil
+}
+
+// writeIndex writes a segment's index durably: to a temporary name, synced, renamed, and the
+// directory synced, so that the name holds the whole index or none.
+func (j *Journal) writeIndex(si *segIndex) error {
+	final := filepath.Join(j.dir, indexName(si.base))
+	tmp := final + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return fmt.Errorf("journal: write the index of %s: %w", segmentName(si.base), err)
+	}
+	_, err = f.Write(si.encode())
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		faultpoint.Hit(faultIndexTmp)
+		err = os.Rename(tmp, final)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("journal: write the index of %s: %w", segmentName(si.base), err)
+	}
+	return syncDir(j.dir)
+}
+
+// roll seals the last segment and starts the next, named by the position it begins at: the index
+// first, so that a sealed segment nearly always has one (a crash between the two leaves an index
+// beside the last segment, which Open removes), then the new segment, synced into the directory.
+func (j *Journal) roll() error {
+	faultpoint.Hit(faultBeforeIndex)
+	end := j.tailBase + j.size
+	sum, _, err := j.lineSum(j.lastLine, end)
+	if err != nil {
+		return err
+	}
+	if err := j.writeIndex(segIndexOf(&j.tailRuns, j.tailBase, j.size, j.lastLine, sum)); err != nil {
+		return err
+	}
+	faultpoint.Hit(faultAfterIndex)
+	path := filepath.Join(j.dir, segmentName(end))
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("%w: %s: another program created %s: %w", ErrModified, j.dir, segmentName(end), outbox.ErrSinkRefused)
+	}
+	if err != nil {
+		return fmt.Errorf("journal: start segment %s: %w", path, err)
+	}
+	if err := syncDir(j.dir); err != nil {
+		f.Close()
+		os.Remove(path)
+		return err
+	}
+	faultpoint.Hit(faultAfterRoll)
+	j.f.Close()
+	j.sealed = append(j.sealed, segment{j.tailBase, j.size})
+	j.loaded = len(j.sealed)
+	j.tailBase, j.path, j.f, j.size, j.tail, j.lastLine = end, path, f, 0, j.tail[:0], end
+	j.tailRuns.init(0)
+	j.tailRuns.scanned = end
+	return nil
+}
+
+// readAt reads the journal's bytes at its offsets, from whichever segments hold them.
+func (j *Journal) readAt(b []byte, off int64) error {
+	for len(b) > 0 {
+		if off >= j.tailBase {
+			return j.appendFile.readAt(b, off-j.tailBase)
+		}
+		i := sort.Search(len(j.sealed), func(i int) bool { return j.sealed[i].base+j.sealed[i].size > off })
+		if i == len(j.sealed) || j.sealed[i].base > off {
+			return fmt.Errorf("journal: %s holds no segment at byte %d", j.dir, off)
+		}
+		f, err := j.reader(i)
+		if err != nil {
+			return err
+		}
+		seg := j.sealed[i]
+		n := min(int64(len(b)), seg.base+seg.size-off)
+		if err := readAt(f, b[:n], off-seg.base); err != nil {
+			return fmt.Errorf("journal: read %s at byte %d: %w", f.Name(), off-seg.base, err)
+		}
+		b, off = b[n:], off+n
+	}
+	return nil
+}
+
+// reader opens sealed segment i for reading, or takes the one kept from the last read, and checks
+// that the segment still has the size it was sealed at: another program's append to a sealed
+// segment is found when the segment is read.
+func (j *Journal) reader(i int) (*os.File, error) {
+	if j.rdIdx != i {
+		if j.rd != nil {
+			j.rd.Close()
+			j.rd, j.rdIdx = nil, -1
+		}
+		f, err := os.Open(filepath.Join(j.dir, segmentName(j.sealed[i].base)))
+		if err != nil {
+			return nil, fmt.Errorf("journal: %w", err)
+		}
+		j.rd, j.rdIdx = f, i
+	}
+	st, err := j.rd.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("journal: %w", err)
+	}
+	if seg := j.sealed[i]; st.Size() != seg.size {
+		return nil, fmt.Errorf("%w: sealed segment %s is %d bytes, it was sealed at %d: %w",
+			ErrModified, j.rd.Name(), st.Size(), seg.size, outbox.ErrSinkRefused)
+	}
+	return j.rd, nil
+}
+
+// Close releases the directory's lock and closes the segments. Appends after Close fail. A read
+// under way in another goroutine's Append or LastSeq gives up at its next MiB.
+func (j *Journal) Close() error {
+	j.closing.Store(true)
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.f == nil {
+		return nil
+	}
+	j.f.Close()
+	j.f = nil
+	if j.rd != nil {
+		j.rd.Close()
+		j.rd, j.rdIdx = nil, -1
+	}
+	if err := unlock(j.dirf); err != nil {
+		return fmt.Errorf("journal: close %s: %w", j.dir, err)
+	}
+	return nil
+}
+
+var _ io.Closer = (*Journal)(nil)
