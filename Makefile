@@ -11,7 +11,7 @@ MIN_GO := $(shell sed -n 's/^go //p' go.mod)
 # has no silent stretch, even while a cold build compiles for minutes without a word.
 STEP := sh tools/step.sh
 
-.PHONY: test test-min-go fmt-check vet generate check-generated check-generated-sqlc check-license fix-license migrate bench fuzz reliability release-check check-sums
+.PHONY: test test-min-go test-old-nats fmt-check vet generate check-generated check-generated-sqlc check-license fix-license migrate bench fuzz reliability release-check check-sums
 
 # Fuzzing is bounded by a count of inputs, not a duration: with a duration, Go 1.26's fuzzing
 # coordinator can report its own deadline as a failure ("context deadline exceeded", no failing
@@ -32,6 +32,7 @@ test: fmt-check vet check-generated check-license
 	@$(STEP) "test: the journal's tests without its assembly (-tags purego)" \
 		go test -count=1 -tags purego ./journal/
 	@$(MAKE) --no-print-directory test-min-go
+	@$(MAKE) --no-print-directory test-old-nats
 	@$(STEP) "test: each benchmark once (-short)" \
 		go test -short -run '^$$' -bench . -benchtime 1x $(MODULES)
 	@$(MAKE) --no-print-directory fuzz
@@ -54,6 +55,19 @@ test-min-go:
 		go test -count=1 -short -skip 'Crash' ./jetstream/...
 	@GOTOOLCHAIN=go$(MIN_GO) $(STEP) "test-min-go: the command and the benchmarks built with go$(MIN_GO)" \
 		go build ./cmd/outbox/... ./bench/...
+
+## test-old-nats: the README says the JetStream sink works with servers before atomic publish (2.12),
+## one line at a time. The tests embed the module's own nats-server, a current release, and an older
+## one cannot share its module graph: this builds nats-server $(OLD_NATS) from the module proxy
+## (go install, into a temporary directory; about two minutes the first time, from the build cache
+## after) and runs the sink, the relay and the stream source against it as a process.
+OLD_NATS ?= v2.11.17
+test-old-nats:
+	@bin=$$(mktemp -d) && trap 'rm -rf "$$bin"' EXIT && \
+	GOWORK=off GOBIN="$$bin" $(STEP) "test-old-nats: nats-server $(OLD_NATS) built from the module proxy" \
+		go install github.com/nats-io/nats-server/v2@$(OLD_NATS) && \
+	OUTBOX_OLDER_NATS_SERVER="$$bin/nats-server" $(STEP) "test-old-nats: the sink, a relay and the stream source against nats-server $(OLD_NATS)" \
+		go test -count=1 -run 'OlderServer' -v ./jetstream/
 
 ## fuzz: every fuzz target for FUZZTIME inputs: 10,000 in make test, a few seconds each once its
 ## package is built with the fuzzer's instrumentation (a full build of its dependencies, cached

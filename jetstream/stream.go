@@ -55,7 +55,8 @@ func WithDuplicateWindow(d time.Duration) StreamOption {
 
 // CreateStream creates the stream name with the settings the sink needs: the subjects <prefix>.>, file
 // storage, the limits retention policy, atomic publish, the duplicate window, and the replicas asked
-// for, with no limit on age, messages or bytes. If the stream exists, CreateStream changes nothing and
+// for, with no limit on age, messages or bytes. A server before 2.12 has no atomic publish: the
+// stream is created without it, and the sink publishes one line at a time there. If the stream exists, CreateStream changes nothing and
 // returns it when it has those settings; otherwise the error wraps ErrStreamSettings and says what
 // differs. Each outbox stream of an account needs a subject prefix of its own (WithSubjectPrefix):
 // the server refuses a second stream over the same subjects, and the error, which wraps the server's
@@ -105,7 +106,7 @@ func CreateStream(ctx context.Context, js jetstream.JetStream, name string, opts
 	if have.Replicas != c.replicas {
 		problems = append(problems, fmt.Sprintf("replicas %d, want %d", have.Replicas, c.replicas))
 	}
-	if !have.AllowAtomicPublish {
+	if !have.AllowAtomicPublish && atomicPublishKnown(js) {
 		problems = append(problems, "atomic publish off, want on")
 	}
 	if have.Duplicates != c.duplicates {
@@ -115,6 +116,17 @@ func CreateStream(ctx context.Context, js jetstream.JetStream, name string, opts
 		return nil, fmt.Errorf("%w: stream %q exists with other settings: %s", ErrStreamSettings, name, strings.Join(problems, "; "))
 	}
 	return stream, nil
+}
+
+// atomicPublishKnown reports whether the server js is connected to has atomic batch publish
+// (nats-server 2.12 and later). An older one drops the setting from the stream it creates, and the
+// sink publishes one line at a time there: CreateStream's stream then has it off, as it must.
+func atomicPublishKnown(js jetstream.JetStream) bool {
+	var major, minor int
+	if _, err := fmt.Sscanf(js.Conn().ConnectedServerVersion(), "%d.%d", &major, &minor); err != nil {
+		return true // unknown: ask for it, as for a current server
+	}
+	return major > 2 || major == 2 && minor >= 12
 }
 
 // errSubjectsOverlap matches the server's refusal of a stream whose subjects overlap another's
