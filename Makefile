@@ -9,8 +9,11 @@ SQLC := cd tools && GOWORK=off go tool sqlc -f ../sqlc.yaml
 MODULES := ./... ./cmd/outbox/... ./jetstream/... ./bench/... ./otel/... ./examples/...
 # MIN_GO is the go line of the library's go.mod: the oldest Go a user can build the modules with.
 MIN_GO := $(shell sed -n 's/^go //p' go.mod)
+# STEP says what a step does before it runs it, and that it still runs every 20 seconds: make test
+# has no silent stretch, even while a cold build compiles for minutes without a word.
+STEP := sh tools/step.sh
 
-.PHONY: test test-min-go fmt-check vet generate check-generated check-license fix-license migrate bench fuzz reliability release-check check-sums
+.PHONY: test test-min-go test-old-nats fmt-check vet generate check-generated check-generated-sqlc check-license fix-license migrate bench fuzz reliability release-check check-sums
 
 # Fuzzing is bounded by a count of inputs, not a duration: with a duration, Go 1.26's fuzzing
 # coordinator can report its own deadline as a failure ("context deadline exceeded", no failing
@@ -24,14 +27,20 @@ INDEX_FUZZTIME ?= 10000x
 ## processors run), the tests again with the oldest Go the go.mod files allow, and each benchmark
 ## once (-short, small prefills) so that none of them rots.
 test: fmt-check vet check-generated check-license
-	go test -race -count=1 $(MODULES)
-	go test -count=1 -run 'HundredThousand' ./outbox/ ./inbox/
-	go test -count=1 -tags purego ./journal/
-	$(MAKE) test-min-go
-	go test -short -run '^$$' -bench . -benchtime 1x $(MODULES)
-	$(MAKE) fuzz
-	$(MAKE) release-check
-	$(MAKE) check-sums
+	@$(STEP) "test: every module's tests under the race detector (each package prints ok as it ends)" \
+		go test -race -count=1 $(MODULES)
+	@$(STEP) "test: the hundred-thousand-line tests without the race detector" \
+		go test -count=1 -run 'HundredThousand' ./outbox/ ./inbox/
+	@$(STEP) "test: the journal's tests without its assembly (-tags purego)" \
+		go test -count=1 -tags purego ./journal/
+	@$(MAKE) --no-print-directory test-min-go
+	@$(MAKE) --no-print-directory test-old-nats
+	@$(STEP) "test: each benchmark once (-short)" \
+		go test -short -run '^$$' -bench . -benchtime 1x $(MODULES)
+	@$(MAKE) --no-print-directory fuzz
+	@$(MAKE) --no-print-directory release-check
+	@$(MAKE) --no-print-directory check-sums
+	@echo "make test: everything passed"
 
 ## test-min-go: the go line is a claim, so CI builds and tests with that Go (go$(MIN_GO), fetched from
 ## the module proxy as golang.org/toolchain on first use) beside the current one. The library alone
@@ -42,31 +51,44 @@ test: fmt-check vet check-generated check-license
 ## detector with the current Go above. About a minute with a warm build cache; the first run downloads the
 ## toolchain and builds everything again with it (about 3 more minutes on 2 shared cores).
 test-min-go:
-	@echo "test-min-go: the library's tests with go$(MIN_GO), the go line of go.mod"
-	GOTOOLCHAIN=go$(MIN_GO) GOWORK=off go test -count=1 ./...
-	@echo "test-min-go: the JetStream sink's tests with go$(MIN_GO), in the workspace"
-	GOTOOLCHAIN=go$(MIN_GO) go test -count=1 -short -skip 'Crash' ./jetstream/...
-	@echo "test-min-go: the OpenTelemetry module's tests with go$(MIN_GO), in the workspace"
-	GOTOOLCHAIN=go$(MIN_GO) go test -count=1 ./otel/...
-	@echo "test-min-go: the command, the benchmarks and the examples built with go$(MIN_GO)"
-	GOTOOLCHAIN=go$(MIN_GO) go build ./cmd/outbox/... ./bench/... ./examples/...
+	@GOTOOLCHAIN=go$(MIN_GO) GOWORK=off $(STEP) "test-min-go: the library's tests with go$(MIN_GO), the go line of go.mod" \
+		go test -count=1 ./...
+	@GOTOOLCHAIN=go$(MIN_GO) $(STEP) "test-min-go: the JetStream sink's tests with go$(MIN_GO), in the workspace" \
+		go test -count=1 -short -skip 'Crash' ./jetstream/...
+	@GOTOOLCHAIN=go$(MIN_GO) $(STEP) "test-min-go: the OpenTelemetry module's tests with go$(MIN_GO), in the workspace" \
+		go test -count=1 ./otel/...
+	@GOTOOLCHAIN=go$(MIN_GO) $(STEP) "test-min-go: the command, the benchmarks and the examples built with go$(MIN_GO)" \
+		go build ./cmd/outbox/... ./bench/... ./examples/...
+
+## test-old-nats: the README says the JetStream sink works with servers before atomic publish (2.12),
+## one line at a time. The tests embed the module's own nats-server, a current release, and an older
+## one cannot share its module graph: this builds nats-server $(OLD_NATS) from the module proxy
+## (go install, into a temporary directory; about two minutes the first time, from the build cache
+## after) and runs the sink, the relay and the stream source against it as a process.
+OLD_NATS ?= v2.11.17
+test-old-nats:
+	@bin=$$(mktemp -d) && trap 'rm -rf "$$bin"' EXIT && \
+	GOWORK=off GOBIN="$$bin" $(STEP) "test-old-nats: nats-server $(OLD_NATS) built from the module proxy" \
+		go install github.com/nats-io/nats-server/v2@$(OLD_NATS) && \
+	OUTBOX_OLDER_NATS_SERVER="$$bin/nats-server" $(STEP) "test-old-nats: the sink, a relay and the stream source against nats-server $(OLD_NATS)" \
+		go test -count=1 -run 'OlderServer' -v ./jetstream/
 
 ## fuzz: every fuzz target for FUZZTIME inputs: 10,000 in make test, a few seconds each once its
 ## package is built with the fuzzer's instrumentation (a full build of its dependencies, cached
 ## after the first run); make reliability runs 1,000,000, about 2 minutes each.
 fuzz:
-	go test -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME) ./journal/
-	go test -run '^$$' -fuzz '^FuzzParseLine$$' -fuzztime $(FUZZTIME) ./journal/
-	go test -run '^$$' -fuzz '^FuzzParseShaped$$' -fuzztime $(FUZZTIME) ./journal/
-	go test -run '^$$' -fuzz '^FuzzMatchSteps$$' -fuzztime $(FUZZTIME) ./journal/
-	go test -run '^$$' -fuzz '^FuzzLineTraceContext$$' -fuzztime $(FUZZTIME) ./journal/
-	go test -run '^$$' -fuzz '^FuzzTerminalSafeText$$' -fuzztime $(FUZZTIME) ./cmd/outbox/
-	go test -run '^$$' -fuzz '^FuzzToken$$' -fuzztime $(FUZZTIME) ./jetstream/
-	go test -run '^$$' -fuzz '^FuzzOpenFile$$' -fuzztime $(FUZZTIME) ./journal/
-	go test -run '^$$' -fuzz '^FuzzParseSegmentIndex$$' -fuzztime $(FUZZTIME) ./journal/
-	go test -run '^$$' -fuzz '^FuzzTheIndexAgreesWithTheLinesOfTheFile$$' -fuzztime $(INDEX_FUZZTIME) ./journal/
-	go test -run '^$$' -fuzz '^FuzzApply$$' -fuzztime $(FUZZTIME) ./inbox/
-	go test -run '^$$' -fuzz '^FuzzParseFilePosition$$' -fuzztime $(FUZZTIME) ./inbox/
+	@$(STEP) "fuzz: FuzzVerify" go test -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME) ./journal/
+	@$(STEP) "fuzz: FuzzParseLine" go test -run '^$$' -fuzz '^FuzzParseLine$$' -fuzztime $(FUZZTIME) ./journal/
+	@$(STEP) "fuzz: FuzzParseShaped" go test -run '^$$' -fuzz '^FuzzParseShaped$$' -fuzztime $(FUZZTIME) ./journal/
+	@$(STEP) "fuzz: FuzzMatchSteps" go test -run '^$$' -fuzz '^FuzzMatchSteps$$' -fuzztime $(FUZZTIME) ./journal/
+	@$(STEP) "fuzz: FuzzLineTraceContext" go test -run '^$$' -fuzz '^FuzzLineTraceContext$$' -fuzztime $(FUZZTIME) ./journal/
+	@$(STEP) "fuzz: FuzzTerminalSafeText" go test -run '^$$' -fuzz '^FuzzTerminalSafeText$$' -fuzztime $(FUZZTIME) ./cmd/outbox/
+	@$(STEP) "fuzz: FuzzToken" go test -run '^$$' -fuzz '^FuzzToken$$' -fuzztime $(FUZZTIME) ./jetstream/
+	@$(STEP) "fuzz: FuzzOpenFile" go test -run '^$$' -fuzz '^FuzzOpenFile$$' -fuzztime $(FUZZTIME) ./journal/
+	@$(STEP) "fuzz: FuzzParseSegmentIndex" go test -run '^$$' -fuzz '^FuzzParseSegmentIndex$$' -fuzztime $(FUZZTIME) ./journal/
+	@$(STEP) "fuzz: FuzzTheIndexAgreesWithTheLinesOfTheFile" go test -run '^$$' -fuzz '^FuzzTheIndexAgreesWithTheLinesOfTheFile$$' -fuzztime $(INDEX_FUZZTIME) ./journal/
+	@$(STEP) "fuzz: FuzzApply" go test -run '^$$' -fuzz '^FuzzApply$$' -fuzztime $(FUZZTIME) ./inbox/
+	@$(STEP) "fuzz: FuzzParseFilePosition" go test -run '^$$' -fuzz '^FuzzParseFilePosition$$' -fuzztime $(FUZZTIME) ./inbox/
 
 ## reliability: the long form of the fault campaigns: many crash seeds, longer fuzzing.
 reliability:
@@ -84,30 +106,47 @@ reliability:
 	$(MAKE) fuzz FUZZTIME=1000000x INDEX_FUZZTIME=200000x
 
 fmt-check:
+	@echo "make: fmt-check: gofmt -l"
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 vet:
-	go vet $(MODULES)
-	go vet -tags purego ./journal/
-	GOARCH=arm64 go vet ./journal/
+	@$(STEP) "vet: go vet of every module (builds every dependency on first use)" go vet $(MODULES)
+	@$(STEP) "vet: the journal without its assembly (-tags purego)" go vet -tags purego ./journal/
+	@GOARCH=arm64 $(STEP) "vet: the journal for arm64" go vet ./journal/
 
-## generate: regenerate db/ from queries/ and migrations/ with the pinned sqlc.
+## generate: regenerate db/ and inbox/db/ from queries/, migrations/ and their inbox/ counterparts with
+## the pinned sqlc, and record what they were generated from in db/.inputs.sha256 (commit it).
 generate:
-	$(SQLC) generate
+	@$(STEP) "generate: sqlc generate (builds the pinned sqlc on first use, about two minutes)" sh -c '$(SQLC) generate'
+	cd tools && GOWORK=off go run ./gendigest -write ..
 
 ## check-generated: fail when db/ (or another output directory of sqlc.yaml) is not what sqlc
-## generates or holds a file it does not generate, then lint the queries.
+## generates or holds a file it does not generate, then lint the queries. Building sqlc is the
+## longest step of a cold make test, so it is skipped when sqlc's inputs and outputs are those that
+## make generate recorded in db/.inputs.sha256 (tools/gendigest); CI (CI=true) always runs it, and
+## then also fails when the record is stale.
 check-generated:
-	$(SQLC) diff
-	cd tools && GOWORK=off go run ./checkgenerated ..
-	$(SQLC) vet
+	@$(STEP) "check-generated: the record's own tests" sh -c 'cd tools && GOWORK=off go test -count=1 ./gendigest'
+	@if [ "$$CI" != "true" ] && (cd tools && GOWORK=off go run ./gendigest ..); then \
+		echo "make: check-generated: sqlc's inputs and outputs are those db/.inputs.sha256 records: sqlc not run (CI=true runs it)"; \
+	else \
+		$(MAKE) --no-print-directory check-generated-sqlc; \
+	fi
+
+check-generated-sqlc:
+	@$(STEP) "check-generated: sqlc diff (builds the pinned sqlc on first use, about two minutes)" sh -c '$(SQLC) diff'
+	@$(STEP) "check-generated: no stray file where sqlc generates" sh -c 'cd tools && GOWORK=off go run ./checkgenerated ..'
+	@$(STEP) "check-generated: sqlc vet" sh -c '$(SQLC) vet'
+	@if [ "$$CI" = "true" ]; then \
+		(cd tools && GOWORK=off go run ./gendigest ..) || { echo "db/.inputs.sha256 is stale: run make generate and commit it"; exit 1; }; \
+	fi
 
 ## check-license: fail when a module has no LICENSE identical to the root's, or a hand-written .go,
 ## .s or .h file does not open with the SPDX line (generated files are left to their generator);
 ## the checker's own tests first. fix-license adds what is missing.
 check-license:
-	cd tools && GOWORK=off go test -count=1 ./checklicense
-	cd tools && GOWORK=off go run ./checklicense ..
+	@$(STEP) "check-license: the checker's tests" sh -c 'cd tools && GOWORK=off go test -count=1 ./checklicense'
+	@$(STEP) "check-license: the SPDX line and the LICENSE copies" sh -c 'cd tools && GOWORK=off go run ./checklicense ..'
 
 fix-license:
 	cd tools && GOWORK=off go run ./checklicense -fix ..
@@ -115,12 +154,12 @@ fix-license:
 ## release-check: the modules as a user installs and fetches them, at the version they require of each
 ## other, from a module proxy in a temporary directory, offline (see README.md, Releases).
 release-check:
-	cd tools && GOWORK=off go run ./releasecheck ..
+	@$(STEP) "release-check: the modules as a user fetches them, from a local module proxy" sh -c 'cd tools && GOWORK=off go run ./releasecheck ..'
 
 ## check-sums: fail when the go.mod, go.sum and go.work.sum files differ from the commit, after
 ## `go list -m all` has computed the sums of the whole module graph: make test runs it last.
 check-sums:
-	go list -m all >/dev/null
+	@$(STEP) "check-sums: go.mod, go.sum and go.work.sum as committed" sh -c 'go list -m all >/dev/null'
 	@out=$$(git status --porcelain -- go.work go.work.sum ':(glob)**/go.mod' ':(glob)**/go.sum') || exit 1; \
 	if [ -n "$$out" ]; then echo "go.mod, go.sum or go.work.sum changed (commit what the go command computed):"; \
 	echo "$$out"; git --no-pager diff -- go.work go.work.sum ':(glob)**/go.mod' ':(glob)**/go.sum'; exit 1; fi

@@ -25,7 +25,9 @@ type Event struct {
 // Handler applies one event inside the inbox's transaction: its writes through tx commit together
 // with the inbox's record of the line, or not at all. It must not commit or roll back tx, nor call
 // the inbox (both are refused where they can be detected: ErrTxEnded, and ErrInHandler for a call
-// given the handler's context; Close, which waits for the call in progress, would wait for ever).
+// given the handler's context or, for a call that writes, made on the handler's goroutine with any
+// context, which is ErrCallInsideTx too; Close, which waits for the call in progress, would wait for
+// ever). Its own reads outside tx go through ReadTx, given a context of its own.
 // Its effects outside tx are not covered by the inbox's guarantee. It may open, release and roll
 // back savepoints of its own: they end with the line (see the package's failure model).
 //
@@ -102,8 +104,8 @@ func (in *Inbox) apply(ctx context.Context, m *move, lines [][]byte, h Handler) 
 	if h == nil {
 		return Report{}, errors.New("inbox: nil handler")
 	}
-	if ctx.Value(handlerKey{}) == in {
-		return Report{}, ErrInHandler
+	if err := in.checkNotInsideTx(ctx); err != nil {
+		return Report{}, err
 	}
 	keys, err := in.parse(lines)
 	if err != nil {
@@ -252,7 +254,9 @@ func (t *txn) applyLine(hctx context.Context, r *runTx, k *key, line []byte, h H
 		if err := t.savepoint(spBegin); err != nil {
 			return fmt.Errorf("inbox: run %q seq %d: savepoint: %w", r.id, k.seq, err)
 		}
+		t.in.handling.Store(true)
 		herr := t.callHandler(hctx, h, Event{RunID: k.run, Seq: k.seq, Line: bytes.Clone(line)})
+		t.in.handling.Store(false)
 		if err := t.alive(); err != nil {
 			if herr != nil {
 				err = fmt.Errorf("%w (the handler returned: %w)", err, herr)

@@ -94,8 +94,8 @@
 //     less than 64 KiB available or no free inode is named a full disk.
 //   - One writer. Open holds an exclusive lock on the database file; a second Inbox, in this process
 //     or another, fails at once with ErrLocked. Calls that write are serialized; Position,
-//     Quarantined, SourcePosition, SourceState and Sources read on a pool of their own (WAL mode)
-//     and never wait for a running Apply.
+//     Quarantined, SourcePosition, SourceState, Sources and ReadTx (the platform's own reads) read on a
+//     pool of their own (WAL mode) and never wait for a running Apply.
 //
 // # Failure model
 //
@@ -108,8 +108,10 @@
 // A handler must not commit or roll back the transaction, nor call the inbox: the first is refused
 // (ErrTxEnded: the writer connection's commit hook turns a foreign commit into a rollback, and the
 // inbox checks after each handler that its transaction is still open), the second is refused when
-// the handler passes on the context it was given (ErrInHandler). A call with another context would
-// wait for the writer the handler holds until that context ends.
+// the handler passes on the context it was given (ErrInHandler). A call that writes, made from a
+// handler or a WriteTx function with any context, fails at once with ErrCallInsideTx (the inbox
+// knows the goroutine that holds its writer), as the outbox's does: only a call handed to another
+// goroutine and waited for is not caught, and waits for the writer until its own context ends.
 //
 // A handler may use savepoints of its own. The inbox runs each line's handler inside a savepoint of
 // its own, which a quarantined line is rolled back to, and names it at random for each transaction:

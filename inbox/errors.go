@@ -18,7 +18,8 @@ var (
 	// text), and the call goes on with the other runs.
 	ErrQuarantine = errors.New("inbox: quarantine the run")
 	// ErrLocked is returned by Open when another Inbox, in this process or another, has the database
-	// open.
+	// open (or Migrate runs on it). For a book that an outbox engine holds open, the error is
+	// ErrOutboxDatabase as well, and says so.
 	ErrLocked = errors.New("inbox: database is locked by another inbox")
 	// ErrNotQuarantined is returned by Release and AcceptGap for a run that is not quarantined.
 	ErrNotQuarantined = errors.New("inbox: run is not quarantined")

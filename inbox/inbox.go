@@ -50,6 +50,11 @@ type Inbox struct {
 	// through: the writer connection's commit hook turns any other (a handler's tx.Commit) into a
 	// rollback.
 	guarded, committing atomic.Bool
+	// writerG is the goroutine that holds the writer while a write transaction is open, and
+	// handling says whether a handler is running on it: a call that writes made on that goroutine
+	// would wait for itself (ErrCallInsideTx).
+	writerG  atomic.Int64
+	handling atomic.Bool
 	// nextTrim is when a run can next have become idle past the retention (unix nanoseconds); kept
 	// under the writer.
 	nextTrim int64
@@ -88,6 +93,9 @@ func open(ctx context.Context, path string, opts []Option) (*Inbox, error) {
 	_, statErr := os.Stat(path)
 	created := errors.Is(statErr, os.ErrNotExist)
 	if in.lock, err = lockFile(path); err != nil {
+		if errors.Is(err, ErrLocked) && !created && isBook(ctx, path) {
+			return nil, &heldBook{path}
+		}
 		return nil, err
 	}
 	if created {
@@ -248,7 +256,7 @@ func (in *Inbox) exit() { in.ops.Done() }
 // error is returned as it is (wrapped in ErrTxEnded if fn also ended the transaction); if fn panics,
 // the transaction is rolled back and the panic goes on. fn must not commit or roll back tx
 // (ErrTxEnded), nor call the inbox's write methods: the inbox has one writer, which fn holds, so such
-// a call waits until its own context ends.
+// a call fails at once with ErrCallInsideTx, whatever its context. For reads, use ReadTx.
 func (in *Inbox) WriteTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	if fn == nil {
 		return errors.New("inbox: WriteTx with a nil function")
@@ -275,6 +283,9 @@ func (in *Inbox) write(ctx context.Context, fn func(t *txn) error) error {
 }
 
 func (in *Inbox) writeTxn(ctx context.Context, fn func(t *txn) error) error {
+	if err := in.checkNotInsideTx(ctx); err != nil {
+		return err
+	}
 	if err := in.enter(ctx); err != nil {
 		return err
 	}
@@ -288,6 +299,10 @@ func (in *Inbox) writeTxn(ctx context.Context, fn func(t *txn) error) error {
 		return ctx.Err()
 	}
 	defer func() { <-in.writer }()
+	g := goid()
+	in.writerG.Store(g)
+	defer in.writerG.Store(0) // before the writer is given back
+	defer in.handling.Store(false)
 	conn, err := in.w.Conn(ctx)
 	if err != nil {
 		return fmt.Errorf("inbox: wait for the writer: %w", err)

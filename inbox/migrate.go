@@ -126,3 +126,28 @@ func checkMigrateTarget(ctx context.Context, path string) error {
 	}
 	return nil
 }
+
+// isBook reports whether the database at path holds an outbox's tables, read through a read-only
+// connection that takes no lock a running engine would wait for. Any failure to read it is a no.
+func isBook(ctx context.Context, path string) bool {
+	r, err := outbox.OpenReadOnlyDB(ctx, path)
+	if err != nil {
+		return false
+	}
+	defer r.Close()
+	var n int
+	err = r.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema
+		WHERE type = 'table' AND name IN ('events_outbox', 'outbox_progress', ?)`, outboxVersionTable).Scan(&n)
+	return err == nil && n > 0
+}
+
+// heldBook is Open's error for a book that an outbox holds open: the lock is an engine's (or an
+// outbox command's), not another inbox's. It is ErrLocked and ErrOutboxDatabase.
+type heldBook struct{ path string }
+
+func (e *heldBook) Error() string {
+	return "inbox: " + e.path + " is a book (an outbox's database), locked by the outbox engine (or outbox command) " +
+		"that has it open; give the inbox a database of its own"
+}
+
+func (e *heldBook) Unwrap() []error { return []error{ErrLocked, ErrOutboxDatabase} }

@@ -129,8 +129,12 @@ func ApplyStream(ctx context.Context, js jetstream.JetStream, stream string, in 
 // reads on from the position it last committed, with a new ordered consumer. It looks at the stored
 // position at the inbox's poll interval when no message comes, so that after a Release, which
 // rewinds every source, it reads the stream again from its start, the position it was rewound from
-// kept as the floor of its retention-gap check. A retention gap, a malformed
-// message, a handler's error or an error of the inbox ends it as it ends ApplyStream.
+// kept as the floor of its retention-gap check. It waits for a stream that does not exist yet (as
+// FollowFile waits for a missing file), looking for it at the poll interval until ctx ends, so that
+// a platform can be started before the engine that creates the stream; a stream deleted while it
+// follows is waited for in the same way, and when it is created again the stored position reports a
+// retention gap. A retention gap, a malformed message, a handler's error or an error of the inbox
+// ends it as it ends ApplyStream.
 func FollowStream(ctx context.Context, js jetstream.JetStream, stream string, in *inbox.Inbox, h inbox.Handler, opts ...ConsumeOption) error {
 	s, err := newStreamSource("FollowStream", js, stream, in, h, opts)
 	if err != nil {

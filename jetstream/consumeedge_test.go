@@ -147,6 +147,9 @@ func TestApplyStreamRefusesWhatItCannotReadAndStoresNothing(t *testing.T) {
 			if err == nil || rep != (inbox.Report{}) || (c.is != nil && !errors.Is(err, c.is)) {
 				t.Errorf("ApplyStream: %+v, %v", rep, err)
 			}
+			if errors.Is(c.is, njs.ErrStreamNotFound) {
+				return // FollowStream waits for it
+			}
 			if err := jetstream.FollowStream(ctx, c.js, c.stream, c.in, c.h, c.opts...); err == nil || (c.is != nil && !errors.Is(err, c.is)) {
 				t.Errorf("FollowStream: %v", err)
 			}
@@ -339,7 +342,8 @@ func TestAStreamSourcesErrorNamesThePackageOnce(t *testing.T) {
 			return err
 		}},
 		{"a missing stream", njs.ErrStreamNotFound, func() error {
-			return jetstream.FollowStream(ctx, js, "MISSING", in, insertHandler)
+			_, err := jetstream.ApplyStream(ctx, js, "MISSING", in, insertHandler)
+			return err
 		}},
 		{"a cancelled context", context.Canceled, func() error {
 			c, cancel := context.WithCancel(ctx)

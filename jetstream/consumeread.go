@@ -96,7 +96,16 @@ func (s *streamSource) follow(ctx context.Context) error {
 		switch {
 		case errors.Is(err, errRestart):
 			continue
-		case !errors.As(err, &be) || errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, nats.ErrConnectionClosed):
+		case errors.As(err, &be) && errors.Is(err, jetstream.ErrStreamNotFound):
+			// A platform is often started before the engine that creates its stream: wait for it,
+			// as FollowFile waits for a missing file. A stream deleted under a stored position
+			// comes back as a stream created again, which begin reports as a retention gap.
+			if err := s.waitForStream(ctx); err != nil {
+				return err
+			}
+			wait = firstWait
+			continue
+		case !errors.As(err, &be) || errors.Is(err, nats.ErrConnectionClosed):
 			return err
 		}
 		if s.commits != commits {
@@ -115,6 +124,33 @@ func (s *streamSource) follow(ctx context.Context) error {
 			case <-t.C:
 			}
 			wait = min(2*wait, max(s.b.Poll, 20*time.Millisecond))
+		}
+	}
+}
+
+// waitForStream waits, looking at the inbox's poll interval, until the stream exists or ctx ends.
+// Errors of the broker meanwhile are waited out too; a closed connection ends the wait.
+func (s *streamSource) waitForStream(ctx context.Context) error {
+	s.b.Logger.Info("jetstream: the stream does not exist yet; waiting for it", "stream", s.name, "poll", s.b.Poll)
+	every := max(s.b.Poll, 20*time.Millisecond)
+	for {
+		t := time.NewTimer(every)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		rctx, cancel := s.request(ctx)
+		_, err := s.js.Stream(rctx, s.name)
+		cancel()
+		switch {
+		case err == nil:
+			return nil
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case errors.Is(err, nats.ErrConnectionClosed):
+			return fmt.Errorf("jetstream: stream %q: waiting for it: %w", s.name, err)
 		}
 	}
 }

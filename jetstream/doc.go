@@ -141,7 +141,8 @@
 //     committed is read again. The ordered consumer's own resets (a missed heartbeat, a message the
 //     connection dropped) resume after the last message it delivered, and what it delivered enters
 //     the batch in stream order. ApplyStream returns such an error, and calling it again goes on from
-//     the stored position. A stream that does not exist, or a closed connection, ends both.
+//     the stored position. A closed connection ends both. A stream that does not exist ends
+//     ApplyStream; FollowStream waits for it, looking at the poll interval until its context ends.
 //
 // What it cannot see: a stream that loses acknowledged messages (one replica without sync always, a
 // power failure) gives their sequences to the next messages. A call that finds the stream's last

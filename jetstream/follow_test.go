@@ -7,6 +7,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -247,5 +248,42 @@ func TestAConsumerResetWhileTheSourceIsBusyKeepsStreamOrder(t *testing.T) {
 	}
 	if err := f.stop(); !errors.Is(err, context.Canceled) {
 		t.Errorf("FollowStream returned %v", err)
+	}
+}
+
+func TestFollowStreamWaitsForAStreamThatDoesNotExistYet(t *testing.T) {
+	ns := startServer(t)
+	js := ns.connect(t)
+	in := openInbox(t, filepath.Join(t.TempDir(), "platform.db"), inbox.WithPollInterval(50*time.Millisecond))
+	f := follow(t, js, in, insertHandler)
+	// No stream yet: the follower must still be waiting, not gone with ErrStreamNotFound. Looking
+	// for it several times is what the poll interval makes it do meanwhile.
+	deadline := time.Now().Add(time.Minute)
+	for calls := 0; calls < 5 && time.Now().Before(deadline); calls++ {
+		if err, ended := f.wait(100 * time.Millisecond); ended {
+			t.Fatalf("FollowStream returned %v before the stream existed", err)
+		}
+	}
+	stream(t, js, time.Minute, atomicBatches)
+	publishRun(t, js, "a", 1, 3)
+	waitApplied(t, in, map[string][]int64{"a": seqs(1, 3)})
+	if err := f.stop(); !errors.Is(err, context.Canceled) {
+		t.Errorf("FollowStream returned %v, want context.Canceled", err)
+	}
+}
+
+func TestFollowStreamWaitingForAMissingStreamEndsWithItsContext(t *testing.T) {
+	ns := startServer(t)
+	js := ns.connect(t)
+	in := openInbox(t, filepath.Join(t.TempDir(), "platform.db"), inbox.WithPollInterval(50*time.Millisecond))
+	f := follow(t, js, in, insertHandler)
+	if err, ended := f.wait(300 * time.Millisecond); ended {
+		t.Fatalf("FollowStream returned %v before the stream existed", err)
+	}
+	if err := f.stop(); !errors.Is(err, context.Canceled) {
+		t.Errorf("FollowStream returned %v, want context.Canceled", err)
+	}
+	if srcs, err := in.Sources(context.Background()); err != nil || len(srcs) != 0 {
+		t.Errorf("sources %+v, %v: want none stored", srcs, err)
 	}
 }

@@ -55,9 +55,12 @@ func WithDuplicateWindow(d time.Duration) StreamOption {
 
 // CreateStream creates the stream name with the settings the sink needs: the subjects <prefix>.>, file
 // storage, the limits retention policy, atomic publish, the duplicate window, and the replicas asked
-// for, with no limit on age, messages or bytes. If the stream exists, CreateStream changes nothing and
+// for, with no limit on age, messages or bytes. A server before 2.12 has no atomic publish: the
+// stream is created without it, and the sink publishes one line at a time there. If the stream exists, CreateStream changes nothing and
 // returns it when it has those settings; otherwise the error wraps ErrStreamSettings and says what
-// differs.
+// differs. Each outbox stream of an account needs a subject prefix of its own (WithSubjectPrefix):
+// the server refuses a second stream over the same subjects, and the error, which wraps the server's
+// (a *jetstream.APIError with the error code 10065), names the stream that holds them and says so.
 //
 // Limits that delete lines are refused, here and by NewSink, because a re-delivery after a crash must
 // find the lines it repeats: a max age (whatever the discard policy), a max number of messages per
@@ -87,6 +90,8 @@ func CreateStream(ctx context.Context, js jetstream.JetStream, name string, opts
 		stream, err = js.CreateStream(ctx, want)
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			stream, err = js.Stream(ctx, name) // created meanwhile: check it like any other
+		} else if errors.Is(err, errSubjectsOverlap) {
+			return nil, overlapError(ctx, js, name, c.prefix, err)
 		} else if err != nil {
 			return nil, fmt.Errorf("jetstream: create stream %q: %w", name, err)
 		} else {
@@ -101,7 +106,7 @@ func CreateStream(ctx context.Context, js jetstream.JetStream, name string, opts
 	if have.Replicas != c.replicas {
 		problems = append(problems, fmt.Sprintf("replicas %d, want %d", have.Replicas, c.replicas))
 	}
-	if !have.AllowAtomicPublish {
+	if !have.AllowAtomicPublish && atomicPublishKnown(js) {
 		problems = append(problems, "atomic publish off, want on")
 	}
 	if have.Duplicates != c.duplicates {
@@ -111,6 +116,34 @@ func CreateStream(ctx context.Context, js jetstream.JetStream, name string, opts
 		return nil, fmt.Errorf("%w: stream %q exists with other settings: %s", ErrStreamSettings, name, strings.Join(problems, "; "))
 	}
 	return stream, nil
+}
+
+// atomicPublishKnown reports whether the server js is connected to has atomic batch publish
+// (nats-server 2.12 and later). An older one drops the setting from the stream it creates, and the
+// sink publishes one line at a time there: CreateStream's stream then has it off, as it must.
+func atomicPublishKnown(js jetstream.JetStream) bool {
+	var major, minor int
+	if _, err := fmt.Sscanf(js.Conn().ConnectedServerVersion(), "%d.%d", &major, &minor); err != nil {
+		return true // unknown: ask for it, as for a current server
+	}
+	return major > 2 || major == 2 && minor >= 12
+}
+
+// errSubjectsOverlap matches the server's refusal of a stream whose subjects overlap another's
+// (JSStreamSubjectOverlapErr) by its error code, as the client's APIError compares them.
+var errSubjectsOverlap = &jetstream.APIError{ErrorCode: 10065}
+
+// overlapError explains the server's "subjects overlap" and keeps it for errors.Is: two outbox
+// streams of one account with the default prefix is the usual cause, and the way out is a prefix
+// of each stream's own, which the server's message cannot know to say.
+func overlapError(ctx context.Context, js jetstream.JetStream, name, prefix string, err error) error {
+	other := "another stream"
+	if o, lerr := js.StreamNameBySubject(ctx, prefix+".x"); lerr == nil && o != "" {
+		other = fmt.Sprintf("stream %q", o)
+	}
+	return fmt.Errorf("jetstream: create stream %q: its subjects %s.> overlap those of %s in this account; "+
+		"give each outbox stream a subject prefix of its own with WithSubjectPrefix (to CreateStream, NewSink, "+
+		"ApplyStream and FollowStream alike): %w", name, prefix, other, err)
 }
 
 // sinkProblems lists what in a stream's settings contradicts a sink's needs, each with what to change.

@@ -108,3 +108,28 @@ func TestABatchAboveTheServersLimitIsSplit(t *testing.T) {
 		t.Errorf("stream: %+v", rep)
 	}
 }
+
+func TestASecondStreamWithTheSamePrefixSaysToGiveItAPrefixOfItsOwn(t *testing.T) {
+	ctx := context.Background()
+	js := startServer(t).connect(t)
+	if _, err := jetstream.CreateStream(ctx, js, "ORDERS"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := jetstream.CreateStream(ctx, js, "BILLING")
+	if err == nil {
+		t.Fatal("a second stream of outbox.> was created")
+	}
+	// The server's own error stays reachable for whoever branches on it.
+	var api *njs.APIError
+	if !errors.As(err, &api) || api.ErrorCode != 10065 {
+		t.Errorf("%v: the server's subjects-overlap error is not wrapped", err)
+	}
+	for _, want := range []string{"WithSubjectPrefix", `"ORDERS"`, "outbox.>", "overlap"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%q does not say %q", err, want)
+		}
+	}
+	if _, err := jetstream.CreateStream(ctx, js, "BILLING", jetstream.WithSubjectPrefix("billing")); err != nil {
+		t.Errorf("with a prefix of its own: %v", err)
+	}
+}

@@ -21,8 +21,9 @@ func init() {
 }
 
 const checkAbout = `
-Cross-checks a book against its journal (a file, or a JetStream stream with --nats and --stream)
-and reports what one says and the other does not:
+Cross-checks a book against its journal (a file, standard input with --journal -, as verify -
+reads it, or a JetStream stream with --nats and --stream) and reports what one says and the other
+does not:
 
   - lines the book records as projected that the journal lacks: for every run the book knows,
     including runs whose lines it has forgotten, the journal must hold seqs 1 up to the run's
@@ -49,6 +50,9 @@ lines are kept as SHA-256 digests while the journal is read: about 40 bytes a li
 A journal that several books write to (a stream shared by engines of different books) holds runs
 this book does not know, and check reports them.
 
+The journal's lines are counted as verify counts them: unique lines (once per run and seq) and
+lines in all (repeats included).
+
 Prints each finding on a line of its own, then a last line "OK" or "FAILED: " and how many. With
 --json it prints one JSON object whatever happens; when the input could not be read, its "error"
 member says why.
@@ -68,13 +72,15 @@ type checkReport struct {
 	Server         string `json:"server,omitempty"` // on this server (its user information hidden)
 	OK             bool   `json:"ok"`
 	BookRuns       int    `json:"book_runs"` // runs the book knows: with rows, projected, or forgotten
-	// JournalRuns and JournalLines count the journal's runs and complete lines, duplicates included.
-	JournalRuns  int            `json:"journal_runs"`
-	JournalLines int64          `json:"journal_lines"`
-	Compared     int64          `json:"compared_lines"` // journal lines compared with a line the book stores
-	TornTail     bool           `json:"torn_tail"`
-	Findings     []checkFinding `json:"findings"`
-	Error        string         `json:"error,omitempty"` // set when the input could not be read
+	// JournalRuns and JournalLines count the journal's runs and complete lines, duplicates included;
+	// JournalUniqueLines counts its lines once per (run, seq), as verify's "lines" does.
+	JournalRuns        int            `json:"journal_runs"`
+	JournalLines       int64          `json:"journal_lines"`
+	JournalUniqueLines int64          `json:"journal_unique_lines"`
+	Compared           int64          `json:"compared_lines"` // journal lines compared with a line the book stores
+	TornTail           bool           `json:"torn_tail"`
+	Findings           []checkFinding `json:"findings"`
+	Error              string         `json:"error,omitempty"` // set when the input could not be read
 }
 
 // checkFinding is one finding. Kind is one of the checkKinds.
@@ -98,9 +104,9 @@ var checkKinds = []string{"journal", "missing", "unknown_run", "unknown_lines", 
 const maxJournalProblems = 10
 
 func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("check", "outbox check --db FILE (--journal FILE | (--nats URL | --context NAME) --stream NAME) [--json]", checkAbout)
+	fs := newFlags("check", "outbox check --db FILE (--journal FILE | --journal - | (--nats URL | --context NAME) --stream NAME) [--json]", checkAbout)
 	dbPath := fs.String("db", "", "the book's database `file`")
-	jPath := fs.String("journal", "", "the journal `file`")
+	jPath := fs.String("journal", "", "the journal `file` (- for standard input)")
 	streamName := fs.String("stream", "", "the JetStream stream's `name` (with --nats or --context)")
 	nf := addNATSFlags(fs, "check against a stream on the NATS server at `url` instead of a file")
 	asJSON := fs.Bool("json", false, "print one JSON object")
@@ -119,6 +125,14 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	rep := checkReport{DB: redact(*dbPath), Journal: redact(*jPath), Stream: *streamName, Findings: []checkFinding{}}
 	rep.DBEscaped, rep.JournalEscaped = escapedIfInvalid(rep.DB), escapedIfInvalid(rep.Journal)
 	read := func(c *checker) error { return c.readFile(ctx, *jPath) }
+	if *jPath == "-" {
+		read = func(c *checker) error {
+			if err := c.readLines(ctx, stdinOf(stderr)); err != nil {
+				return fmt.Errorf("read the journal from standard input: %w", err)
+			}
+			return nil
+		}
+	}
 	if streamMode {
 		rep.Server = nf.server()
 		read = func(c *checker) error { return c.readStream(ctx, nf, *streamName) }
@@ -181,6 +195,7 @@ func crossCheck(ctx context.Context, dbPath string, read func(*checker) error, r
 		return err
 	}
 	rep.BookRuns, rep.JournalRuns, rep.JournalLines = len(c.book), len(c.runs), c.lines
+	rep.JournalUniqueLines = c.lines - c.repeats
 	rep.Compared, rep.TornTail = c.compared, c.torn
 	rep.Findings = append(rep.Findings, findings...) // [] in the JSON when there are none, never null
 	return nil
@@ -265,7 +280,7 @@ func printCheck(w io.Writer, rep checkReport) {
 	}
 	if rep.Error == "" {
 		fmt.Fprintf(w, "book %s: %s; journal %s: %s, %s", quote(rep.DB), counted(int64(rep.BookRuns), "run"), journalName,
-			counted(int64(rep.JournalRuns), "run"), counted(rep.JournalLines, "line"))
+			counted(int64(rep.JournalRuns), "run"), lineCounts(rep.JournalUniqueLines, rep.JournalLines))
 		if rep.TornTail {
 			fmt.Fprint(w, ", torn last line (not read)")
 		}
@@ -282,6 +297,12 @@ func printCheck(w io.Writer, rep checkReport) {
 	default:
 		fmt.Fprintln(w, "OK")
 	}
+}
+
+// lineCounts says how many lines a journal holds the one way verify and check both say it: once
+// per (run, seq), and in all, repeats included.
+func lineCounts(unique, total int64) string {
+	return fmt.Sprintf("%s, %d in all", counted(unique, "unique line"), total)
 }
 
 // counted is n and the noun, agreeing in number: "1 run", "2 runs".

@@ -141,7 +141,8 @@ type checker struct {
 	book     map[string]*bookRun
 	runs     map[string]*journalRun
 	line     int64 // the journal line being read, 1-based
-	lines    int64
+	lines    int64 // complete journal lines of a run, repeats included
+	repeats  int64 // lines whose seq the run already had: duplicates, or conflicts verify names
 	compared int64
 	torn     bool
 	problems []checkFinding // the journal's own
@@ -180,7 +181,9 @@ func (c *checker) add(line []byte, tooLong int64) {
 	}
 	r.lines++
 	switch {
-	case r.gap || seq <= r.last:
+	case seq <= r.last:
+		c.repeats++
+	case r.gap:
 	case seq == r.last+1:
 		r.last = seq
 	default:

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -128,7 +129,7 @@ func TestCheckFindsNothingOnAConsistentBookAndJournal(t *testing.T) {
 		t.Fatalf("check: exit %d\n%s%s", code, out, errOut)
 	}
 	// engine-1's once key, and engine-2's five projected lines (the large one too), were compared.
-	if !strings.Contains(out, "2 runs; journal") || !strings.Contains(out, "2 runs, 11 lines; 6 stored lines compared byte for byte") {
+	if !strings.Contains(out, "2 runs; journal") || !strings.Contains(out, "2 runs, 11 unique lines, 11 in all; 6 stored lines compared byte for byte") {
 		t.Errorf("check's summary:\n%s", out)
 	}
 
@@ -273,7 +274,7 @@ func TestCheckFindsRunsAndLinesTheBookDoesNotKnowAfterARestore(t *testing.T) {
 	cmd := outboxCmd(t, "check", "--db", "backup.db", "--journal", "journal.jsonl")
 	cmd.Dir = dir
 	code, out, _ := runCmd(t, cmd)
-	readme := `book backup.db: 1 run; journal journal.jsonl: 2 runs, 9 lines; 3 stored lines compared byte for byte
+	readme := `book backup.db: 1 run; journal journal.jsonl: 2 runs, 9 unique lines, 9 in all; 3 stored lines compared byte for byte
 run engine-2: the journal holds seqs 1 to 4 of a run the book does not know
 run engine-1: the journal holds seqs 4 to 5, beyond the highest seq the book gave the run (3)
 FAILED: 2 findings
@@ -467,5 +468,62 @@ func TestCheckCrossChecksABookAgainstAJetStreamStream(t *testing.T) {
 	}
 	if code, _, errOut := cli(t, "check", "--db", dbPath, "--nats", url, "--stream", "MISSING"); code != exitUsage || !strings.Contains(errOut, "stream create") {
 		t.Errorf("a missing stream: exit %d, %q", code, errOut)
+	}
+}
+
+// cliIn runs the command with stdin as its standard input.
+func cliIn(t *testing.T, stdin string, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := commands[args[0]].run(context.Background(), args[1:], &out, &streams{Writer: &errOut, out: &out, in: strings.NewReader(stdin)})
+	return code, out.String(), errOut.String()
+}
+
+func TestVerifyAndCheckCountAJournalsLinesTheSameWay(t *testing.T) {
+	dbPath, jPath := checkedBook(t)
+	// Re-deliveries: engine-1's first two lines and engine-2's third come again.
+	rewriteJournal(t, jPath, func(run string, seq int64, line string) string {
+		if (run == "engine-1" && seq <= 2) || (run == "engine-2" && seq == 3) {
+			return line + line
+		}
+		return line
+	})
+	_, vout, _ := cli(t, "verify", jPath)
+	_, cout, _ := cli(t, "check", "--db", dbPath, "--journal", jPath)
+	const want = "11 unique lines, 14 in all"
+	if !strings.Contains(vout, "2 runs, "+want+", 3 duplicates skipped") {
+		t.Errorf("verify:\n%s", vout)
+	}
+	if !strings.Contains(cout, "2 runs, "+want+";") {
+		t.Errorf("check:\n%s", cout)
+	}
+	_, vjson, _ := cli(t, "verify", "--json", jPath)
+	var vr verifyReport
+	if err := json.Unmarshal([]byte(vjson), &vr); err != nil {
+		t.Fatal(err)
+	}
+	_, cr := checkJSON(t, "--db", dbPath, "--journal", jPath)
+	if vr.Lines != 11 || vr.TotalLines != 14 || cr.JournalUniqueLines != 11 || cr.JournalLines != 14 {
+		t.Errorf("verify lines %d, total_lines %d; check journal_unique_lines %d, journal_lines %d: want 11 and 14 from both",
+			vr.Lines, vr.TotalLines, cr.JournalUniqueLines, cr.JournalLines)
+	}
+}
+
+func TestCheckWithJournalDashReadsStandardInputAsVerifyDashDoes(t *testing.T) {
+	dbPath, jPath := checkedBook(t)
+	b, err := os.ReadFile(jPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := cliIn(t, string(b), "check", "--db", dbPath, "--journal", "-")
+	_, fromFile, _ := cli(t, "check", "--db", dbPath, "--journal", jPath)
+	if code != exitOK || errOut != "" || strings.ReplaceAll(fromFile, quote(jPath), quote("-")) != out {
+		t.Errorf("check --journal -: exit %d, %q\n%s\nfrom the file:\n%s", code, errOut, out, fromFile)
+	}
+	// What the book says is projected and standard input lacks is a finding, as for a file.
+	lines := strings.SplitAfter(string(b), "\n")
+	code, out, _ = cliIn(t, strings.Join(lines[:len(lines)-3], ""), "check", "--db", dbPath, "--journal", "-")
+	if code != exitFindings || !strings.Contains(out, "the journal lacks") {
+		t.Errorf("check --journal - of a journal cut short: exit %d\n%s", code, out)
 	}
 }

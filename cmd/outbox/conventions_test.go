@@ -134,7 +134,7 @@ func TestCountsAgreeInNumber(t *testing.T) {
 	if code, out, errOut := cli(t, "relay", "--db", dbPath, "--journal", jPath); code != exitOK || !strings.Contains(out, "projected 1 line of 1 run into ") {
 		t.Errorf("relay: %d %q %q", code, out, errOut)
 	}
-	if code, out, errOut := cli(t, "verify", jPath); code != exitOK || !strings.Contains(out, "1 run, 1 line, 0 duplicates skipped") {
+	if code, out, errOut := cli(t, "verify", jPath); code != exitOK || !strings.Contains(out, "1 run, 1 unique line, 1 in all, 0 duplicates skipped") {
 		t.Errorf("verify: %d %q %q", code, out, errOut)
 	}
 	if code, out, errOut := cli(t, "stats", "--db", dbPath); code != exitOK || !strings.Contains(out, "; 1 once key in the ledger; 1 run\n") {

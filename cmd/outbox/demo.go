@@ -148,7 +148,12 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		checked = filepath.Join(*dir, "stream.jsonl")
 		fmt.Fprintf(stdout, "demo: projecting to stream %s at %s\n", quote(*streamName), nf.server())
 	}
-	fmt.Fprintf(stdout, "demo: a book of %d units in %s, %s, seed %d\n\n", *units, quote(*dir), crashCount(*crashes), *seed)
+	// The two words every later line uses, said before they are.
+	fmt.Fprint(stdout, "demo: a book is an engine's job, kept in one SQLite database (book.db); a unit is one step of\n"+
+		"demo: that job, done in one transaction that records the unit's spend and enqueues a spend event, a finished\n"+
+		"demo: unit announced once (unit_done). The relay projects the events to the journal; the platform reads\n"+
+		"demo: them into a database of its own (platform.db), counting units and spend.\n")
+	fmt.Fprintf(stdout, "demo: a book of %d units in %s, %s, seed %d\n", *units, quote(*dir), crashCount(*crashes), *seed)
 
 	// The units at which the engine is killed: distinct, increasing, inside the book.
 	rng := rand.New(rand.NewPCG(*seed, 0x64656d6f))
@@ -157,13 +162,26 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		killAt[i]++
 	}
 	slices.Sort(killAt)
+	platKills := platformKills(*seed, *units, *crashes)
+	if *crashes > 0 {
+		fmt.Fprintf(stdout, "demo: the engine is killed when it reports unit %s done; the platform when its starts have\n"+
+			"demo: applied %s lines in all\n", joinInts(killAt), joinInts(platKills))
+	}
+	fmt.Fprintln(stdout)
 
+	// The platform's starts run beside the engine's and report their kills as they happen.
+	var outMu sync.Mutex
+	say := func(format string, a ...any) {
+		outMu.Lock()
+		defer outMu.Unlock()
+		fmt.Fprintf(stdout, format, a...)
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		return fail(stderr, exitUsage, "demo: %v", err)
 	}
 	plat := &platform{exe: exe, dbPath: platformDB, source: []string{"--journal", jPath}, stderr: stderr,
-		killAt: platformKills(*seed, *units, *crashes)}
+		killAt: platKills, say: say}
 	if *sinkKind == "nats" {
 		// The platform reads what the engine's relay reads into: the stream, through the same
 		// connection flags, its URL in the environment.
@@ -192,10 +210,10 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		if status == "killed" {
 			killed++
-			fmt.Fprintf(stdout, "start %d (%s): killed with SIGKILL at unit %d\n", starts, runID, reached)
+			say("start %d (%s): killed with SIGKILL at unit %d\n", starts, runID, reached)
 			continue
 		}
-		fmt.Fprintf(stdout, "start %d (%s): finished the book\n", starts, runID)
+		say("start %d (%s): finished the book\n", starts, runID)
 		break
 	}
 
@@ -254,6 +272,18 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintln(stdout, "\nOK: nothing lost, nothing counted twice")
 	return exitOK
+}
+
+// joinInts lists numbers as "1, 2 and 3".
+func joinInts(ns []int) string {
+	s := make([]string, len(ns))
+	for i, n := range ns {
+		s[i] = strconv.Itoa(n)
+	}
+	if len(s) < 2 {
+		return strings.Join(s, "")
+	}
+	return strings.Join(s[:len(s)-1], ", ") + " and " + s[len(s)-1]
 }
 
 // beforeDemoCheck, when set, is called with the demo's directory before its checks: a test changes

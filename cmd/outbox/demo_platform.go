@@ -96,7 +96,8 @@ type platform struct {
 	// connection flags); env is added to its environment (the server's URL, never on its command line).
 	source, env []string
 	stderr      io.Writer
-	killAt      []int // increasing
+	killAt      []int                         // increasing
+	say         func(format string, a ...any) // prints a line of the demo's (nil: none)
 
 	// applied and duplicates add up what the starts reported. A start killed after a commit and
 	// before it printed that batch's report leaves the batch out, so they can fall short, never
@@ -201,6 +202,9 @@ func (p *platform) start(ctx context.Context, stop <-chan struct{}) (bool, error
 		return false, nil
 	case errors.As(err, &exit) && exit.Sys().(syscall.WaitStatus).Signal() == syscall.SIGKILL:
 		p.restarts++
+		if p.say != nil {
+			p.say("platform start %d: killed with SIGKILL after %d lines applied by its starts in all\n", p.restarts, p.applied)
+		}
 		return true, nil
 	}
 	return false, fmt.Errorf("platform: %w", err)

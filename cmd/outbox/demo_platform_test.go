@@ -105,3 +105,32 @@ func TestDemoRefusesADirectoryThatHoldsAPlatformDatabase(t *testing.T) {
 		t.Errorf("exit %d, %q; want 2 naming platform.db", code, errOut)
 	}
 }
+
+func TestTheDemoExplainsBookAndUnitFirstAndPrintsThePlatformsKillMoments(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "demo")
+	code, out, errOut := cli(t, "demo", "--dir", dir, "--units", "200", "--crashes", "2", "--seed", "5")
+	if code != exitOK {
+		t.Fatalf("demo: exit %d\n%s\n%s", code, out, errOut)
+	}
+	// Each word is said what it is on the first line that uses it.
+	for word, meaning := range map[string]string{"book": "a book is", "unit": "a unit is"} {
+		first := regexp.MustCompile(`\b` + word + `s?\b`).FindStringIndex(out)
+		if first == nil {
+			t.Fatalf("the demo never says %q:\n%s", word, out)
+		}
+		lineStart := strings.LastIndexByte(out[:first[0]], '\n') + 1
+		lineEnd := lineStart + strings.IndexByte(out[lineStart:], '\n')
+		if !strings.Contains(out[lineStart:lineEnd], meaning) {
+			t.Errorf("the first line to use %q does not say what it is: %q", word, out[lineStart:lineEnd])
+		}
+	}
+	// The platform's kills are planned from the seed and reported when they happen, like the engine's.
+	kills := platformKills(5, 200, 2)
+	plan := fmt.Sprintf("applied %d and %d lines in all", kills[0], kills[1])
+	if !strings.Contains(out, plan) {
+		t.Errorf("the demo does not print the platform's kill moments (%q):\n%s", plan, out)
+	}
+	if !regexp.MustCompile(`(?m)^platform start 1: killed with SIGKILL after \d+ lines applied`).MatchString(out) {
+		t.Errorf("no platform kill reported:\n%s", out)
+	}
+}

@@ -381,7 +381,10 @@ Lists the quarantined runs, in run id order: why (a gap, a conflict, or the hand
 the seq the run needed next ("none" once it has applied seq 9223372036854775807, the last there
 is) and the one that came, what happened, and since when. Nothing more of
 such a run is applied until 'outbox inbox release' (or, for a gap that cannot be filled,
-'outbox inbox accept-gap'). Opens the database read-only, as stats does.`
+'outbox inbox accept-gap'). Opens the database read-only, as stats does.
+
+Exit status: 0 no run is quarantined, 1 runs are quarantined (they are listed), 2 a usage or I/O
+error: a script branches on it as on grep's.`
 
 // inboxQuarantinedReport is the --json output of `outbox inbox quarantined`.
 type inboxQuarantinedReport struct {
@@ -425,6 +428,9 @@ func runInboxQuarantined(ctx context.Context, args []string, stdout, stderr io.W
 	}
 	if err != nil {
 		return failErr(stderr, exitUsage, "inbox quarantined", err)
+	}
+	if len(qs) > 0 {
+		return exitFindings
 	}
 	return exitOK
 }

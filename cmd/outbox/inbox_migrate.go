@@ -25,10 +25,12 @@ const inboxMigrateAbout = `
 The inbox's migrations in a consumer's database, as outbox migrate does for a book: up applies
 every pending one, creating the file if it is missing; down rolls back the latest one; status
 lists every migration, applied or pending, and any version the database records that this outbox
-does not know; version prints the inbox's current version.
+does not know; version prints the inbox's current version; sql --version N prints migration N's
+SQL (its rollback with --down), for a team that applies migrations with a tool of its own.
 
 The version table is ` + imigrations.TableName + `, the one the inbox and the goose CLI (-table) use.
-up and down take the inbox's lock, so they refuse to run beside a running consumer. down refuses a
+up and down take the inbox's lock, so they refuse to run beside a running consumer; up beside one
+with nothing to apply says "nothing to apply" and succeeds, as goose does. down refuses a
 step that would drop the inbox's state (the runs' high-water marks, quarantines, accepted gaps,
 source positions, digests), saying how many rows, unless --force is given: a consumer whose state
 is dropped applies every line again as new. Rolling back version 2 drops nothing; rolling back
@@ -42,6 +44,7 @@ func runInboxMigrate(ctx context.Context, args []string, stdout, stderr io.Write
 		name: "inbox migrate", about: inboxMigrateAbout, dbUsage: "the consumer's database `file`",
 		forceUsage: "with down: roll back even a step that drops the inbox's state",
 		read:       inboxMigrateRead, write: inboxMigrateWrite,
+		table: imigrations.TableName, fsys: imigrations.FS,
 	})
 }
 
@@ -106,6 +109,9 @@ func inboxMigrateWrite(ctx context.Context, path, action string, force bool, std
 		return inboxMigrateLocked(ctx, d, action, force, stdout)
 	})
 	var loss *lossError
+	if errors.Is(err, inbox.ErrLocked) {
+		return &heldError{path, "a running consumer", inboxMigrateError(path, err).Error()}
+	}
 	if err != nil && !errors.As(err, &loss) {
 		return inboxMigrateError(path, err)
 	}
@@ -137,7 +143,11 @@ func inboxMigrateLocked(ctx context.Context, d *sql.DB, action string, force boo
 			fmt.Fprintf(stdout, "applied %s\n", r.Source.Path)
 		}
 		if err == nil && len(res) == 0 {
-			fmt.Fprintln(stdout, "no pending migrations")
+			v, err := p.GetDBVersion(ctx)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "nothing to apply: the database is at version %d, the latest\n", v)
 		}
 		return err
 	}

@@ -188,7 +188,7 @@ func TestInboxQuarantinedListsEachQuarantinedRunExactlyInJSON(t *testing.T) {
 	dbPath, _ := consumerDB(t)
 	_, qs, _ := libraryView(t, dbPath)
 	code, out, errOut := cli(t, "inbox", "quarantined", "--db", dbPath, "--json")
-	if code != exitOK {
+	if code != exitFindings {
 		t.Fatalf("exit %d, %s", code, errOut)
 	}
 	var got inboxQuarantinedReport
@@ -215,7 +215,7 @@ func TestInboxQuarantinedListsEachQuarantinedRunExactlyInJSON(t *testing.T) {
 		t.Errorf("the handler's detail is not escaped exactly: %+v", h)
 	}
 	code, out, _ = cli(t, "inbox", "quarantined", "--db", dbPath)
-	if code != exitOK || !strings.Contains(out, "4 runs quarantined") || !strings.Contains(out, `"evil\x1b[2J\a"  gap`) {
+	if code != exitFindings || !strings.Contains(out, "4 runs quarantined") || !strings.Contains(out, `"evil\x1b[2J\a"  gap`) {
 		t.Errorf("inbox quarantined: exit %d\n%s", code, out)
 	}
 }
@@ -357,7 +357,7 @@ func TestInboxReadOnlyCommandsWriteNothing(t *testing.T) {
 		dir := filepath.Dir(dbPath)
 		before := dirstate.Snapshot(t, dir)
 		for _, args := range inboxReadOnlyRuns(dbPath) {
-			if code, _, errOut := runOutbox(t, args...); code != exitOK {
+			if code, _, errOut := runOutbox(t, args...); code == exitUsage { // quarantined exits 1: runs are
 				t.Errorf("%v: exit %d: %s", args, code, errOut)
 			}
 			if diff := cmp.Diff(before, dirstate.Snapshot(t, dir)); diff != "" {
@@ -391,7 +391,7 @@ func TestInboxReadOnlyCommandsWriteNothing(t *testing.T) {
 			if os.Geteuid() == 0 { // permissions do not bind root: read as nobody
 				cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 			}
-			if code, _, errOut := runCmd(t, cmd); code != exitOK {
+			if code, _, errOut := runCmd(t, cmd); code == exitUsage {
 				t.Errorf("%v: exit %d: %s", args, code, errOut)
 			}
 		}
@@ -412,7 +412,7 @@ func TestInboxReadOnlyCommandsWriteNothing(t *testing.T) {
 		go func() { done <- in.FollowFile(ctx, jPath, consumerHandler) }()
 		waitUntil(t, func() bool { p, err := in.Position(ctx, "a"); return err == nil && p == 4 })
 		for _, args := range inboxReadOnlyRuns(dbPath) {
-			if code, _, errOut := runOutbox(t, args...); code != exitOK {
+			if code, _, errOut := runOutbox(t, args...); code == exitUsage { // quarantined exits 1: runs are
 				t.Errorf("%v: exit %d: %s", args, code, errOut)
 			}
 		}
@@ -551,4 +551,39 @@ func TestInboxStatsShowsAnotherSourcesPositionAsStoredAndAMissingFilesDistanceAs
 		t.Errorf("inbox stats: exit %d\n%s", code, out)
 	}
 	checkTerminalSafe(t, "inbox stats", out)
+}
+
+func TestInboxQuarantinedExitsOneWhileRunsAreQuarantined(t *testing.T) {
+	dbPath, _ := consumerDB(t) // four runs quarantined
+	for _, args := range [][]string{
+		{"inbox", "quarantined", "--db", dbPath},
+		{"inbox", "quarantined", "--db", dbPath, "--json"},
+	} {
+		if code, out, errOut := cli(t, args...); code != exitFindings || errOut != "" || !strings.Contains(out, "evil") {
+			t.Errorf("%v with runs quarantined: exit %d, %q", args, code, errOut)
+		}
+	}
+	// Released, one by one: the last release brings the exit status to 0.
+	qs, err := func() ([]inbox.Quarantine, error) {
+		in, err := inbox.OpenReadOnly(context.Background(), dbPath)
+		if err != nil {
+			return nil, err
+		}
+		defer in.Close()
+		return in.Quarantined(context.Background())
+	}()
+	if err != nil || len(qs) == 0 {
+		t.Fatalf("quarantines: %d, %v", len(qs), err)
+	}
+	for _, q := range qs {
+		if code, _, errOut := cli(t, "inbox", "release", "--db", dbPath, "--run", q.RunID); code != exitOK {
+			t.Fatalf("release %q: exit %d, %s", q.RunID, code, errOut)
+		}
+	}
+	if code, out, errOut := cli(t, "inbox", "quarantined", "--db", dbPath); code != exitOK || !strings.Contains(out, "0 runs quarantined") {
+		t.Errorf("with no run quarantined: exit %d, %q %q", code, out, errOut)
+	}
+	if _, out, _ := cli(t, "inbox", "quarantined", "--help"); !strings.Contains(out, "Exit status: 0 no run is quarantined, 1 runs are quarantined") {
+		t.Errorf("--help does not give the exit codes:\n%s", out)
+	}
 }

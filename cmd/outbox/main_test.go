@@ -327,7 +327,7 @@ func TestVerifyExitStatusNamesTheProblem(t *testing.T) {
 	}
 	clean := write("clean", l("a", 1, "")+l("a", 2, "")+l("a", 2, ""))
 	code, out, _ := cli(t, "verify", clean)
-	if code != exitOK || !strings.Contains(out, "2 lines, 1 duplicate skipped") {
+	if code != exitOK || !strings.Contains(out, "2 unique lines, 3 in all, 1 duplicate skipped") {
 		t.Errorf("clean: %d %q", code, out)
 	}
 	for name, tc := range map[string]struct {

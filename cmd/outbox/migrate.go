@@ -27,7 +27,7 @@ import (
 
 func init() {
 	commands["migrate"] = command{
-		summary: "apply, roll back or report the schema migrations (up|down|status|version)",
+		summary: "apply, roll back, report or print the schema migrations (up|down|status|version|sql)",
 		run:     runMigrate,
 	}
 }
@@ -35,10 +35,14 @@ func init() {
 const migrateAbout = `
 up applies every pending migration, creating the file if it is missing; down rolls back the
 latest one; status lists every migration, applied or pending, and any version the book records
-that this outbox does not know; version prints the book's current version.
+that this outbox does not know; version prints the book's current version; sql --version N
+prints migration N's SQL (its rollback with --down), for a team that applies migrations with a
+tool of its own, and needs no --db.
 
 The version table is ` + migrations.TableName + `, the one the library and the goose CLI (-table) use.
-up and down take the book's writer lock, so they refuse to run beside an engine. down refuses a
+up and down take the book's writer lock, so they refuse to run beside an engine; up beside an
+engine with nothing to apply (the book at the latest version) says "nothing to apply" and
+succeeds, as goose does. down refuses a
 step that would drop stored events or once keys, or the record of how far the sink has each run,
 saying how many, unless --force is given. A book rolled back with --force and migrated up again
 can still be recovered (outbox relay): up rebuilds every position the rows prove, and the lines
@@ -50,6 +54,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		name: "migrate", about: migrateAbout, dbUsage: "the database `file`",
 		forceUsage: "with down: roll back even a step that drops stored events, once keys or positions",
 		read:       migrateRead, write: migrateWrite,
+		table: migrations.TableName, fsys: migrations.FS,
 	})
 }
 
@@ -61,28 +66,54 @@ type migrationsCommand struct {
 	dbUsage, forceUsage string
 	read                func(ctx context.Context, path, action string, stdout io.Writer) error
 	write               func(ctx context.Context, path, action string, force bool, stdout io.Writer) error
+	table               string       // the goose version table
+	fsys                func() fs.FS // the embedded migrations
 }
 
 func runMigrations(ctx context.Context, args []string, stdout, stderr io.Writer, c migrationsCommand) int {
-	fs := newFlags(c.name, "outbox "+c.name+" up|down|status|version --db FILE [--force]", c.about)
+	fs := newFlags(c.name, "outbox "+c.name+" up|down|status|version --db FILE [--force]\n       outbox "+c.name+" sql --version N [--down]", c.about)
 	dbPath := fs.String("db", "", c.dbUsage)
 	force := fs.Bool("force", false, c.forceUsage)
+	version := fs.Int64("version", 0, "with sql: the migration `N` whose SQL to print")
+	down := fs.Bool("down", false, "with sql: print the migration's rollback instead of its up step")
 	pos, code, done := parseFlags(fs, args, stderr)
 	if done {
 		return code
 	}
+	if len(pos) == 1 && pos[0] == "sql" {
+		if *dbPath != "" || *force {
+			return usageError(stderr, "outbox "+c.name, "sql takes --version N and --down, and reads no database")
+		}
+		if err := printMigrationSQL(stdout, c.fsys(), c.table, *version, *down); err != nil {
+			return failErr(stderr, exitUsage, c.name+" sql", err)
+		}
+		return exitOK
+	}
 	if len(pos) != 1 || *dbPath == "" {
-		return usageError(stderr, "outbox "+c.name, "need an action (up, down, status or version) and --db FILE")
+		return usageError(stderr, "outbox "+c.name, "need an action (up, down, status, version or sql) and --db FILE")
 	}
 	action := pos[0]
+	if *version != 0 || *down {
+		return usageError(stderr, "outbox "+c.name, "--version and --down go with sql")
+	}
 	var err error
 	switch action {
 	case "status", "version":
 		err = c.read(ctx, *dbPath, action, stdout)
 	case "up", "down":
 		err = c.write(ctx, *dbPath, action, *force, stdout)
+		var held *heldError
+		if action == "up" && errors.As(err, &held) {
+			// Beside a running engine (or consumer), up with nothing to apply has nothing to wait
+			// for: goose says so and succeeds, and a deploy script that migrates before each start
+			// must not fail because the previous process is still draining.
+			if v, ok := upToDate(ctx, *dbPath, c); ok {
+				fmt.Fprintf(stdout, "nothing to apply: the database is at version %d, the latest (%s has it open; nothing was changed)\n", v, held.holder)
+				return exitOK
+			}
+		}
 	default:
-		return usageError(stderr, "outbox "+c.name, "unknown action %s (up, down, status or version)", quote(action))
+		return usageError(stderr, "outbox "+c.name, "unknown action %s (up, down, status, version or sql)", quote(action))
 	}
 	var refused *lossError
 	if errors.As(err, &refused) {
@@ -93,6 +124,102 @@ func runMigrations(ctx context.Context, args []string, stdout, stderr io.Writer,
 		return failErr(stderr, exitUsage, c.name+" "+action, err)
 	}
 	return exitOK
+}
+
+// heldError is up or down refused because a running process holds the database's lock.
+type heldError struct {
+	path   string
+	holder string // "a running engine", "a running consumer"
+	msg    string
+}
+
+func (e *heldError) Error() string { return e.msg }
+
+// upToDate reports, reading through a read-only connection, whether every migration this release
+// knows is applied and no other: then up has nothing to do.
+func upToDate(ctx context.Context, path string, c migrationsCommand) (int64, bool) {
+	d, err := outbox.OpenReadOnlyDB(ctx, path)
+	if err != nil {
+		return 0, false
+	}
+	defer d.Close()
+	var applied map[int64]string
+	if err := readAgain(func() (err error) {
+		applied, err = appliedVersions(ctx, d, c.table)
+		return err
+	}); err != nil {
+		return 0, false
+	}
+	known, err := knownMigrations(c.fsys())
+	if err != nil || len(known) != len(applied) {
+		return 0, false
+	}
+	for _, m := range known {
+		if _, ok := applied[m.version]; !ok {
+			return 0, false
+		}
+	}
+	return known[len(known)-1].version, true
+}
+
+// printMigrationSQL prints the up step (or with down, the rollback) of migration version, as the
+// file holds it without goose's annotations, under a header that names it and says how goose
+// records it, so that the library and the outbox command see it applied.
+func printMigrationSQL(stdout io.Writer, fsys fs.FS, table string, version int64, down bool) error {
+	known, err := knownMigrations(fsys)
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(known, func(m migration) bool { return m.version == version })
+	if i < 0 {
+		vs := make([]string, len(known))
+		for j, m := range known {
+			vs[j] = strconv.FormatInt(m.version, 10)
+		}
+		return fmt.Errorf("no migration %d: this release has %s (give --version N)", version, strings.Join(vs, ", "))
+	}
+	src, err := fs.ReadFile(fsys, known[i].name)
+	if err != nil {
+		return err
+	}
+	var up, dn, cur *strings.Builder = &strings.Builder{}, &strings.Builder{}, nil
+	noTx := false
+	for _, l := range strings.SplitAfter(string(src), "\n") {
+		annotation, ok := strings.CutPrefix(strings.TrimSpace(l), "-- +goose ")
+		switch {
+		case ok && annotation == "Up":
+			cur = up
+		case ok && annotation == "Down":
+			cur = dn
+		case ok && annotation == "NO TRANSACTION":
+			noTx = true
+		case ok:
+			// StatementBegin and StatementEnd only tell goose where a statement with inner
+			// semicolons (a trigger's body) ends.
+		case cur != nil:
+			cur.WriteString(l)
+		}
+	}
+	step, body, applied := "up", up.String(), 1
+	if down {
+		step, body, applied = "down", dn.String(), 0
+	}
+	fmt.Fprintf(stdout, "-- %s, %s step (version %d).\n", known[i].name, step, version)
+	if noTx {
+		fmt.Fprintln(stdout, "-- Run it outside a transaction.")
+	} else {
+		fmt.Fprintln(stdout, "-- Run it in one transaction.")
+	}
+	fmt.Fprintf(stdout, "-- Goose, the library's Open and the outbox command read what is applied from %s:\n", table)
+	fmt.Fprintf(stdout, "-- record the step there as goose does, in the table as goose creates it, so that they see it:\n")
+	fmt.Fprintf(stdout, "--   CREATE TABLE IF NOT EXISTS %s (id INTEGER PRIMARY KEY AUTOINCREMENT, version_id INTEGER NOT NULL, "+
+		"is_applied INTEGER NOT NULL, tstamp TIMESTAMP DEFAULT (datetime('now')));\n", table)
+	// Goose's SQLite dialect tells an existing table by its version 0 row, which it writes when it
+	// creates the table: without it, goose would create the table again and fail.
+	fmt.Fprintf(stdout, "--   INSERT INTO %s (version_id, is_applied) SELECT 0, 1 WHERE NOT EXISTS (SELECT 1 FROM %s WHERE version_id = 0);\n", table, table)
+	fmt.Fprintf(stdout, "--   INSERT INTO %s (version_id, is_applied) VALUES (%d, %d);\n\n", table, version, applied)
+	fmt.Fprint(stdout, strings.TrimLeft(body, "\n"))
+	return nil
 }
 
 // readAgain runs read until it has not met a commit it could not wait out: a reader beside an
@@ -253,7 +380,8 @@ func migrateWrite(ctx context.Context, path, action string, force bool, stdout i
 	if err := flock.Exclusive(lock); err != nil {
 		lock.Close()
 		if errors.Is(err, flock.ErrHeld) {
-			return fmt.Errorf("database %s is held by a running engine; stop it first", quote(path))
+			return &heldError{path, "a running engine",
+				fmt.Sprintf("database %s is held by a running engine; stop it first", quote(path))}
 		}
 		return err
 	}
@@ -303,7 +431,11 @@ func migrateLocked(ctx context.Context, d *sql.DB, action string, force bool, st
 			return err
 		}
 		if len(res) == 0 {
-			fmt.Fprintln(stdout, "no pending migrations")
+			v, err := p.GetDBVersion(ctx)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "nothing to apply: the database is at version %d, the latest\n", v)
 		}
 		// Up to date by its version table, but a table, column or index dropped by hand is still
 		// missing: say so rather than "nothing to do".

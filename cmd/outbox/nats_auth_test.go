@@ -70,7 +70,7 @@ func roundTrip(t *testing.T, conn ...string) {
 	if code, out, errOut := cli(t, with("relay", "--db", dbPath, "--stream", "EVENTS")...); code != exitOK || !strings.Contains(out, "projected 3 lines") {
 		t.Fatalf("relay %v: %d %q %q", conn, code, out, errOut)
 	}
-	if code, out, errOut := cli(t, with("verify", "--stream", "EVENTS")...); code != exitOK || !strings.Contains(out, "3 lines") {
+	if code, out, errOut := cli(t, with("verify", "--stream", "EVENTS")...); code != exitOK || !strings.Contains(out, "3 unique lines") {
 		t.Fatalf("verify %v: %d %q %q", conn, code, out, errOut)
 	}
 }
@@ -394,7 +394,7 @@ func TestRelayProjectsToAStreamCreatedWithASubjectPrefix(t *testing.T) {
 	if code, out, errOut := cli(t, "relay", "--db", dbPath, "--nats", url, "--stream", "BOOK", "--subject-prefix", "books.eu"); code != exitOK || !strings.Contains(out, "projected 3 lines of 2 runs into stream BOOK") {
 		t.Fatalf("relay with the stream's prefix: %d %q %q", code, out, errOut)
 	}
-	if code, out, errOut := cli(t, "verify", "--nats", url, "--stream", "BOOK", "--subject-prefix", "books.eu"); code != exitOK || !strings.Contains(out, "3 lines") {
+	if code, out, errOut := cli(t, "verify", "--nats", url, "--stream", "BOOK", "--subject-prefix", "books.eu"); code != exitOK || !strings.Contains(out, "3 unique lines") {
 		t.Errorf("verify with the stream's prefix: %d %q %q", code, out, errOut)
 	}
 	if code, _, errOut := cli(t, "verify", "--nats", url, "--stream", "BOOK"); code != exitUsage || !strings.Contains(errOut, "do not capture outbox.>") {

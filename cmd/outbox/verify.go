@@ -31,8 +31,9 @@ type verifyReport struct {
 	Stream      string               `json:"stream,omitempty"` // or the stream checked,
 	Server      string               `json:"server,omitempty"` // on this server (user information hidden)
 	OK          bool                 `json:"ok"`
-	Lines       int                  `json:"lines"`
+	Lines       int                  `json:"lines"` // unique lines: once per (run, seq)
 	Duplicates  int                  `json:"duplicates"`
+	TotalLines  int                  `json:"total_lines"` // lines in all: Lines + Duplicates
 	TornTail    bool                 `json:"torn_tail"`
 	Runs        map[string]verifyRun `json:"runs"`
 	Finding     *verifyFinding       `json:"finding"`         // null when clean
@@ -65,7 +66,9 @@ FILE - reads the journal from standard input. With --nats URL or --context NAME 
 stream NAME instead, read from its first message to its last, every message's subject under
 --subject-prefix.
 
-Prints a per-run summary and ends with a one-line verdict, "OK" or "FAILED: " and what failed.
+Prints a per-run summary, the journal's lines counted as check counts them (unique lines, once
+per run and seq, and lines in all, repeats included), and ends with a one-line verdict, "OK" or
+"FAILED: " and what failed.
 With --json it prints one JSON object whatever happens: "file" names the journal checked, or
 "stream" and "server" the stream (the server's user information hidden); when the input could not
 be read, its "error" member says why.
@@ -112,6 +115,7 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		out.Server = nf.server()
 	}
 	out.OK, out.Lines, out.Duplicates, out.TornTail, out.Runs = verr == nil, rep.Lines, rep.Duplicates, rep.TornTail, map[string]verifyRun{}
+	out.TotalLines = rep.Lines + rep.Duplicates
 	for id, r := range rep.Runs {
 		out.Runs[id] = verifyRun{Last: r.Last, Lines: r.Lines, Duplicates: r.Duplicates}
 	}
@@ -173,7 +177,8 @@ func printVerify(w io.Writer, out verifyReport) {
 		fmt.Fprintln(w)
 	}
 	if out.Error == "" {
-		fmt.Fprintf(w, "%s, %s, %s skipped", plural(int64(len(ids)), "run"), plural(int64(out.Lines), "line"), plural(int64(out.Duplicates), "duplicate"))
+		fmt.Fprintf(w, "%s, %s, %s skipped", counted(int64(len(ids)), "run"), lineCounts(int64(out.Lines), int64(out.TotalLines)),
+			counted(int64(out.Duplicates), "duplicate"))
 		if out.TornTail {
 			fmt.Fprint(w, ", torn last line")
 		}
