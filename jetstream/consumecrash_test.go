@@ -152,10 +152,13 @@ func consumerCrashes(t *testing.T, seed uint64) {
 
 	db := filepath.Join(t.TempDir(), "platform.db")
 	env := []string{"DB=" + db, "NATS_URL=" + ns.url()}
-	// Starts go on until the producers are done and at least three killed starts had applied lines
-	// (the machine's load decides how far a start gets before its drawn moment).
+	// Starts go on until the producers are done and either three killed starts had applied lines
+	// (the machine's load decides how far a start gets before its drawn moment), or the consumer
+	// holds every line the stream holds: a consumer faster than the producers catches up within a
+	// start or two, and a start with nothing left to apply cannot show progress by applying. A
+	// consumer that stops applying while the stream holds lines it has not applied meets neither.
 	kills, progressed, applied := 0, 0, 0
-	for done := false; !done || progressed < 3; {
+	for done := false; ; {
 		select {
 		case err := <-produced:
 			if err != nil {
@@ -164,8 +167,17 @@ func consumerCrashes(t *testing.T, seed uint64) {
 			done = true
 		default:
 		}
+		if done && progressed >= 3 {
+			break
+		}
+		// The stream is read after the effects were counted, the consumer dead between: equal
+		// counts mean nothing was left to apply.
+		if done && applied == len(streamLines(t, js)) {
+			break
+		}
 		if kills == 300 {
-			t.Fatalf("after 300 kills only %d starts applied anything", progressed)
+			t.Fatalf("after 300 kills the consumer holds %d of the stream's %d lines; only %d starts applied anything",
+				applied, len(streamLines(t, js)), progressed)
 		}
 		cenv := env
 		if rng.IntN(2) == 0 {
@@ -212,27 +224,7 @@ func consumerCrashes(t *testing.T, seed uint64) {
 // per run, seqs 1..n, each once, with the stream's bytes.
 func checkEffectsAreTheStreamsLines(t *testing.T, js njs.JetStream, db string, runs []string, n int64) {
 	t.Helper()
-	streamLines := map[string]string{}
-	f, err := os.CreateTemp(t.TempDir(), "stream")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := jetstream.WriteLines(context.Background(), js, "EVENTS", f); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	data, _ := os.ReadFile(f.Name())
-	for _, l := range splitLines(data) {
-		run, seq, err := journal.LineKey(l)
-		if err != nil {
-			t.Fatal(err)
-		}
-		key := fmt.Sprintf("%s/%d", run, seq)
-		if prev, ok := streamLines[key]; ok && prev != string(l) {
-			t.Fatalf("the stream holds two versions of %s", key)
-		}
-		streamLines[key] = string(l)
-	}
+	streamLines := streamLines(t, js)
 	in, err := inbox.Open(context.Background(), db)
 	if err != nil {
 		t.Fatal(err)
@@ -277,6 +269,33 @@ func checkEffectsAreTheStreamsLines(t *testing.T, js njs.JetStream, db string, r
 	if len(got) != len(streamLines) {
 		t.Errorf("%d lines applied, the stream holds %d", len(got), len(streamLines))
 	}
+}
+
+// streamLines reads the stream EVENTS to its end: its distinct lines by "run/seq".
+func streamLines(t *testing.T, js njs.JetStream) map[string]string {
+	t.Helper()
+	lines := map[string]string{}
+	f, err := os.CreateTemp(t.TempDir(), "stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := jetstream.WriteLines(context.Background(), js, "EVENTS", f); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	data, _ := os.ReadFile(f.Name())
+	for _, l := range splitLines(data) {
+		run, seq, err := journal.LineKey(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := fmt.Sprintf("%s/%d", run, seq)
+		if prev, ok := lines[key]; ok && prev != string(l) {
+			t.Fatalf("the stream holds two versions of %s", key)
+		}
+		lines[key] = string(l)
+	}
+	return lines
 }
 
 func splitLines(data []byte) [][]byte {

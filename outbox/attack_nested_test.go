@@ -125,8 +125,8 @@ func enqueueWithin(t *testing.T, s *outbox.Store, ctx context.Context, build out
 // The committer marks its goroutine as the writer's only while a builder or the line check runs, and
 // reads that goroutine once per loop. A line check that calls the store is caught as a builder is,
 // with group commit on and off; and after the committer's goroutine was replaced (a builder called
-// runtime.Goexit, or overran its deadline and its group was taken over), a builder that calls the
-// store on the new goroutine is still caught at once.
+// runtime.Goexit, or outlived its caller's context and its group was taken over), a builder that
+// calls the store on the new goroutine is still caught at once.
 func TestTheCommittersNestedCallCheckHoldsForLineChecksAndAfterItsGoroutineIsReplaced(t *testing.T) {
 	ctx := context.Background()
 	for _, group := range []bool{true, false} {
@@ -190,17 +190,22 @@ func TestTheCommittersNestedCallCheckHoldsForLineChecksAndAfterItsGoroutineIsRep
 		s := openStore(t, outbox.WithOpTimeout(time.Minute))
 		release := make(chan struct{})
 		stuckTold := make(chan error, 1)
+		entered := make(chan struct{})
 		stuck := func(int64) ([]byte, error) {
+			close(entered)
 			<-release
 			// Called once the builder returns from its wait, its group long taken over.
 			_, err := s.EnqueueEvent(context.Background(), "late", outboxtest.LineOf("x"))
 			stuckTold <- err
 			return []byte("stuck"), nil
 		}
-		short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		// The caller gives up once its builder runs, not at a deadline: one that passed while the
+		// call was still queued, on a loaded machine, would withdraw it before any builder ran.
+		short, cancel := context.WithCancel(ctx)
 		defer cancel()
+		go func() { <-entered; cancel() }()
 		if err := enqueueWithin(t, s, short, stuck); !errors.Is(err, outbox.ErrBuilderStuck) {
-			t.Fatalf("a builder past its deadline: %v, want ErrBuilderStuck", err)
+			t.Fatalf("a builder still running when its caller gave up: %v, want ErrBuilderStuck", err)
 		}
 		told := make(chan error, 1)
 		if err := enqueueWithin(t, s, ctx, nestedEnqueue(s, told)); !errors.Is(err, outbox.ErrCallInsideTx) {

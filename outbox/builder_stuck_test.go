@@ -161,21 +161,28 @@ func TestACallGroupedBeforeASlowBuilderReturnsByItsOwnDeadline(t *testing.T) {
 }
 
 // A builder that never returns, whose own caller waits for an hour: the caller grouped before it
-// gives up at its own deadline, which fails the stuck call (ErrBuilderStuck, nothing stored) and
-// commits the call before it, which is told so; the call grouped after it goes to the next group and
-// commits. Close then returns within the operation timeout, naming the builder that is still stuck.
+// gives up when its own context ends, which fails the stuck call (ErrBuilderStuck, nothing stored)
+// and commits the call before it, which is told so; the call grouped after it goes to the next group
+// and commits. Close then returns within the operation timeout, naming the builder that is still
+// stuck.
 func TestABuilderThatNeverReturnsHoldsNoOtherCallerNorClose(t *testing.T) {
 	s := openShortOps(t, filepath.Join(t.TempDir(), "book.db"), 200*time.Millisecond)
-	short, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	defer cancel()
 	long, cancelLong := context.WithTimeout(context.Background(), time.Hour)
 	defer cancelLong()
-	stuck, stuckReturned, _ := blockedBuilder(t)
+	// The first caller's context ends once the builder is stuck, not at a deadline: one counted from
+	// before the calls were lined up could pass while they still are, on a loaded machine, and the
+	// call would then be withdrawn before its group was built. Its parent's deadline keeps the
+	// operation timeout from bounding it instead.
+	short, cancel := context.WithCancel(long)
+	defer cancel()
+	stuck, stuckReturned, entered := blockedBuilder(t)
 	got := newOutcomes()
 	returned := lineUpInOneGroup(t, s, got,
 		groupCall{"short", short, named("short")},
 		groupCall{"stuck", long, stuck},
 		groupCall{"after", long, named("after")})
+	<-entered
+	cancel()
 	for range 4 {
 		<-returned
 	}
