@@ -12,7 +12,8 @@
 // migrations and the host program's cannot mistake each other's history.
 //
 // Rolling back can lose what a later version records: how far the relay projected each run
-// (version 2) and the highest seq of a forgotten run (version 3). `outbox migrate down` refuses such
+// (version 2), the highest seq of a forgotten run (version 3), and the digests of the projected
+// once-keyed lines whose bytes the book no longer keeps (version 6: their keys stay). `outbox migrate down` refuses such
 // a step without --force; goose down does not ask. Either way, migrating up again rebuilds every
 // position the rows still prove (a forgotten row and a ledger row were projected, and so was every
 // line before them), so recovery never meets a hole below a run's position; the lines after it are
@@ -163,7 +164,7 @@ var required = struct {
 	indexes map[string]string // name -> table; all unique and partial
 }{
 	tables: map[string][]string{
-		"events_outbox":   {"engine_run_id", "seq", "line", "once_key", "announce_key", "enqueued_at", "spill"},
+		"events_outbox":   {"engine_run_id", "seq", "line", "once_key", "announce_key", "enqueued_at", "spill", "digest"},
 		"outbox_progress": {"engine_run_id", "projected", "last_seq"},
 		"events_lines":    {"id", "line"},
 		"outbox_stops":    {"engine_run_id", "seq", "reason", "stopped_at"},
@@ -174,8 +175,9 @@ var required = struct {
 	},
 }
 
-// spillTrigger drops a large line with its row (migrations/00003).
-const spillTrigger = "events_outbox_spill_delete"
+// spillTriggers drop a large line with its row (migrations/00003), and when its row's line is
+// emptied (migrations/00006).
+var spillTriggers = []string{"events_outbox_spill_delete", "events_outbox_spill_update"}
 
 // Check returns an error wrapping ErrSchemaMismatch when the database holds a version newer than the
 // module knows, is not migrated to the latest known version, or lacks a table, column or unique index
@@ -234,13 +236,15 @@ func Check(ctx context.Context, db *sql.DB) error {
 			missing = append(missing, "uniqueness of index "+index)
 		}
 	}
-	var triggers int
-	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE type = 'trigger' AND name = ?`,
-		spillTrigger).Scan(&triggers); err != nil {
-		return fmt.Errorf("migrations: read the schema: %w", err)
-	}
-	if triggers == 0 {
-		missing = append(missing, "trigger "+spillTrigger)
+	for _, trigger := range spillTriggers {
+		var triggers int
+		if err := db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE type = 'trigger' AND name = ?`,
+			trigger).Scan(&triggers); err != nil {
+			return fmt.Errorf("migrations: read the schema: %w", err)
+		}
+		if triggers == 0 {
+			missing = append(missing, "trigger "+trigger)
+		}
 	}
 	if len(missing) > 0 {
 		slices.Sort(missing)

@@ -89,12 +89,14 @@ SELECT CAST(EXISTS (
 -- name: EventsPending :many
 -- to_mark: the line carries an announce key not yet in the ledger, which the relay moves there once
 -- the line is in the sink; reading it here spares the relay's record a pass over the whole batch.
+-- A ledger row whose line the book no longer keeps (digest set, migrations/00006) is left out, as a
+-- forgotten row is: it has no line to give, and the relay takes the hole for missing rows.
 SELECT seq,
        CAST(CASE WHEN spill = 0 THEN line
             ELSE (SELECT events_lines.line FROM events_lines WHERE events_lines.id = events_outbox.spill) END AS BLOB) AS line,
        CAST(announce_key <> '' AND once_key = '' AS INTEGER) AS to_mark
 FROM events_outbox
-WHERE engine_run_id = sqlc.arg(engine_run_id) AND seq > sqlc.arg(after_seq)
+WHERE engine_run_id = sqlc.arg(engine_run_id) AND seq > sqlc.arg(after_seq) AND digest IS NULL
 ORDER BY seq
 LIMIT sqlc.arg(max_rows);
 
@@ -112,9 +114,10 @@ FROM events_outbox
 WHERE engine_run_id = sqlc.arg(engine_run_id);
 
 -- name: EventMarkProjected :execrows
--- Moves a projected line's pending announce key into the ledger.
+-- Moves a projected line's pending announce key into the ledger, where the row keeps the key and the
+-- line's digest, not the line (migrations/00006; the trigger there drops a large line).
 UPDATE events_outbox
-SET once_key = announce_key
+SET once_key = announce_key, announce_key = '', digest = sqlc.arg(digest), line = x'', enqueued_at = 0, spill = 0
 WHERE engine_run_id = sqlc.arg(engine_run_id) AND seq = sqlc.arg(seq)
   AND announce_key <> '' AND once_key = '';
 
