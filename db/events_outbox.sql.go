@@ -186,29 +186,6 @@ func (q *Queries) EventMarkAnnounced(ctx context.Context, db DBTX, arg EventMark
 	return result.RowsAffected()
 }
 
-const EventMarkProjected = `-- name: EventMarkProjected :execrows
-UPDATE events_outbox
-SET once_key = announce_key, announce_key = '', digest = ?1, line = x'', enqueued_at = 0, spill = 0
-WHERE engine_run_id = ?2 AND seq = ?3
-  AND announce_key <> '' AND once_key = ''
-`
-
-type EventMarkProjectedParams struct {
-	Digest      []byte
-	EngineRunID string
-	Seq         int64
-}
-
-// Moves a projected line's pending announce key into the ledger, where the row keeps the key and the
-// line's digest, not the line (migrations/00006; the trigger there drops a large line).
-func (q *Queries) EventMarkProjected(ctx context.Context, db DBTX, arg EventMarkProjectedParams) (int64, error) {
-	result, err := db.ExecContext(ctx, EventMarkProjected, arg.Digest, arg.EngineRunID, arg.Seq)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected()
-}
-
 const EventOnceKey = `-- name: EventOnceKey :one
 SELECT once_key, announce_key
 FROM events_outbox

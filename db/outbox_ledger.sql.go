@@ -9,29 +9,6 @@ import (
 	"context"
 )
 
-const LedgerEmptyLine = `-- name: LedgerEmptyLine :execrows
-UPDATE events_outbox
-SET digest = ?1, line = x'', announce_key = '', enqueued_at = 0, spill = 0
-WHERE engine_run_id = ?2 AND seq = ?3 AND once_key <> '' AND digest IS NULL
-`
-
-type LedgerEmptyLineParams struct {
-	Digest      []byte
-	EngineRunID string
-	Seq         int64
-}
-
-// Replaces a projected ledger row's line with its digest, and drops what only a pending line needs:
-// its announce key (the ledger's index holds the key), its enqueue time, and its large line (the
-// trigger of migrations/00006).
-func (q *Queries) LedgerEmptyLine(ctx context.Context, db DBTX, arg LedgerEmptyLineParams) (int64, error) {
-	result, err := db.ExecContext(ctx, LedgerEmptyLine, arg.Digest, arg.EngineRunID, arg.Seq)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected()
-}
-
 const LedgerLineGet = `-- name: LedgerLineGet :one
 SELECT CAST(CASE WHEN spill = 0 THEN line
             ELSE (SELECT events_lines.line FROM events_lines WHERE events_lines.id = events_outbox.spill) END AS BLOB) AS line
@@ -89,6 +66,30 @@ func (q *Queries) LedgerLinesToEmpty(ctx context.Context, db DBTX, maxRows int64
 		return nil, err
 	}
 	return items, nil
+}
+
+const LedgerPut = `-- name: LedgerPut :exec
+INSERT INTO events_outbox (engine_run_id, seq, line, once_key, digest)
+VALUES (?1, ?2, x'', CAST(?3 AS TEXT), ?4)
+`
+
+type LedgerPutParams struct {
+	EngineRunID string
+	Seq         int64
+	OnceKey     string
+	Digest      []byte
+}
+
+// Puts a projected line's row back as a ledger row: its key and its line's digest, without the line,
+// a pending key or an enqueue time. A key another row holds fails on the ledger's unique index.
+func (q *Queries) LedgerPut(ctx context.Context, db DBTX, arg LedgerPutParams) error {
+	_, err := db.ExecContext(ctx, LedgerPut,
+		arg.EngineRunID,
+		arg.Seq,
+		arg.OnceKey,
+		arg.Digest,
+	)
+	return err
 }
 
 const LedgerRowGet = `-- name: LedgerRowGet :one
@@ -173,4 +174,46 @@ func (q *Queries) LedgerRunRows(ctx context.Context, db DBTX, arg LedgerRunRowsP
 		return nil, err
 	}
 	return items, nil
+}
+
+const LedgerTakeLine = `-- name: LedgerTakeLine :one
+DELETE FROM events_outbox
+WHERE engine_run_id = ?1 AND seq = ?2 AND once_key <> '' AND digest IS NULL
+RETURNING once_key
+`
+
+type LedgerTakeLineParams struct {
+	EngineRunID string
+	Seq         int64
+}
+
+// Takes out a ledger row that still holds its line, as LedgerTakeProjected does, returning its key.
+func (q *Queries) LedgerTakeLine(ctx context.Context, db DBTX, arg LedgerTakeLineParams) (string, error) {
+	row := db.QueryRowContext(ctx, LedgerTakeLine, arg.EngineRunID, arg.Seq)
+	var once_key string
+	err := row.Scan(&once_key)
+	return once_key, err
+}
+
+const LedgerTakeProjected = `-- name: LedgerTakeProjected :one
+DELETE FROM events_outbox
+WHERE engine_run_id = ?1 AND seq = ?2 AND announce_key <> '' AND once_key = ''
+RETURNING announce_key
+`
+
+type LedgerTakeProjectedParams struct {
+	EngineRunID string
+	Seq         int64
+}
+
+// Takes out the row of a projected line whose announce key is not yet in the ledger, for LedgerPut to
+// put back as a ledger row; its large line goes with it (the trigger of migrations/00003). No row
+// when the line holds no such key. A delete and an insert, not an UPDATE: SQLite rebalances a page
+// when a delete leaves it under a third full, never when an update shrinks a row, and ledger rows
+// shrunk in place left their pages about a fifth full (430 bytes of book a key, not 150).
+func (q *Queries) LedgerTakeProjected(ctx context.Context, db DBTX, arg LedgerTakeProjectedParams) (string, error) {
+	row := db.QueryRowContext(ctx, LedgerTakeProjected, arg.EngineRunID, arg.Seq)
+	var announce_key string
+	err := row.Scan(&announce_key)
+	return announce_key, err
 }

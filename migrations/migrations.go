@@ -175,9 +175,8 @@ var required = struct {
 	},
 }
 
-// spillTriggers drop a large line with its row (migrations/00003), and when its row's line is
-// emptied (migrations/00006).
-var spillTriggers = []string{"events_outbox_spill_delete", "events_outbox_spill_update"}
+// spillTriggers drop a large line with its row (migrations/00003).
+var spillTriggers = []string{"events_outbox_spill_delete"}
 
 // Check returns an error wrapping ErrSchemaMismatch when the database holds a version newer than the
 // module knows, is not migrated to the latest known version, or lacks a table, column or unique index

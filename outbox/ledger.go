@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"time"
 
 	"github.com/textmachine/outbox/db"
 )
@@ -17,11 +18,14 @@ import (
 // rows an earlier release left whole are emptied by Recover, in bounded steps (migrations/00006).
 
 // LineDigestSize is the size of a line's digest in the ledger.
-const LineDigestSize = 16
+const LineDigestSize = 8
 
 // LineDigest returns the digest the ledger keeps of a projected once-keyed line in place of its bytes:
 // the first LineDigestSize bytes of its SHA-256. `outbox check` compares a journal line with such a
-// row by it. 128 bits keep an accidental match out of reach and half the row's digest cost.
+// row by it. It tells a line from another that a mistake, a restore or a bad copy put under the same
+// run and seq, where two differing lines match with a chance of one in 2^64; it is no defence against
+// someone who forges journal lines to match. Each byte more costs a byte of book a key, and the
+// ledger's row is held to 150 (docs/BENCHMARKS.md).
 func LineDigest(line []byte) []byte {
 	sum := sha256.Sum256(line)
 	return sum[:LineDigestSize:LineDigestSize]
@@ -66,7 +70,12 @@ func (s *Store) emptyLedgerLines(ctx context.Context) (int64, error) {
 				if len(line) > 0 {
 					digest = LineDigest(line)
 				}
-				if _, err := s.q.LedgerEmptyLine(ctx, tx, db.LedgerEmptyLineParams{Digest: digest, EngineRunID: r.EngineRunID, Seq: r.Seq}); err != nil {
+				key, err := s.q.LedgerTakeLine(ctx, tx, db.LedgerTakeLineParams{EngineRunID: r.EngineRunID, Seq: r.Seq})
+				if err != nil {
+					return fmt.Errorf("empty line %d of run %q: %w", r.Seq, r.EngineRunID, mapErr(ctx, err))
+				}
+				err = s.q.LedgerPut(ctx, tx, db.LedgerPutParams{EngineRunID: r.EngineRunID, Seq: r.Seq, OnceKey: key, Digest: digest})
+				if err != nil {
 					return fmt.Errorf("empty line %d of run %q: %w", r.Seq, r.EngineRunID, mapErr(ctx, err))
 				}
 			}
@@ -101,7 +110,7 @@ func (s *Store) giveBackPages(w *txWriter) error {
 
 // givePages is giveBackPages, returning how many free pages beyond freePagesKept are left.
 func (s *Store) givePages(w *txWriter) (left int64, err error) {
-	if !s.incrementalVacuum {
+	if !s.incrementalVacuum.Load() {
 		return 0, nil
 	}
 	var free int64
@@ -132,4 +141,44 @@ func (s *Store) givePagesBack(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// Vacuum rewrites the book whole, in the mode that gives free pages back to the file system
+// (auto_vacuum=INCREMENTAL), and checkpoints it, so that its file holds what the book holds: a book
+// created by this release is in that mode from its start, and one created before it gives nothing
+// back until it is vacuumed once. It returns how long the rewrite took.
+//
+// It is an operator's step, not the engine's: it holds the writer for the whole rewrite (every write
+// of the store waits), writes the whole book into the WAL and back, and needs free disk as large as
+// the book; docs/BENCHMARKS.md has its cost against the book's size. Run it after the first Recover
+// of an upgraded book, which replaces the ledger's lines with their digests, so that it rewrites what
+// is left. `outbox vacuum` runs it on a stopped engine's book.
+func (s *Store) Vacuum(ctx context.Context) (time.Duration, error) {
+	if err := s.enter(true); err != nil {
+		return 0, err
+	}
+	defer s.exit()
+	if err := s.checkNotInsideTx(); err != nil {
+		return 0, err
+	}
+	conn, err := s.w.Conn(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("vacuum: wait for the writer: %w", mapErr(ctx, err))
+	}
+	defer conn.Close()
+	start := time.Now()
+	// The writer's commit hook refuses every commit the store does not make itself.
+	s.committing.Store(true)
+	defer s.committing.Store(false)
+	for _, stmt := range []string{"PRAGMA auto_vacuum=INCREMENTAL", "VACUUM", "PRAGMA wal_checkpoint(TRUNCATE)"} {
+		if _, err := conn.ExecContext(ctx, stmt); err != nil {
+			return 0, s.named(fmt.Errorf("vacuum: %s: %w", stmt, mapErr(ctx, err)))
+		}
+	}
+	var mode int
+	if err := conn.QueryRowContext(ctx, "PRAGMA auto_vacuum").Scan(&mode); err != nil {
+		return 0, fmt.Errorf("vacuum: %w", mapErr(ctx, err))
+	}
+	s.incrementalVacuum.Store(mode == 2)
+	return time.Since(start), nil
 }

@@ -56,10 +56,8 @@ func (s *Store) recordProjected(ctx context.Context, runID string, last int64, t
 		if err := w.clearStop(runID); err != nil {
 			return err
 		}
-		for _, m := range toMark {
-			if err := w.markProjected(db.EventMarkProjectedParams{EngineRunID: runID, Seq: m.seq, Digest: m.digest}); err != nil {
-				return err
-			}
+		if err := w.markProjected(runID, toMark); err != nil {
+			return err
 		}
 		if forget {
 			if err := s.forgetUpTo(w, runID, last); err != nil {

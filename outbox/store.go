@@ -73,7 +73,7 @@ type Store struct {
 
 	// incrementalVacuum is true when the book gives free pages back to the file system
 	// (giveBackPages): auto_vacuum=INCREMENTAL, set when the book was created, or by a VACUUM.
-	incrementalVacuum bool
+	incrementalVacuum atomic.Bool
 }
 
 // Migrate applies the outbox migrations to a database the caller owns, with the same embedded files
@@ -163,7 +163,7 @@ func open(ctx context.Context, path string, opts []Option) (*Store, error) {
 		s.release()
 		return nil, fmt.Errorf("open %s: %w", path, mapErr(octx, err))
 	}
-	s.incrementalVacuum = autoVacuum == 2
+	s.incrementalVacuum.Store(autoVacuum == 2)
 	if err := s.attachWriter(octx); err != nil {
 		s.release()
 		return nil, fmt.Errorf("open %s: %w", path, err)

@@ -113,14 +113,6 @@ SELECT CAST(COALESCE(MAX(seq), 0) AS INTEGER) AS last_seq
 FROM events_outbox
 WHERE engine_run_id = sqlc.arg(engine_run_id);
 
--- name: EventMarkProjected :execrows
--- Moves a projected line's pending announce key into the ledger, where the row keeps the key and the
--- line's digest, not the line (migrations/00006; the trigger there drops a large line).
-UPDATE events_outbox
-SET once_key = announce_key, announce_key = '', digest = sqlc.arg(digest), line = x'', enqueued_at = 0, spill = 0
-WHERE engine_run_id = sqlc.arg(engine_run_id) AND seq = sqlc.arg(seq)
-  AND announce_key <> '' AND once_key = '';
-
 -- name: EventsRuns :many
 -- One page of the runs that have rows, after a run id (keyset paging along the primary key), with
 -- what recovery and the command's stats need: the page is one bounded query, so listing a book of any
