@@ -329,3 +329,50 @@ func TestARelayThatForgetsAsItGoesKeepsTheBookToWhatItHolds(t *testing.T) {
 		}
 	}
 }
+
+func TestVacuumPutsABookCreatedBeforeInTheModeThatGivesPagesBack(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path, _ := oldBook(t)
+	s, err := outbox.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := outboxtest.FastRelay(t, s, outboxtest.NewMemSink(), "new").Recover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v := pragma(t, path, "auto_vacuum"); v != 0 {
+		t.Fatalf("auto_vacuum of a book created before: %d, want 0", v)
+	}
+	before := pragma(t, path, "page_count")
+	if _, err := s.Vacuum(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v := pragma(t, path, "auto_vacuum"); v != 2 {
+		t.Errorf("auto_vacuum after Vacuum: %d, want 2", v)
+	}
+	if pages := pragma(t, path, "page_count"); pages >= before || pragma(t, path, "freelist_count") != 0 {
+		t.Errorf("after Vacuum: %d pages (%d before), %d free", pages, before, pragma(t, path, "freelist_count"))
+	}
+	// From then on its forgets give pages back, as a new book's do.
+	pad := strings.Repeat("z", 400)
+	for i := 0; i < 20; i++ {
+		builds := make([]outbox.EventBuilder, 500)
+		for k := range builds {
+			builds[k] = journal.Builder("later", "x", pad)
+		}
+		if _, err := s.EnqueueEvents(ctx, "later", builds); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.ForgetEvents(ctx, "new"); err != nil {
+		t.Fatal(err)
+	}
+	if free := pragma(t, path, "freelist_count"); free > 256+1024 {
+		t.Errorf("%d free pages after forgetting 10000 rows, want at most a step beyond 256", free)
+	}
+	if ok, _, _ := s.EnqueueOnce(ctx, "new", "unit:1", outboxtest.LineOf("done")); ok {
+		t.Error("a key was announced again after Vacuum")
+	}
+}

@@ -130,11 +130,12 @@ func readRows(ctx context.Context, q *db.Queries, tx *sql.Tx, runID string) ([]r
 }
 
 // storedDigest is what check compares of a stored row: its line's SHA-256, or, for a ledger row whose
-// line the book no longer keeps (emptied), the digest it keeps.
+// line the book no longer keeps (emptied), the digest it keeps. An empty line, which no enqueue
+// stores, is a ledger row whose line and digest a rollback of the schema dropped: nothing to compare.
 func storedDigest(seq int64, line []byte, emptied bool, digest []byte) rowDigest {
 	d := rowDigest{seq: seq}
 	switch {
-	case !emptied:
+	case !emptied && len(line) > 0:
 		d.sum = sha256.Sum256(line)
 	case len(digest) == outbox.LineDigestSize:
 		d.kind = ledgerDigest
@@ -272,7 +273,7 @@ func (c *checker) stillDiffer(ctx context.Context, d *sql.DB) (map[string][]diff
 				return nil, err
 			case row.Emptied != 0 && (len(row.Digest) != outbox.LineDigestSize || bytes.Equal(row.Digest, dl.digest)):
 				continue
-			case row.Emptied == 0 && sha256.Sum256(row.Line) == dl.sum:
+			case row.Emptied == 0 && (len(row.Line) == 0 || sha256.Sum256(row.Line) == dl.sum):
 				continue
 			}
 			out[id] = append(out[id], dl)
