@@ -21,7 +21,9 @@ import (
 // 100 keys a run, and lines of about 300 bytes.
 const ledgerKeysPerRun = 100
 
-func ledgerRunID(i int) string { return fmt.Sprintf("demo-1-%d-1764766000000000000", i/ledgerKeysPerRun) }
+func ledgerRunID(i int) string {
+	return fmt.Sprintf("demo-1-%d-1764766000000000000", i/ledgerKeysPerRun)
+}
 
 func ledgerKey(k int) string { return fmt.Sprintf("unit_done:u-%07d", k) }
 
