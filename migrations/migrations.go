@@ -67,6 +67,9 @@ func Up(ctx context.Context, db *sql.DB) error {
 	if err := checkVersions(ctx, db); err != nil {
 		return err
 	}
+	if err := IncrementalIfEmpty(ctx, db); err != nil {
+		return err
+	}
 	p, err := NewProvider(db)
 	if err != nil {
 		return err
@@ -75,6 +78,33 @@ func Up(ctx context.Context, db *sql.DB) error {
 		return fmt.Errorf("migrations: up: %w", err)
 	}
 	return Check(ctx, db)
+}
+
+// IncrementalIfEmpty puts a database that has no table yet in the mode in which it gives the pages
+// its deletes free back to the file system (auto_vacuum=INCREMENTAL; the outbox gives them back in
+// bounded steps after each forget). SQLite changes that mode on a database with tables only by
+// rewriting it whole with a VACUUM, which is an operator's step (outbox vacuum); on an empty one the
+// VACUUM that records it costs nothing. Up calls it before the first migration; a database with a
+// table is left alone.
+func IncrementalIfEmpty(ctx context.Context, db *sql.DB) error {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("migrations: %w", err)
+	}
+	defer conn.Close()
+	var tables int
+	if err := conn.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema`).Scan(&tables); err != nil {
+		return fmt.Errorf("migrations: read the schema: %w", err)
+	}
+	if tables > 0 {
+		return nil
+	}
+	for _, stmt := range []string{"PRAGMA auto_vacuum=INCREMENTAL", "VACUUM"} {
+		if _, err := conn.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("migrations: %s: %w", stmt, err)
+		}
+	}
+	return nil
 }
 
 // Known returns the versions of the embedded migrations, in order.

@@ -391,7 +391,9 @@ func (s *Store) AnnouncedOnceKeys(ctx context.Context) (map[string]bool, error) 
 	return out, nil
 }
 
-// PendingEvents returns at most limit of runID's stored lines with seq > after, in seq order. A limit
+// PendingEvents returns at most limit of runID's stored lines with seq > after, in seq order. A
+// once-keyed line the relay has recorded projected is not among them: its row keeps its key and
+// digest (LineDigest), and the journal its bytes. A limit
 // below 1 is ErrInvalidLimit: a relay whose journal refuses writes re-reads the same prefix on every
 // attempt, and only a bound keeps that attempt's cost fixed as the backlog grows.
 func (s *Store) PendingEvents(ctx context.Context, runID string, after int64, limit int) ([]EventLine, error) {

@@ -289,6 +289,9 @@ func migrateLocked(ctx context.Context, d *sql.DB, action string, force bool, st
 		return err
 	}
 	if action == "up" {
+		if err := migrations.IncrementalIfEmpty(ctx, d); err != nil {
+			return err
+		}
 		res, err := p.Up(ctx)
 		for _, r := range res {
 			fmt.Fprintf(stdout, "applied %s\n", r.Source.Path)

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"database/sql"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -36,5 +37,21 @@ func TestCheckComparesNothingOfALedgerLineWhoseDigestARollbackDropped(t *testing
 	code, out, errOut := cli(t, "check", "--db", dbPath, "--journal", jPath)
 	if code != exitOK || !strings.Contains(out, "4 stored lines compared") {
 		t.Errorf("check: exit %d\n%s%s", code, out, errOut)
+	}
+}
+
+func TestABookTheCommandCreatesGivesItsFreePagesBack(t *testing.T) {
+	dbPath := filepath.Join(t.TempDir(), "book.db")
+	if code, _, errOut := cli(t, "migrate", "up", "--db", dbPath); code != exitOK {
+		t.Fatalf("up: exit %d, %s", code, errOut)
+	}
+	d, err := sql.Open("sqlite3", "file:"+dbPath+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	var mode int
+	if err := d.QueryRow("PRAGMA auto_vacuum").Scan(&mode); err != nil || mode != 2 {
+		t.Errorf("auto_vacuum of a book migrate up created: %d, %v; want 2 (incremental)", mode, err)
 	}
 }
