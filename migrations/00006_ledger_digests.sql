@@ -4,8 +4,9 @@
 -- the seq, and in digest the first 8 bytes of the line's SHA-256 (outbox.LineDigest). Its line,
 -- its pending announce key (the ledger's index holds the key) and its enqueue time go, and so does a
 -- large line's events_lines row: the row is deleted and inserted again without them (see
--- queries/outbox_ledger.sql for why not an UPDATE). A row of the ledger then costs about 150 bytes of book
--- whatever its line was (docs/BENCHMARKS.md), where it kept the whole line for the life of the book.
+-- queries/outbox_ledger.sql for why not an UPDATE). A row of the ledger then costs about 150 bytes
+-- of book whatever its line was (docs/BENCHMARKS.md), where it kept its whole line for the life of
+-- the book.
 --
 -- digest is NULL while the row holds its line; 8 bytes once the line is gone; empty when the line
 -- went without a digest (a book migrated down past this version and up again: see the Down step).
