@@ -27,7 +27,7 @@ used until it is vacuumed once. Run it after the upgraded engine's first start, 
 replaces the ledger's lines with their digests, so that it rewrites what is left.
 
 Takes the database's writer lock, so it refuses to run beside an engine. It writes the whole book
-into the WAL and back: it needs free disk as large as the book, and took 3 to 7 s for a million
+into the WAL and back: it needs free disk as large as the book, and took 3 to 11 s for a million
 ledger keys on the project's machines (docs/BENCHMARKS.md).`
 
 func runVacuum(ctx context.Context, args []string, stdout, stderr io.Writer) int {
