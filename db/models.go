@@ -17,6 +17,7 @@ type EventsOutbox struct {
 	AnnounceKey string
 	EnqueuedAt  int64
 	Spill       int64
+	Digest      []byte
 }
 
 type OutboxProgress struct {

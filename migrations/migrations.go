@@ -12,7 +12,8 @@
 // migrations and the host program's cannot mistake each other's history.
 //
 // Rolling back can lose what a later version records: how far the relay projected each run
-// (version 2) and the highest seq of a forgotten run (version 3). `outbox migrate down` refuses such
+// (version 2), the highest seq of a forgotten run (version 3), and the digests of the projected
+// once-keyed lines whose bytes the book no longer keeps (version 6: their keys stay). `outbox migrate down` refuses such
 // a step without --force; goose down does not ask. Either way, migrating up again rebuilds every
 // position the rows still prove (a forgotten row and a ledger row were projected, and so was every
 // line before them), so recovery never meets a hole below a run's position; the lines after it are
@@ -66,6 +67,9 @@ func Up(ctx context.Context, db *sql.DB) error {
 	if err := checkVersions(ctx, db); err != nil {
 		return err
 	}
+	if err := IncrementalIfEmpty(ctx, db); err != nil {
+		return err
+	}
 	p, err := NewProvider(db)
 	if err != nil {
 		return err
@@ -74,6 +78,33 @@ func Up(ctx context.Context, db *sql.DB) error {
 		return fmt.Errorf("migrations: up: %w", err)
 	}
 	return Check(ctx, db)
+}
+
+// IncrementalIfEmpty puts a database that has no table yet in the mode in which it gives the pages
+// its deletes free back to the file system (auto_vacuum=INCREMENTAL; the outbox gives them back in
+// bounded steps after each forget). SQLite changes that mode on a database with tables only by
+// rewriting it whole with a VACUUM, which is an operator's step (outbox vacuum); on an empty one the
+// VACUUM that records it costs nothing. Up calls it before the first migration; a database with a
+// table is left alone.
+func IncrementalIfEmpty(ctx context.Context, db *sql.DB) error {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("migrations: %w", err)
+	}
+	defer conn.Close()
+	var tables int
+	if err := conn.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema`).Scan(&tables); err != nil {
+		return fmt.Errorf("migrations: read the schema: %w", err)
+	}
+	if tables > 0 {
+		return nil
+	}
+	for _, stmt := range []string{"PRAGMA auto_vacuum=INCREMENTAL", "VACUUM"} {
+		if _, err := conn.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("migrations: %s: %w", stmt, err)
+		}
+	}
+	return nil
 }
 
 // Known returns the versions of the embedded migrations, in order.
@@ -163,7 +194,7 @@ var required = struct {
 	indexes map[string]string // name -> table; all unique and partial
 }{
 	tables: map[string][]string{
-		"events_outbox":   {"engine_run_id", "seq", "line", "once_key", "announce_key", "enqueued_at", "spill"},
+		"events_outbox":   {"engine_run_id", "seq", "line", "once_key", "announce_key", "enqueued_at", "spill", "digest"},
 		"outbox_progress": {"engine_run_id", "projected", "last_seq"},
 		"events_lines":    {"id", "line"},
 		"outbox_stops":    {"engine_run_id", "seq", "reason", "stopped_at"},
@@ -174,8 +205,8 @@ var required = struct {
 	},
 }
 
-// spillTrigger drops a large line with its row (migrations/00003).
-const spillTrigger = "events_outbox_spill_delete"
+// spillTriggers drop a large line with its row (migrations/00003).
+var spillTriggers = []string{"events_outbox_spill_delete"}
 
 // Check returns an error wrapping ErrSchemaMismatch when the database holds a version newer than the
 // module knows, is not migrated to the latest known version, or lacks a table, column or unique index
@@ -234,13 +265,15 @@ func Check(ctx context.Context, db *sql.DB) error {
 			missing = append(missing, "uniqueness of index "+index)
 		}
 	}
-	var triggers int
-	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE type = 'trigger' AND name = ?`,
-		spillTrigger).Scan(&triggers); err != nil {
-		return fmt.Errorf("migrations: read the schema: %w", err)
-	}
-	if triggers == 0 {
-		missing = append(missing, "trigger "+spillTrigger)
+	for _, trigger := range spillTriggers {
+		var triggers int
+		if err := db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema WHERE type = 'trigger' AND name = ?`,
+			trigger).Scan(&triggers); err != nil {
+			return fmt.Errorf("migrations: read the schema: %w", err)
+		}
+		if triggers == 0 {
+			missing = append(missing, "trigger "+trigger)
+		}
 	}
 	if len(missing) > 0 {
 		slices.Sort(missing)

@@ -396,7 +396,9 @@ func (s *Store) AnnouncedOnceKeys(ctx context.Context) (map[string]bool, error) 
 	return out, nil
 }
 
-// PendingEvents returns at most limit of runID's stored lines with seq > after, in seq order. A limit
+// PendingEvents returns at most limit of runID's stored lines with seq > after, in seq order. A
+// once-keyed line the relay has recorded projected is not among them: its row keeps its key and
+// digest (LineDigest), and the journal its bytes. A limit
 // below 1 is ErrInvalidLimit: a relay whose journal refuses writes re-reads the same prefix on every
 // attempt, and only a bound keeps that attempt's cost fixed as the backlog grows.
 func (s *Store) PendingEvents(ctx context.Context, runID string, after int64, limit int) ([]EventLine, error) {
@@ -419,7 +421,7 @@ func (s *Store) PendingEvents(ctx context.Context, runID string, after int64, li
 // more than SQLite's own work here: this read is most of a relay's CPU (BenchmarkPendingEvents,
 // BenchmarkRelayDrain). The lines are copied once, into one buffer per batch. The SQL is still sqlc's,
 // and its plan is asserted.
-func (s *Store) pending(ctx context.Context, runID string, after int64, limit, maxBytes int) (out []EventLine, toMark []int64, err error) {
+func (s *Store) pending(ctx context.Context, runID string, after int64, limit, maxBytes int) (out []EventLine, toMark []ledgerMark, err error) {
 	err = s.read(ctx, func(ctx context.Context) error {
 		if out, toMark, err = s.readPendingRows(ctx, runID, after, limit, maxBytes); err != nil {
 			return err
@@ -437,7 +439,7 @@ func (s *Store) pending(ctx context.Context, runID string, after int64, limit, m
 
 // readPendingRows runs the pending read on the store's own connection and statement when they are
 // free; another relay reading at the same time takes a connection from the pool and prepares its own.
-func (s *Store) readPendingRows(ctx context.Context, runID string, after int64, limit, maxBytes int) (out []EventLine, toMark []int64, err error) {
+func (s *Store) readPendingRows(ctx context.Context, runID string, after int64, limit, maxBytes int) (out []EventLine, toMark []ledgerMark, err error) {
 	if s.pr.mu.TryLock() {
 		defer s.pr.mu.Unlock()
 		if stmt, err := s.pr.statement(s); err == nil {
@@ -529,7 +531,7 @@ const maxPendingGuess = 4 << 20
 // maxBytes of lines, so that a batch of large lines holds a few of them, not limit; a first line longer
 // than maxBytes is returned alone. The row it stops at has been stepped and is read again by the next
 // batch: SQLite loads a row's line when it steps to it, so that costs one line's read per full batch.
-func readPending(ctx context.Context, c *sqlite3.Conn, stmt *sqlite3.Stmt, runID string, after int64, limit, maxBytes int) (out []EventLine, toMark []int64, err error) {
+func readPending(ctx context.Context, c *sqlite3.Conn, stmt *sqlite3.Stmt, runID string, after int64, limit, maxBytes int) (out []EventLine, toMark []ledgerMark, err error) {
 	old := c.SetInterrupt(ctx)
 	defer c.SetInterrupt(old)
 	defer stmt.Reset()
@@ -547,6 +549,12 @@ func readPending(ctx context.Context, c *sqlite3.Conn, stmt *sqlite3.Stmt, runID
 	for stmt.Step() {
 		seq := stmt.ColumnInt64(pendingSeq)
 		line := stmt.ColumnRawBlob(pendingLine)
+		if len(line) == 0 {
+			// No enqueue stores an empty line: this is a ledger row whose line a book migrated
+			// down past version 6 lost (migrations/00006). Sent, it would give the reader an
+			// empty line under the seq of one it has.
+			return nil, nil, fmt.Errorf("line %d of run %q: %w: the book no longer keeps its bytes", seq, runID, ErrRowsMissing)
+		}
 		if len(out) > 0 && len(line) > maxBytes-len(buf) {
 			break
 		}
@@ -561,7 +569,7 @@ func readPending(ctx context.Context, c *sqlite3.Conn, stmt *sqlite3.Stmt, runID
 		ends = append(ends, len(buf))
 		out = append(out, EventLine{Seq: seq})
 		if stmt.ColumnInt64(pendingToMark) != 0 {
-			toMark = append(toMark, seq)
+			toMark = append(toMark, ledgerMark{seq: seq, digest: LineDigest(line)})
 		}
 		if len(buf) >= maxBytes {
 			break
@@ -630,7 +638,7 @@ func (s *Store) ForgetEvents(ctx context.Context, runID string) (forgotten int64
 		if err != nil {
 			return fmt.Errorf("forget other runs: %w", mapErr(ctx, err))
 		}
-		return nil
+		return s.giveBackPages(w)
 	})
 	if err != nil {
 		return 0, err

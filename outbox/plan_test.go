@@ -71,8 +71,6 @@ var queryPlans = map[string]struct {
 			"SEARCH outbox_progress USING PRIMARY KEY (engine_run_id=?)"}, ""},
 	"EventsLastSeq": {db.EventsLastSeq,
 		[]string{"SEARCH events_outbox USING PRIMARY KEY (engine_run_id=?)"}, ""},
-	"EventMarkProjected": {db.EventMarkProjected,
-		[]string{"SEARCH events_outbox USING PRIMARY KEY (engine_run_id=? AND seq=?)"}, ""},
 	"EventsOldestAfter": {db.EventsOldestAfter,
 		[]string{"SEARCH events_outbox USING PRIMARY KEY (engine_run_id=? AND seq>?)"}, ""},
 	"EventsRuns": {db.EventsRuns,

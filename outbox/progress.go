@@ -43,11 +43,12 @@ func (s *Store) lastSeq(ctx context.Context, runID string) (int64, error) {
 }
 
 // recordProjected records, in one transaction, that runID's lines up to last are in the sink: the
-// progress moves to last, the once keys of the lines in toMark enter the ledger, and a stop recorded
+// progress moves to last, the once keys of the lines in toMark enter the ledger (each row then keeps
+// the key and its line's digest, not the line: see LineDigest), and a stop recorded
 // for the run (recordStop) goes; with forget, the rows up to last that hold no once key are deleted
 // (see WithForgetProjected), after the run's highest seq is recorded. It is a relaxed
 // write: losing it to power failure re-sends the batch, and loses nothing.
-func (s *Store) recordProjected(ctx context.Context, runID string, last int64, toMark []int64, forget bool) error {
+func (s *Store) recordProjected(ctx context.Context, runID string, last int64, toMark []ledgerMark, forget bool) error {
 	return s.write(ctx, relaxed, func(w *txWriter) error {
 		if err := w.setProgress(db.ProgressSetParams{EngineRunID: runID, Projected: last}); err != nil {
 			return err
@@ -55,13 +56,16 @@ func (s *Store) recordProjected(ctx context.Context, runID string, last int64, t
 		if err := w.clearStop(runID); err != nil {
 			return err
 		}
-		for _, seq := range toMark {
-			if err := w.markProjected(db.EventMarkProjectedParams{EngineRunID: runID, Seq: seq}); err != nil {
+		if err := w.markProjected(runID, toMark); err != nil {
+			return err
+		}
+		if forget {
+			if err := s.forgetUpTo(w, runID, last); err != nil {
 				return err
 			}
 		}
-		if forget {
-			return s.forgetUpTo(w, runID, last)
+		if len(toMark) > 0 || forget {
+			return s.giveBackPages(w)
 		}
 		return nil
 	})
@@ -191,7 +195,7 @@ func (s *Store) forgetProjected(ctx context.Context, runs []RunStats) (int64, er
 			}
 			n += k
 		}
-		return nil
+		return s.giveBackPages(w)
 	})
 	return n, err
 }

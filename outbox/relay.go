@@ -168,7 +168,7 @@ func (r *Relay) project(ctx context.Context, runID string, target int64) (placed
 // What is recorded is taken from the batch before the sink is called: the sink is handed the slice
 // and may clear it, reorder it or rewrite its seqs, and none of that may move the recorded position
 // to a line the sink was not given, or make the next batch look as if rows were missing.
-func (r *Relay) place(ctx context.Context, rec *recorder, runID string, lines []EventLine, toMark []int64) (last int64, err error) {
+func (r *Relay) place(ctx context.Context, rec *recorder, runID string, lines []EventLine, toMark []ledgerMark) (last int64, err error) {
 	if err := r.s.proj.begin(); err != nil {
 		return 0, err
 	}
@@ -309,7 +309,9 @@ func (r *Relay) Flush(ctx context.Context) error {
 }
 
 // Recover projects what earlier runs committed and the sink may lack, byte-identical and in order,
-// moves their once keys into the ledger, and then drops their projected rows. Call it once at start,
+// moves their once keys into the ledger, and then drops their projected rows, and replaces the line
+// of each projected ledger row that still holds one with its digest (see LineDigest), a bounded step
+// at a time. Call it once at start,
 // before the run writes its first event. After it, the lines of earlier runs are in the sink and every
 // once key they carried is in the ledger, so EnqueueOnce will not announce them again.
 //
@@ -378,6 +380,14 @@ func (r *Relay) Recover(ctx context.Context) error {
 		return fmt.Errorf("recover: %w", err)
 	}
 	faultpoint.Hit(faultpoint.RecoverAfterForget)
+	if n, err := r.s.emptyLedgerLines(ctx); err != nil {
+		return fmt.Errorf("recover: %w", err)
+	} else if n > 0 {
+		r.cfg.log.Debug("outbox: replaced projected ledger lines with their digests", "lines", n)
+	}
+	if err := r.s.givePagesBack(ctx); err != nil {
+		return fmt.Errorf("recover: %w", err)
+	}
 	return stuckError(stuck)
 }
 

@@ -9,7 +9,7 @@ import (
 
 type fetched struct {
 	lines  []EventLine
-	toMark []int64
+	toMark []ledgerMark
 	err    error
 }
 
@@ -128,7 +128,7 @@ type batches struct {
 // counted for it, to be given back once it is placed.
 type batch struct {
 	lines  []EventLine
-	toMark []int64
+	toMark []ledgerMark
 	held   int64
 }
 
@@ -164,7 +164,7 @@ func (b *batches) next(ctx context.Context, cursor int64) (batch, error) {
 }
 
 // cut keeps the lines that follow cursor without a hole (see contiguous).
-func (b *batches) cut(cursor int64, lines []EventLine, toMark []int64, held int64) (batch, error) {
+func (b *batches) cut(cursor int64, lines []EventLine, toMark []ledgerMark, held int64) (batch, error) {
 	if len(lines) == 0 {
 		return batch{held: held}, nil
 	}

@@ -24,7 +24,7 @@ import (
 type batchRecord struct {
 	runID  string
 	last   int64
-	toMark []int64
+	toMark []ledgerMark
 	lines  int
 }
 
@@ -140,10 +140,10 @@ func (r *Relay) report(b *batchRecord) {
 	}
 }
 
-// marksUpTo returns the seqs of toMark up to last: contiguous may have cut the batch short.
-func marksUpTo(toMark []int64, last int64) []int64 {
-	for i, seq := range toMark {
-		if seq > last {
+// marksUpTo returns the marks of toMark up to last: contiguous may have cut the batch short.
+func marksUpTo(toMark []ledgerMark, last int64) []ledgerMark {
+	for i, m := range toMark {
+		if m.seq > last {
 			return toMark[:i]
 		}
 	}

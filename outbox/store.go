@@ -70,6 +70,10 @@ type Store struct {
 	closed   bool
 	broken   error         // a panic inside the driver or SQLite; see breakDown
 	changed  chan struct{} // closed and replaced after every commit through the store
+
+	// incrementalVacuum is true when the book gives free pages back to the file system
+	// (giveBackPages): auto_vacuum=INCREMENTAL, set when the book was created, or by a VACUUM.
+	incrementalVacuum atomic.Bool
 }
 
 // Migrate applies the outbox migrations to a database the caller owns, with the same embedded files
@@ -128,6 +132,9 @@ func open(ctx context.Context, path string, opts []Option) (*Store, error) {
 		// NORMAL at either durability: at FULL the store syncs the WAL itself after each commit,
 		// outside SQLite's write lock (see durability). It is set on every connection, since a
 		// connection's level is its own.
+		if err := incrementalIfNew(c); err != nil {
+			return err
+		}
 		return c.Exec(fmt.Sprintf("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA journal_size_limit=%d", s.cfg.walLimit))
 	})
 	if err != nil {
@@ -151,6 +158,12 @@ func open(ctx context.Context, path string, opts []Option) (*Store, error) {
 		s.release()
 		return nil, fmt.Errorf("open %s: %w", path, mapErr(octx, err))
 	}
+	var autoVacuum int
+	if err := s.w.QueryRowContext(octx, "PRAGMA auto_vacuum").Scan(&autoVacuum); err != nil {
+		s.release()
+		return nil, fmt.Errorf("open %s: %w", path, mapErr(octx, err))
+	}
+	s.incrementalVacuum.Store(autoVacuum == 2)
 	if err := s.attachWriter(octx); err != nil {
 		s.release()
 		return nil, fmt.Errorf("open %s: %w", path, err)
@@ -287,6 +300,25 @@ func (m memConnector) Connect(ctx context.Context) (sqldriver.Conn, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// incrementalIfNew sets auto_vacuum=INCREMENTAL on a book that has no table yet, before the
+// migrations create them: a new book then gives its free pages back as it forgets (giveBackPages).
+// On a book with tables the mode changes only with a VACUUM (see the README), and setting it would
+// write the header at every open, so it is left alone.
+func incrementalIfNew(c *sqlite3.Conn) error {
+	stmt, _, err := c.Prepare("SELECT count(*) FROM sqlite_schema")
+	if err != nil {
+		return err
+	}
+	defer stmt.Close()
+	if !stmt.Step() {
+		return stmt.Err()
+	}
+	if stmt.ColumnInt64(0) != 0 {
+		return nil
+	}
+	return c.Exec("PRAGMA auto_vacuum=INCREMENTAL")
 }
 
 // Path returns the database file's path.

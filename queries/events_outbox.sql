@@ -89,12 +89,14 @@ SELECT CAST(EXISTS (
 -- name: EventsPending :many
 -- to_mark: the line carries an announce key not yet in the ledger, which the relay moves there once
 -- the line is in the sink; reading it here spares the relay's record a pass over the whole batch.
+-- A ledger row whose line the book no longer keeps (digest set, migrations/00006) is left out, as a
+-- forgotten row is: it has no line to give, and the relay takes the hole for missing rows.
 SELECT seq,
        CAST(CASE WHEN spill = 0 THEN line
             ELSE (SELECT events_lines.line FROM events_lines WHERE events_lines.id = events_outbox.spill) END AS BLOB) AS line,
        CAST(announce_key <> '' AND once_key = '' AS INTEGER) AS to_mark
 FROM events_outbox
-WHERE engine_run_id = sqlc.arg(engine_run_id) AND seq > sqlc.arg(after_seq)
+WHERE engine_run_id = sqlc.arg(engine_run_id) AND seq > sqlc.arg(after_seq) AND digest IS NULL
 ORDER BY seq
 LIMIT sqlc.arg(max_rows);
 
@@ -110,13 +112,6 @@ SELECT CAST(EXISTS (
 SELECT CAST(COALESCE(MAX(seq), 0) AS INTEGER) AS last_seq
 FROM events_outbox
 WHERE engine_run_id = sqlc.arg(engine_run_id);
-
--- name: EventMarkProjected :execrows
--- Moves a projected line's pending announce key into the ledger.
-UPDATE events_outbox
-SET once_key = announce_key
-WHERE engine_run_id = sqlc.arg(engine_run_id) AND seq = sqlc.arg(seq)
-  AND announce_key <> '' AND once_key = '';
 
 -- name: EventsRuns :many
 -- One page of the runs that have rows, after a run id (keyset paging along the primary key), with

@@ -45,7 +45,9 @@ and not counted). Beside a running engine the book is read first and the journal
 what the journal holds beyond the book, and a line that differs (an engine may have retired it and
 projected its tombstone meanwhile), is looked up again in the book before it is reported, so an
 engine that goes on enqueueing, retiring and projecting meanwhile causes no finding. The book's stored
-lines are kept as SHA-256 digests while the journal is read: about 40 bytes a line.
+lines are kept as SHA-256 digests while the journal is read: about 48 bytes a line. A once-keyed
+line the relay has projected is kept in the book as its digest only (the first 8 bytes of its
+SHA-256), and compared by it; one whose digest a rollback of the schema dropped is not compared.
 
 A journal that several books write to (a stream shared by engines of different books) holds runs
 this book does not know, and check reports them.

@@ -4,6 +4,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/sha256"
@@ -43,10 +44,20 @@ type bookRun struct {
 	rows      []rowDigest // the lines it still stores, in seq order
 }
 
+// rowDigest is a stored line as check compares it: the SHA-256 of a line the book stores, or the
+// digest a projected ledger row keeps in its place (outbox.LineDigest, in sum's first bytes).
 type rowDigest struct {
-	seq int64
-	sum [sha256.Size]byte
+	seq  int64
+	sum  [sha256.Size]byte
+	kind uint8
 }
+
+// The kinds of rowDigest.
+const (
+	lineSum      = iota // sum is the SHA-256 of the line the book stores
+	ledgerDigest        // sum[:outbox.LineDigestSize] is the line's digest
+	noDigest            // a ledger row whose digest a rollback dropped: nothing to compare
+)
 
 // bookPage is how many runs, and how many lines of a run, one query reads.
 const bookPage = 512
@@ -99,23 +110,48 @@ func readBook(ctx context.Context, d *sql.DB) (map[string]*bookRun, error) {
 	}
 }
 
-// readRows reads the digests of a run's stored lines, a page at a time, through the relay's own
-// query, so a large line is read from where it is stored as the relay reads it.
+// readRows reads the digests of a run's stored lines, a page at a time, a large line read from where
+// it is stored as the relay reads it, and a projected ledger row's digest as the row keeps it.
 func readRows(ctx context.Context, q *db.Queries, tx *sql.Tx, runID string) ([]rowDigest, error) {
 	var out []rowDigest
 	for after := int64(0); ; {
-		page, err := q.EventsPending(ctx, tx, db.EventsPendingParams{EngineRunID: runID, AfterSeq: after, MaxRows: bookPage})
+		page, err := q.LedgerRunRows(ctx, tx, db.LedgerRunRowsParams{EngineRunID: runID, AfterSeq: after, MaxRows: bookPage})
 		if err != nil {
 			return nil, err
 		}
 		for _, l := range page {
-			out = append(out, rowDigest{seq: l.Seq, sum: sha256.Sum256(l.Line)})
+			out = append(out, storedDigest(l.Seq, l.Line, l.Emptied != 0, l.Digest))
 			after = l.Seq
 		}
 		if len(page) < bookPage {
 			return out, nil
 		}
 	}
+}
+
+// storedDigest is what check compares of a stored row: its line's SHA-256, or, for a ledger row whose
+// line the book no longer keeps (emptied), the digest it keeps. An empty line, which no enqueue
+// stores, is a ledger row whose line and digest a rollback of the schema dropped: nothing to compare.
+func storedDigest(seq int64, line []byte, emptied bool, digest []byte) rowDigest {
+	d := rowDigest{seq: seq}
+	switch {
+	case !emptied && len(line) > 0:
+		d.sum = sha256.Sum256(line)
+	case len(digest) == outbox.LineDigestSize:
+		d.kind = ledgerDigest
+		copy(d.sum[:], digest)
+	default:
+		d.kind = noDigest
+	}
+	return d
+}
+
+// matches reports whether a journal line, whose SHA-256 is sum, is the stored row's.
+func (d rowDigest) matches(line []byte, sum [sha256.Size]byte) bool {
+	if d.kind == ledgerDigest {
+		return bytes.Equal(outbox.LineDigest(line), d.sum[:outbox.LineDigestSize])
+	}
+	return sum == d.sum
 }
 
 // journalRun is what the journal holds of a run.
@@ -131,9 +167,10 @@ type journalRun struct {
 // the book was read. It is only a candidate: an engine may have retired the line and projected its
 // tombstone since.
 type differLine struct {
-	seq  int64
-	line int64 // the journal line, 1-based
-	sum  [sha256.Size]byte
+	seq    int64
+	line   int64 // the journal line, 1-based
+	sum    [sha256.Size]byte
+	digest []byte // outbox.LineDigest of the line, to compare with a ledger row
 }
 
 // checker holds the book and what reading the journal found.
@@ -197,12 +234,12 @@ func (c *checker) add(line []byte, tooLong int64) {
 		return
 	}
 	i, found := slices.BinarySearchFunc(b.rows, seq, func(d rowDigest, seq int64) int { return cmp.Compare(d.seq, seq) })
-	if !found {
+	if !found || b.rows[i].kind == noDigest {
 		return
 	}
 	c.compared++
-	if sum := sha256.Sum256(line); sum != b.rows[i].sum {
-		r.differ = append(r.differ, differLine{seq: seq, line: c.line, sum: sum})
+	if sum := sha256.Sum256(line); !b.rows[i].matches(line, sum) {
+		r.differ = append(r.differ, differLine{seq: seq, line: c.line, sum: sum, digest: outbox.LineDigest(line)})
 	}
 }
 
@@ -229,7 +266,7 @@ func (c *checker) stillDiffer(ctx context.Context, d *sql.DB) (map[string][]diff
 	q := db.New()
 	for id, r := range c.runs {
 		for _, dl := range r.differ {
-			row, err := q.EventGet(ctx, tx, db.EventGetParams{EngineRunID: id, Seq: dl.seq})
+			row, err := q.LedgerRowGet(ctx, tx, db.LedgerRowGetParams{EngineRunID: id, Seq: dl.seq})
 			switch {
 			case errors.Is(err, sql.ErrNoRows):
 				if dl.seq > c.book[id].projected {
@@ -237,7 +274,9 @@ func (c *checker) stillDiffer(ctx context.Context, d *sql.DB) (map[string][]diff
 				}
 			case err != nil:
 				return nil, err
-			case sha256.Sum256(row.Line) == dl.sum:
+			case row.Emptied != 0 && (len(row.Digest) != outbox.LineDigestSize || bytes.Equal(row.Digest, dl.digest)):
+				continue
+			case row.Emptied == 0 && (len(row.Line) == 0 || sha256.Sum256(row.Line) == dl.sum):
 				continue
 			}
 			out[id] = append(out[id], dl)
