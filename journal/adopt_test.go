@@ -137,3 +137,38 @@ func TestAdoptStoppedByItsContextChangesNothing(t *testing.T) {
 		t.Fatalf("the stopped Adopt moved the file: %v", err)
 	}
 }
+
+func TestAdoptRefusesASymbolicLinkAndChangesNothing(t *testing.T) {
+	t.Parallel()
+	path := singleFile(t)
+	link := filepath.Join(t.TempDir(), "link.jsonl")
+	if err := os.Symlink(path, link); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "j")
+	// Moving the link would leave a first segment that is no regular file, which Open refuses.
+	if err := Adopt(context.Background(), link, dir); !errors.Is(err, ErrNotJournal) {
+		t.Fatalf("Adopt of a symbolic link: %v, want ErrNotJournal", err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the refused Adopt left %s behind", dir)
+	}
+	if st, err := os.Lstat(link); err != nil || st.Mode()&os.ModeSymlink == 0 {
+		t.Fatalf("the refused Adopt moved the link: %v", err)
+	}
+}
+
+func TestAdoptOfAMissingFileIsRefusedAndCreatesNothing(t *testing.T) {
+	t.Parallel()
+	missing := filepath.Join(t.TempDir(), "nope.jsonl")
+	dir := filepath.Join(t.TempDir(), "j")
+	if err := Adopt(context.Background(), missing, dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("Adopt of a missing file: %v, want os.ErrNotExist", err)
+	}
+	if _, err := os.Stat(missing); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the refused Adopt created %s", missing)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the refused Adopt left %s behind", dir)
+	}
+}
