@@ -142,7 +142,7 @@ func Adopt(ctx context.Context, file, dir string) error {
 	if err != nil {
 		return err
 	}
-	if err := j.writeIndex(segIndexOf(&src.runs, 0, src.size, end.lastStart, sum)); err != nil {
+	if err := j.writeIndex(segIndexOf(&src.runs, 0, src.size, sst.ModTime().UnixNano(), end.lastStart, sum)); err != nil {
 		return err
 	}
 	next, err := os.OpenFile(filepath.Join(dir, segmentName(src.size)), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/textmachine/outbox/outbox"
 )
@@ -318,6 +319,42 @@ func TestAnIndexWhoseSegmentsLastLineChangedIsNotTrusted(t *testing.T) {
 		si.lastSum[0] ^= 1
 		os.WriteFile(path, si.encode(), 0o644)
 	})
+}
+
+func TestAnotherJournalsIndexOfASegmentWithTheSamePositionSizeAndLastLineIsNotTrusted(t *testing.T) {
+	t.Parallel()
+	// Two journals whose first segments differ only in their first line: run "a" in one, "b" in the
+	// other, then the same line of run "z".
+	size := int64(2 * (len(runLine("a", 1, "w").Line) + 1))
+	build := func(first string) string {
+		dir := filepath.Join(t.TempDir(), "j")
+		j := openDir(t, dir, WithSegmentSize(size))
+		mustAppend(t, j, first, runBatch(first, 1, 1, "w"))
+		mustAppend(t, j, "z", runBatch("z", 1, 1, "w"))
+		mustAppend(t, j, "q", runBatch("q", 1, 1, "w"))
+		j.Close()
+		return dir
+	}
+	a, b := build("a"), build("b")
+	// They were written at different moments; the file system's clock may tick more coarsely than
+	// the time between them here.
+	if err := os.Chtimes(filepath.Join(a, segmentName(0)), time.Time{}, time.Unix(1e9, 0)); err != nil {
+		t.Fatal(err)
+	}
+	foreign, err := os.ReadFile(filepath.Join(b, indexName(0)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(a, indexName(0)), foreign, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	j := openDir(t, a, WithSegmentSize(size))
+	if last, err := j.LastSeq("a"); err != nil || last != 1 {
+		t.Fatalf("LastSeq(a) = %d, %v; want 1: the other journal's index was trusted", last, err)
+	}
+	if err := j.Append(context.Background(), "a", runBatch("a", 1, 1, "other")); !errors.Is(err, ErrPayloadConflict) {
+		t.Fatalf("a second line of run a seq 1 with other bytes: %v, want ErrPayloadConflict", err)
+	}
 }
 
 func TestAnAppendToASealedSegmentByAnotherProgramIsFoundAtOpen(t *testing.T) {
