@@ -7,7 +7,10 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/textmachine/outbox/internal/smallfs"
 )
 
 // singleFile writes a single-file journal of runs "x" (1–2) and "r" (1–6).
@@ -170,5 +173,38 @@ func TestAdoptOfAMissingFileIsRefusedAndCreatesNothing(t *testing.T) {
 	}
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the refused Adopt left %s behind", dir)
+	}
+}
+
+func TestAdoptAcrossFileSystemsIsRefusedAndChangesNothing(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(smallfs.Mount(t), "j.jsonl")
+	f, err := OpenFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Append(context.Background(), "r", runBatch("r", 1, 3, "w")); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	before, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(t.TempDir(), "j")
+	empty := t.TempDir()
+	for _, dir := range []string{missing, empty} {
+		if err := Adopt(context.Background(), path, dir); err == nil || !strings.Contains(err.Error(), "different file systems") {
+			t.Fatalf("Adopt into %s on another file system: %v, want a refusal naming the file systems", dir, err)
+		}
+	}
+	if _, err := os.Stat(missing); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the refused Adopt left %s behind", missing)
+	}
+	if ents, err := os.ReadDir(empty); err != nil || len(ents) != 0 {
+		t.Errorf("the refused Adopt left %d files in %s (%v)", len(ents), empty, err)
+	}
+	if after, err := os.ReadFile(path); err != nil || string(after) != string(before) {
+		t.Errorf("the refused Adopt changed the file: %v", err)
 	}
 }

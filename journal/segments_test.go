@@ -680,3 +680,40 @@ func TestASealedSegmentRewrittenToEndWithoutANewlineIsNotTrustedWhateverItsIndex
 		t.Fatalf("LastSeq over a sealed segment that no longer ends a line: %v, want ErrModified", err)
 	}
 }
+
+// TestSegmentSizesAroundALinesLengthLoseNoLineAndKeepEveryRunsLastSeq appends batches of one to three
+// lines, each delivered twice, with segment sizes of 1 byte and around one and two lines' length,
+// reopening after every batch (with the segment size changed every other time): the segments chain,
+// hold every line once per delivery in order, and each reopen knows the run's last seq and refuses
+// its last line with other bytes.
+func TestSegmentSizesAroundALinesLengthLoseNoLineAndKeepEveryRunsLastSeq(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	n := int64(len(runLine("r", 1, "w").Line) + 1)
+	for _, size := range []int64{1, n - 1, n, n + 1, 2*n - 1, 2 * n, 2*n + 1} {
+		dir := filepath.Join(t.TempDir(), "j")
+		var want strings.Builder
+		seq := int64(1)
+		for i := range 9 {
+			j := openDir(t, dir, WithSegmentSize(size+int64(i%2)))
+			b := runBatch("r", seq, i%3+1, "w")
+			mustAppend(t, j, "r", b)
+			mustAppend(t, j, "r", b)
+			want.WriteString(linesText(b) + linesText(b))
+			seq += int64(len(b))
+			j.Close()
+			j = openDir(t, dir, WithSegmentSize(size))
+			if last, err := j.LastSeq("r"); err != nil || last != seq-1 {
+				t.Fatalf("segment size %d, batch %d: LastSeq %d, %v; want %d", size, i, last, err, seq-1)
+			}
+			if err := j.Append(ctx, "r", []outbox.EventLine{runLine("r", seq-1, "other")}); !errors.Is(err, ErrPayloadConflict) {
+				t.Fatalf("segment size %d, batch %d: the last line with other bytes: %v, want ErrPayloadConflict", size, i, err)
+			}
+			j.Close()
+		}
+		segmentsOf(t, dir)
+		if got := string(catDir(t, dir)); got != want.String() {
+			t.Fatalf("segment size %d: the segments hold\n%s\nwant\n%s", size, got, want.String())
+		}
+	}
+}
