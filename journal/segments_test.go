@@ -717,3 +717,41 @@ func TestSegmentSizesAroundALinesLengthLoseNoLineAndKeepEveryRunsLastSeq(t *test
 		}
 	}
 }
+
+func TestAJournalOpenedThroughASymbolicLinkIsLockedAgainstItsRealPath(t *testing.T) {
+	t.Parallel()
+	dir := sealedJournal(t)
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(dir, link); err != nil {
+		t.Fatal(err)
+	}
+	j := openDir(t, link)
+	if _, err := j.LastSeq("r"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(dir); !errors.Is(err, ErrLocked) {
+		t.Fatalf("Open by the real path of a journal open through a link: %v, want ErrLocked", err)
+	}
+}
+
+func TestAnIndexThatIsASymbolicLinkIsNotOpened(t *testing.T) {
+	t.Parallel()
+	dir := sealedJournal(t)
+	idx := filepath.Join(dir, indexName(segmentsOf(t, dir)[0].base))
+	b, err := os.ReadFile(idx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	elsewhere := filepath.Join(t.TempDir(), "x.idx")
+	os.WriteFile(elsewhere, b, 0o644)
+	os.Remove(idx)
+	if err := os.Symlink(elsewhere, idx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(dir); !errors.Is(err, ErrNotJournal) {
+		t.Fatalf("Open with an index that is a link: %v, want ErrNotJournal", err)
+	}
+	if st, err := os.Lstat(idx); err != nil || st.Mode()&os.ModeSymlink == 0 {
+		t.Fatalf("the refused Open changed the link: %v", err)
+	}
+}
