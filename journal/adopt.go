@@ -24,7 +24,8 @@ var ErrNotEmpty = errors.New("journal: the directory is not empty")
 // changed. The file is opened as OpenFile opens it: a file that is not a journal is ErrNotJournal,
 // one another writer has open is ErrLocked, and its torn tail is cut; a missing file is an error
 // wrapping os.ErrNotExist, and a symbolic link is ErrNotJournal (the rename would move the link).
-// A crash part way leaves dir a journal that Open takes (at worst with the first segment not yet
+// An error once the file is moved says so, and leaves dir a journal that Open takes (at worst with
+// the first segment not yet sealed). A crash part way leaves dir a journal that Open takes (at worst with the first segment not yet
 // sealed, which the next roll seals), or file where it was and dir empty.
 func Adopt(ctx context.Context, file, dir string) error {
 	if dir == "" || file == "" {
@@ -120,16 +121,24 @@ func Adopt(ctx context.Context, file, dir string) error {
 		}
 		return fmt.Errorf("journal: %w", err)
 	}
+	// From here on the file is the first segment: a failure must not read as a refusal.
+	moved := func(err error) error {
+		if err == nil {
+			return nil
+		}
+		return fmt.Errorf("%w; %s was moved to %s, the first segment of a journal that Open takes "+
+			"(its next roll seals it)", err, file, first)
+	}
 	if created {
 		if err := syncDir(filepath.Dir(dir)); err != nil {
-			return err
+			return moved(err)
 		}
 	}
 	if err := syncDir(dir); err != nil {
-		return err
+		return moved(err)
 	}
 	if err := syncDir(filepath.Dir(file)); err != nil {
-		return err
+		return moved(err)
 	}
 	if src.size == 0 {
 		return nil // an empty first segment is the one appended to
@@ -140,15 +149,15 @@ func Adopt(ctx context.Context, file, dir string) error {
 	j.appendFile = appendFile{path: first, f: src.f, size: src.size}
 	sum, _, err := j.lineSum(end.lastStart, src.size)
 	if err != nil {
-		return err
+		return moved(err)
 	}
 	if err := j.writeIndex(segIndexOf(&src.runs, 0, src.size, sst.ModTime().UnixNano(), end.lastStart, sum)); err != nil {
-		return err
+		return moved(err)
 	}
 	next, err := os.OpenFile(filepath.Join(dir, segmentName(src.size)), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
-		return fmt.Errorf("journal: start the segment after %s: %w", first, err)
+		return moved(fmt.Errorf("journal: start the segment after %s: %w", first, err))
 	}
 	next.Close()
-	return syncDir(dir)
+	return moved(syncDir(dir))
 }

@@ -208,3 +208,35 @@ func TestAdoptAcrossFileSystemsIsRefusedAndChangesNothing(t *testing.T) {
 		t.Errorf("the refused Adopt changed the file: %v", err)
 	}
 }
+
+// TestAnAdoptThatFailsAfterTheMoveSaysWhereTheFileIsNow fills a real small file system after the
+// file is written: the rename needs no space, the index does. The error must say that the file was
+// moved (a refusal says nothing was changed), and the directory is a journal with every line.
+func TestAnAdoptThatFailsAfterTheMoveSaysWhereTheFileIsNow(t *testing.T) {
+	t.Parallel()
+	small := smallfs.Mount(t)
+	path := filepath.Join(small, "j.jsonl")
+	f, err := OpenFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Append(context.Background(), "r", runBatch("r", 1, 3, "w")); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	dir := filepath.Join(small, "j")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	free := smallfs.Fill(t, small)
+	err = Adopt(context.Background(), path, dir)
+	free()
+	first := filepath.Join(dir, segmentName(0))
+	if err == nil || !strings.Contains(err.Error(), "was moved to "+first) {
+		t.Fatalf("Adopt failing after the move on a full disk: %v, want an error saying the file was moved to %s", err, first)
+	}
+	j := openDir(t, dir)
+	if last, err := j.LastSeq("r"); err != nil || last != 3 {
+		t.Fatalf("the adopted journal: LastSeq %d, %v; want 3", last, err)
+	}
+}
