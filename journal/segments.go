@@ -32,6 +32,9 @@ const (
 	faultAfterRoll   = "journal.after_roll"   // the next segment is created; the batch is not written
 )
 
+// faultBeforeMkdir: Open found no directory and has not created it yet.
+const faultBeforeMkdir = "journal.before_mkdir"
+
 const (
 	segmentExt = ".jsonl"
 	indexExt   = ".idx"
@@ -118,7 +121,15 @@ func Open(dir string, opts ...Option) (*Journal, error) {
 	}
 	switch st, err := os.Stat(dir); {
 	case errors.Is(err, os.ErrNotExist):
-		if err := os.Mkdir(dir, 0o755); err != nil {
+		// Another process's Open may create it first: the lock below decides which one appends.
+		faultpoint.Hit(faultBeforeMkdir)
+		err := os.Mkdir(dir, 0o755)
+		if errors.Is(err, os.ErrExist) {
+			if st, serr := os.Stat(dir); serr == nil && st.IsDir() {
+				err = nil
+			}
+		}
+		if err != nil {
 			return nil, fmt.Errorf("journal: create %s: %w", dir, err)
 		}
 		if err := syncDir(filepath.Dir(dir)); err != nil {

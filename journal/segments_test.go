@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/textmachine/outbox/internal/faultpoint"
 	"github.com/textmachine/outbox/outbox"
 )
 
@@ -753,5 +754,25 @@ func TestAnIndexThatIsASymbolicLinkIsNotOpened(t *testing.T) {
 	}
 	if st, err := os.Lstat(idx); err != nil || st.Mode()&os.ModeSymlink == 0 {
 		t.Fatalf("the refused Open changed the link: %v", err)
+	}
+}
+
+// TestAnOpenWhoseDirectoryAnotherOpenCreatedFirstOpensIt creates the directory between Open's look
+// and its mkdir, as another process's Open can: Open goes on and takes the journal (the lock decides
+// between two Opens), instead of failing as if the path were unusable. Not parallel: it installs the
+// process-wide fault hook.
+func TestAnOpenWhoseDirectoryAnotherOpenCreatedFirstOpensIt(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "j")
+	faultpoint.Set(func(point string) {
+		if point == faultBeforeMkdir {
+			os.Mkdir(dir, 0o755)
+		}
+	})
+	defer faultpoint.Set(nil)
+	j := openDir(t, dir)
+	faultpoint.Set(nil)
+	mustAppend(t, j, "r", runBatch("r", 1, 2, "w"))
+	if last, err := j.LastSeq("r"); err != nil || last != 2 {
+		t.Fatalf("LastSeq %d, %v; want 2", last, err)
 	}
 }
