@@ -22,9 +22,11 @@ var ErrNotEmpty = errors.New("journal: the directory is not empty")
 // the file. dir must be missing or empty (ErrNotEmpty), and on the file's file system: a rename
 // cannot move a file to another, and a copy would read it twice, so that is refused and nothing is
 // changed. The file is opened as OpenFile opens it: a file that is not a journal is ErrNotJournal,
-// one another writer has open is ErrLocked, and its torn tail is cut. A crash part way leaves dir a
-// journal that Open takes (at worst with the first segment not yet sealed, which the next roll
-// seals), or file where it was and dir empty.
+// one another writer has open is ErrLocked, and its torn tail is cut; a missing file is an error
+// wrapping os.ErrNotExist, and a symbolic link is ErrNotJournal (the rename would move the link).
+// An error once the file is moved says so, and leaves dir a journal that Open takes (at worst with
+// the first segment not yet sealed). A crash part way leaves dir a journal that Open takes (at worst with the first segment not yet
+// sealed, which the next roll seals), or file where it was and dir empty.
 func Adopt(ctx context.Context, file, dir string) error {
 	if dir == "" || file == "" {
 		return errors.New("journal: Adopt: a file and a directory are needed")
@@ -45,6 +47,15 @@ func Adopt(ctx context.Context, file, dir string) error {
 		if len(ents) > 0 {
 			return fmt.Errorf("%w: %s holds %q; nothing was changed", ErrNotEmpty, dir, ents[0].Name())
 		}
+	}
+	// OpenFile would create a missing file and follow a link, and the rename below would move the
+	// link, not the file: the first segment would be a link, which Open refuses.
+	fst, err := os.Lstat(file)
+	switch {
+	case err != nil:
+		return fmt.Errorf("journal: %w; nothing was changed", err)
+	case fst.Mode()&os.ModeSymlink != 0:
+		return fmt.Errorf("%w: %s is a symbolic link: adopt the file it names; nothing was changed", ErrNotJournal, file)
 	}
 	src, err := OpenFile(file)
 	if err != nil {
@@ -88,6 +99,17 @@ func Adopt(ctx context.Context, file, dir string) error {
 		}
 		return err
 	}
+	// The rename moves whatever the path names now: it must still be the file read.
+	sst, err := src.f.Stat()
+	if err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	if st, err := os.Lstat(file); err != nil || !os.SameFile(st, sst) {
+		if created {
+			os.Remove(dir)
+		}
+		return fmt.Errorf("journal: %s was replaced while it was read; nothing was changed", file)
+	}
 	first := filepath.Join(dir, segmentName(0))
 	if err := os.Rename(file, first); err != nil {
 		if created {
@@ -99,16 +121,24 @@ func Adopt(ctx context.Context, file, dir string) error {
 		}
 		return fmt.Errorf("journal: %w", err)
 	}
+	// From here on the file is the first segment: a failure must not read as a refusal.
+	moved := func(err error) error {
+		if err == nil {
+			return nil
+		}
+		return fmt.Errorf("%w; %s was moved to %s, the first segment of a journal that Open takes "+
+			"(its next roll seals it)", err, file, first)
+	}
 	if created {
 		if err := syncDir(filepath.Dir(dir)); err != nil {
-			return err
+			return moved(err)
 		}
 	}
 	if err := syncDir(dir); err != nil {
-		return err
+		return moved(err)
 	}
 	if err := syncDir(filepath.Dir(file)); err != nil {
-		return err
+		return moved(err)
 	}
 	if src.size == 0 {
 		return nil // an empty first segment is the one appended to
@@ -119,15 +149,15 @@ func Adopt(ctx context.Context, file, dir string) error {
 	j.appendFile = appendFile{path: first, f: src.f, size: src.size}
 	sum, _, err := j.lineSum(end.lastStart, src.size)
 	if err != nil {
-		return err
+		return moved(err)
 	}
-	if err := j.writeIndex(segIndexOf(&src.runs, 0, src.size, end.lastStart, sum)); err != nil {
-		return err
+	if err := j.writeIndex(segIndexOf(&src.runs, 0, src.size, sst.ModTime().UnixNano(), end.lastStart, sum)); err != nil {
+		return moved(err)
 	}
 	next, err := os.OpenFile(filepath.Join(dir, segmentName(src.size)), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
-		return fmt.Errorf("journal: start the segment after %s: %w", first, err)
+		return moved(fmt.Errorf("journal: start the segment after %s: %w", first, err))
 	}
 	next.Close()
-	return syncDir(dir)
+	return moved(syncDir(dir))
 }

@@ -7,7 +7,10 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/textmachine/outbox/internal/smallfs"
 )
 
 // singleFile writes a single-file journal of runs "x" (1–2) and "r" (1–6).
@@ -135,5 +138,105 @@ func TestAdoptStoppedByItsContextChangesNothing(t *testing.T) {
 	}
 	if _, err := os.Stat(path); err != nil {
 		t.Fatalf("the stopped Adopt moved the file: %v", err)
+	}
+}
+
+func TestAdoptRefusesASymbolicLinkAndChangesNothing(t *testing.T) {
+	t.Parallel()
+	path := singleFile(t)
+	link := filepath.Join(t.TempDir(), "link.jsonl")
+	if err := os.Symlink(path, link); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "j")
+	// Moving the link would leave a first segment that is no regular file, which Open refuses.
+	if err := Adopt(context.Background(), link, dir); !errors.Is(err, ErrNotJournal) {
+		t.Fatalf("Adopt of a symbolic link: %v, want ErrNotJournal", err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the refused Adopt left %s behind", dir)
+	}
+	if st, err := os.Lstat(link); err != nil || st.Mode()&os.ModeSymlink == 0 {
+		t.Fatalf("the refused Adopt moved the link: %v", err)
+	}
+}
+
+func TestAdoptOfAMissingFileIsRefusedAndCreatesNothing(t *testing.T) {
+	t.Parallel()
+	missing := filepath.Join(t.TempDir(), "nope.jsonl")
+	dir := filepath.Join(t.TempDir(), "j")
+	if err := Adopt(context.Background(), missing, dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("Adopt of a missing file: %v, want os.ErrNotExist", err)
+	}
+	if _, err := os.Stat(missing); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the refused Adopt created %s", missing)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the refused Adopt left %s behind", dir)
+	}
+}
+
+func TestAdoptAcrossFileSystemsIsRefusedAndChangesNothing(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(smallfs.Mount(t), "j.jsonl")
+	f, err := OpenFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Append(context.Background(), "r", runBatch("r", 1, 3, "w")); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	before, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(t.TempDir(), "j")
+	empty := t.TempDir()
+	for _, dir := range []string{missing, empty} {
+		if err := Adopt(context.Background(), path, dir); err == nil || !strings.Contains(err.Error(), "different file systems") {
+			t.Fatalf("Adopt into %s on another file system: %v, want a refusal naming the file systems", dir, err)
+		}
+	}
+	if _, err := os.Stat(missing); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the refused Adopt left %s behind", missing)
+	}
+	if ents, err := os.ReadDir(empty); err != nil || len(ents) != 0 {
+		t.Errorf("the refused Adopt left %d files in %s (%v)", len(ents), empty, err)
+	}
+	if after, err := os.ReadFile(path); err != nil || string(after) != string(before) {
+		t.Errorf("the refused Adopt changed the file: %v", err)
+	}
+}
+
+// TestAnAdoptThatFailsAfterTheMoveSaysWhereTheFileIsNow fills a real small file system after the
+// file is written: the rename needs no space, the index does. The error must say that the file was
+// moved (a refusal says nothing was changed), and the directory is a journal with every line.
+func TestAnAdoptThatFailsAfterTheMoveSaysWhereTheFileIsNow(t *testing.T) {
+	t.Parallel()
+	small := smallfs.Mount(t)
+	path := filepath.Join(small, "j.jsonl")
+	f, err := OpenFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Append(context.Background(), "r", runBatch("r", 1, 3, "w")); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	dir := filepath.Join(small, "j")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	free := smallfs.Fill(t, small)
+	err = Adopt(context.Background(), path, dir)
+	free()
+	first := filepath.Join(dir, segmentName(0))
+	if err == nil || !strings.Contains(err.Error(), "was moved to "+first) {
+		t.Fatalf("Adopt failing after the move on a full disk: %v, want an error saying the file was moved to %s", err, first)
+	}
+	j := openDir(t, dir)
+	if last, err := j.LastSeq("r"); err != nil || last != 3 {
+		t.Fatalf("the adopted journal: LastSeq %d, %v; want 3", last, err)
 	}
 }

@@ -54,3 +54,55 @@ func TestAnAppendOnARealFullDiskIsENOSPCAndLeavesNoHalfLine(t *testing.T) {
 		t.Errorf("the journal once space is back: %d bytes (%v), want the first batch and the second whole", len(got), err)
 	}
 }
+
+// TestARollOnARealFullDiskIsENOSPCAndLeavesTheJournalAsItWas appends, on a real small file system
+// that is full, batches that each need the last segment sealed and a new one started: every Append
+// says ENOSPC and leaves no half line, no index's temporary file and no new segment; once space is
+// back the same batch goes on, and a reopen finds every acknowledged line.
+func TestARollOnARealFullDiskIsENOSPCAndLeavesTheJournalAsItWas(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := filepath.Join(smallfs.Mount(t), "j")
+	size := int64(2 * (len(runLine("r", 1, "w").Line) + 1))
+	j, err := Open(dir, WithSegmentSize(size))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	first := runBatch("r", 1, 2, "w")
+	if err := j.Append(ctx, "r", first); err != nil {
+		t.Fatal(err)
+	}
+	free := smallfs.Fill(t, filepath.Dir(dir))
+	for range 3 {
+		if err := j.Append(ctx, "r", runBatch("r", 3, 2, "w")); !errors.Is(err, syscall.ENOSPC) {
+			t.Fatalf("an Append that rolls on a full disk: %v, want errors.Is syscall.ENOSPC", err)
+		}
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if e.Name() != segmentName(0) && e.Name() != indexName(0) {
+			t.Errorf("the refused rolls left %s behind", e.Name())
+		}
+	}
+	if got := string(catDir(t, dir)); got != linesText(first) {
+		t.Errorf("the journal after the refused rolls: %q, want %q", got, linesText(first))
+	}
+	free()
+	second := runBatch("r", 3, 2, "w")
+	if err := j.Append(ctx, "r", second); err != nil {
+		t.Fatalf("Append once space is back: %v", err)
+	}
+	j.Close()
+	j = openDir(t, dir, WithSegmentSize(size))
+	if last, err := j.LastSeq("r"); err != nil || last != 4 {
+		t.Fatalf("LastSeq after a reopen: %d, %v; want 4", last, err)
+	}
+	if got := string(catDir(t, dir)); got != linesText(first)+linesText(second) {
+		t.Errorf("the journal: %q, want both batches", got)
+	}
+	segmentsOf(t, dir)
+}

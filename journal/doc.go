@@ -90,8 +90,8 @@
 // (or one line) larger than it. A sealed segment is never renamed, rewritten or appended to.
 //
 // Sealing writes the segment's index beside it (00000000000000000000.idx): a header line
-// ("outbox journal segment index 1"), then unsigned varints: the segment's position, its size, where
-// its last line starts (from the segment's first byte), then the SHA-256 of that last line, then
+// ("outbox journal segment index 2"), then varints: the segment's position, its size, its
+// modification time in nanoseconds since 1970 (signed, zig-zag), where its last line starts (from the segment's first byte), then the SHA-256 of that last line, then
 // the number of runs and, per run in byte order of its id, the id's length and bytes, the number of
 // its spans and each span's first seq, offset (from the segment's first byte), number of seqs and
 // length in bytes (a span as File's run index keeps it: consecutive seqs whose lines start within
@@ -104,9 +104,10 @@
 // sealed segment. A sealed segment's size must end where the next one's name begins, or another
 // program appended to it or cut it (ErrModified). The first Append or LastSeq reads each sealed
 // segment's index and trusts it only when it is that segment's index as the segment is now: its
-// checksum holds, its position and size are the segment's, and the digest of the segment's last
-// line, read alone, is the one it records. Any other (missing, torn, another segment's, left by a
-// crash before a segment grew) is rebuilt from that segment alone, read once, and written again;
+// checksum holds, its position, size and modification time are the segment's, and the digest of
+// the segment's last line, read alone, is the one it records. Any other (missing, torn, another
+// segment's, another journal's segment's of the same position, size and last line, left by a crash
+// before a segment grew, or after a copy that did not keep the files' times) is rebuilt from that segment alone, read once, and written again;
 // an index beside the last segment (a crash came between writing it and starting the next segment)
 // is removed at Open, since that segment is appended to. Then it reads the last segment. A start
 // therefore reads the indexes and at most a segment of lines, whatever the journal's length.

@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -150,4 +151,39 @@ func TestAnIndexWrittenBeforeAHardKillIsNotTrustedOnceItsSegmentGrew(t *testing.
 		t.Fatalf("the segment did not grow: %v", s)
 	}
 	checkJournal(t, dir, acked2)
+}
+
+// TestTwoProcessesOpeningOneJournalAtOnceNeverBothAppend starts two writers on one directory (missing
+// at first) at the same moment, several times: a writer either has the journal to itself or is
+// refused with ErrLocked, and the journal always holds run "r" densely up to the last acknowledged
+// seq, with no torn line and an index for every sealed segment.
+func TestTwoProcessesOpeningOneJournalAtOnceNeverBothAppend(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "j")
+	var acked int64
+	for range 4 {
+		var cmds [2]*exec.Cmd
+		var outs [2]bytes.Buffer
+		var errs [2]bytes.Buffer
+		for i := range cmds {
+			cmds[i] = crashtest.Child(t, "segment-writer", "SEG_DIR="+dir, "SEG_SIZE=500", "SEG_BATCHES=20")
+			cmds[i].Stdout, cmds[i].Stderr = &outs[i], &errs[i]
+		}
+		for _, c := range cmds {
+			if err := c.Start(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i, c := range cmds {
+			if err := c.Wait(); err != nil && !strings.Contains(errs[i].String(), ErrLocked.Error()) {
+				t.Fatalf("a writer failed other than for the lock: %v: %s", err, errs[i].String())
+			}
+			sc := bufio.NewScanner(&outs[i])
+			for sc.Scan() {
+				n, _ := strconv.ParseInt(sc.Text(), 10, 64)
+				acked = max(acked, n)
+			}
+		}
+		checkJournal(t, dir, acked)
+	}
 }

@@ -16,18 +16,22 @@ import (
 )
 
 // segIndexMagic begins every segment index file; a format change takes a new one.
-const segIndexMagic = "outbox journal segment index 1\n"
+const segIndexMagic = "outbox journal segment index 2\n"
 
 // segIndex is what a sealed segment's index file holds: where the segment lies in the journal and
-// what proves the file beside it is that segment (its size, and the digest of its last line, read
-// alone from lastStart), then each run's spans as runIndex keeps them, with offsets from the
+// what proves the file beside it is that segment (its size, its modification time, and the digest of
+// its last line, read alone from lastStart), then each run's spans as runIndex keeps them, with offsets from the
 // segment's first byte. A run's first and last seq in the segment are its first span's seq and its
 // last span's last; the spans say which part of the segment holds a seq.
 type segIndex struct {
 	base, size int64
-	lastStart  int64 // where the segment's last line starts, from its first byte
-	lastSum    [sha256.Size]byte
-	runs       []segRun // by id
+	// The segment's modification time (ns): another journal's segment of the same position, size and
+	// last line, whose index would describe other lines, was written at another moment. A copy that
+	// keeps the time (cp -a, tar, rsync -t) keeps its indexes; one that does not has them rebuilt.
+	mtime     int64
+	lastStart int64 // where the segment's last line starts, from its first byte
+	lastSum   [sha256.Size]byte
+	runs      []segRun // by id
 }
 
 type segRun struct {
@@ -44,6 +48,7 @@ func (x *segIndex) encode() []byte {
 	b := []byte(segIndexMagic)
 	b = binary.AppendUvarint(b, uint64(x.base))
 	b = binary.AppendUvarint(b, uint64(x.size))
+	b = binary.AppendVarint(b, x.mtime)
 	b = binary.AppendUvarint(b, uint64(x.lastStart))
 	b = append(b, x.lastSum[:]...)
 	b = binary.AppendUvarint(b, uint64(len(x.runs)))
@@ -74,7 +79,7 @@ func parseSegIndex(b []byte) (*segIndex, error) {
 		return nil, fmt.Errorf("%w: its checksum does not match", errBadIndex)
 	}
 	d := decoder{b: body[len(segIndexMagic):]}
-	x := &segIndex{base: d.int(), size: d.int(), lastStart: d.int()}
+	x := &segIndex{base: d.int(), size: d.int(), mtime: d.varint(), lastStart: d.int()}
 	copy(x.lastSum[:], d.bytes(sha256.Size))
 	nruns := d.count()
 	if d.err == nil {
@@ -144,6 +149,19 @@ func (d *decoder) uint() uint64 {
 	return v
 }
 
+func (d *decoder) varint() int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.fail("a number is cut short or too large")
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
 func (d *decoder) int() int64 {
 	v := d.uint()
 	if v > math.MaxInt64 {
@@ -178,8 +196,8 @@ func (d *decoder) bytes(n int) []byte {
 
 // segIndexOf renders the part of a run index that covers one segment (every span of x lies in it),
 // with offsets from base.
-func segIndexOf(x *runIndex, base, size, lastStart int64, lastSum [sha256.Size]byte) *segIndex {
-	si := &segIndex{base: base, size: size, lastStart: lastStart - base, lastSum: lastSum}
+func segIndexOf(x *runIndex, base, size, mtime, lastStart int64, lastSum [sha256.Size]byte) *segIndex {
+	si := &segIndex{base: base, size: size, mtime: mtime, lastStart: lastStart - base, lastSum: lastSum}
 	for id, rs := range x.runs {
 		if rs.unsorted {
 			rs.sort()

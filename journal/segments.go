@@ -32,6 +32,9 @@ const (
 	faultAfterRoll   = "journal.after_roll"   // the next segment is created; the batch is not written
 )
 
+// faultBeforeMkdir: Open found no directory and has not created it yet.
+const faultBeforeMkdir = "journal.before_mkdir"
+
 const (
 	segmentExt = ".jsonl"
 	indexExt   = ".idx"
@@ -118,7 +121,15 @@ func Open(dir string, opts ...Option) (*Journal, error) {
 	}
 	switch st, err := os.Stat(dir); {
 	case errors.Is(err, os.ErrNotExist):
-		if err := os.Mkdir(dir, 0o755); err != nil {
+		// Another process's Open may create it first: the lock below decides which one appends.
+		faultpoint.Hit(faultBeforeMkdir)
+		err := os.Mkdir(dir, 0o755)
+		if errors.Is(err, os.ErrExist) {
+			if st, serr := os.Stat(dir); serr == nil && st.IsDir() {
+				err = nil
+			}
+		}
+		if err != nil {
 			return nil, fmt.Errorf("journal: create %s: %w", dir, err)
 		}
 		if err := syncDir(filepath.Dir(dir)); err != nil {
@@ -371,13 +382,19 @@ func (j *Journal) index(ctx context.Context) error {
 }
 
 // segmentIndex reads a sealed segment's index, and trusts it only when it is the index of that
-// segment as it is now: its position and size, and the digest of its last line, read alone. Any
+// segment as it is now: its position, size and modification time, and the digest of its last line,
+// read alone. Any
 // other index (missing, torn, failing its checksum, another segment's, a stale one) is rebuilt from
 // the segment and written again.
 func (j *Journal) segmentIndex(ctx context.Context, seg segment) (*segIndex, error) {
+	st, err := os.Stat(filepath.Join(j.dir, segmentName(seg.base)))
+	if err != nil {
+		return nil, fmt.Errorf("journal: %w", err)
+	}
 	b, err := os.ReadFile(filepath.Join(j.dir, indexName(seg.base)))
 	if err == nil {
-		if si, perr := parseSegIndex(b); perr == nil && si.base == seg.base && si.size == seg.size {
+		if si, perr := parseSegIndex(b); perr == nil && si.base == seg.base && si.size == seg.size &&
+			si.mtime == st.ModTime().UnixNano() {
 			sum, ok, err := j.lineSum(seg.base+si.lastStart, seg.base+seg.size)
 			if err != nil {
 				return nil, err
@@ -414,6 +431,10 @@ func (j *Journal) rebuildIndex(ctx context.Context, seg segment) (*segIndex, err
 		return nil, fmt.Errorf("journal: %w", err)
 	}
 	end, err := inspect(f)
+	var st os.FileInfo
+	if err == nil {
+		st, err = f.Stat()
+	}
 	f.Close()
 	if err != nil {
 		return nil, inspectError(path, err)
@@ -431,7 +452,7 @@ func (j *Journal) rebuildIndex(ctx context.Context, seg segment) (*segIndex, err
 	if err != nil {
 		return nil, err
 	}
-	si := segIndexOf(&x, seg.base, seg.size, seg.base+end.lastStart, sum)
+	si := segIndexOf(&x, seg.base, seg.size, st.ModTime().UnixNano(), seg.base+end.lastStart, sum)
 	if err := j.writeIndex(si); err != nil {
 		return nil, err
 	}
@@ -475,7 +496,11 @@ func (j *Journal) roll() error {
 	if err != nil {
 		return err
 	}
-	if err := j.writeIndex(segIndexOf(&j.tailRuns, j.tailBase, j.size, j.lastLine, sum)); err != nil {
+	st, err := j.f.Stat()
+	if err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	if err := j.writeIndex(segIndexOf(&j.tailRuns, j.tailBase, j.size, st.ModTime().UnixNano(), j.lastLine, sum)); err != nil {
 		return err
 	}
 	faultpoint.Hit(faultAfterIndex)

@@ -13,7 +13,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
+	"github.com/textmachine/outbox/internal/faultpoint"
 	"github.com/textmachine/outbox/outbox"
 )
 
@@ -318,6 +320,42 @@ func TestAnIndexWhoseSegmentsLastLineChangedIsNotTrusted(t *testing.T) {
 		si.lastSum[0] ^= 1
 		os.WriteFile(path, si.encode(), 0o644)
 	})
+}
+
+func TestAnotherJournalsIndexOfASegmentWithTheSamePositionSizeAndLastLineIsNotTrusted(t *testing.T) {
+	t.Parallel()
+	// Two journals whose first segments differ only in their first line: run "a" in one, "b" in the
+	// other, then the same line of run "z".
+	size := int64(2 * (len(runLine("a", 1, "w").Line) + 1))
+	build := func(first string) string {
+		dir := filepath.Join(t.TempDir(), "j")
+		j := openDir(t, dir, WithSegmentSize(size))
+		mustAppend(t, j, first, runBatch(first, 1, 1, "w"))
+		mustAppend(t, j, "z", runBatch("z", 1, 1, "w"))
+		mustAppend(t, j, "q", runBatch("q", 1, 1, "w"))
+		j.Close()
+		return dir
+	}
+	a, b := build("a"), build("b")
+	// They were written at different moments; the file system's clock may tick more coarsely than
+	// the time between them here.
+	if err := os.Chtimes(filepath.Join(a, segmentName(0)), time.Time{}, time.Unix(1e9, 0)); err != nil {
+		t.Fatal(err)
+	}
+	foreign, err := os.ReadFile(filepath.Join(b, indexName(0)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(a, indexName(0)), foreign, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	j := openDir(t, a, WithSegmentSize(size))
+	if last, err := j.LastSeq("a"); err != nil || last != 1 {
+		t.Fatalf("LastSeq(a) = %d, %v; want 1: the other journal's index was trusted", last, err)
+	}
+	if err := j.Append(context.Background(), "a", runBatch("a", 1, 1, "other")); !errors.Is(err, ErrPayloadConflict) {
+		t.Fatalf("a second line of run a seq 1 with other bytes: %v, want ErrPayloadConflict", err)
+	}
 }
 
 func TestAnAppendToASealedSegmentByAnotherProgramIsFoundAtOpen(t *testing.T) {
@@ -641,5 +679,100 @@ func TestASealedSegmentRewrittenToEndWithoutANewlineIsNotTrustedWhateverItsIndex
 	j := openDir(t, dir)
 	if _, err := j.LastSeq("x"); !errors.Is(err, ErrModified) {
 		t.Fatalf("LastSeq over a sealed segment that no longer ends a line: %v, want ErrModified", err)
+	}
+}
+
+// TestSegmentSizesAroundALinesLengthLoseNoLineAndKeepEveryRunsLastSeq appends batches of one to three
+// lines, each delivered twice, with segment sizes of 1 byte and around one and two lines' length,
+// reopening after every batch (with the segment size changed every other time): the segments chain,
+// hold every line once per delivery in order, and each reopen knows the run's last seq and refuses
+// its last line with other bytes.
+func TestSegmentSizesAroundALinesLengthLoseNoLineAndKeepEveryRunsLastSeq(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	n := int64(len(runLine("r", 1, "w").Line) + 1)
+	for _, size := range []int64{1, n - 1, n, n + 1, 2*n - 1, 2 * n, 2*n + 1} {
+		dir := filepath.Join(t.TempDir(), "j")
+		var want strings.Builder
+		seq := int64(1)
+		for i := range 9 {
+			j := openDir(t, dir, WithSegmentSize(size+int64(i%2)))
+			b := runBatch("r", seq, i%3+1, "w")
+			mustAppend(t, j, "r", b)
+			mustAppend(t, j, "r", b)
+			want.WriteString(linesText(b) + linesText(b))
+			seq += int64(len(b))
+			j.Close()
+			j = openDir(t, dir, WithSegmentSize(size))
+			if last, err := j.LastSeq("r"); err != nil || last != seq-1 {
+				t.Fatalf("segment size %d, batch %d: LastSeq %d, %v; want %d", size, i, last, err, seq-1)
+			}
+			if err := j.Append(ctx, "r", []outbox.EventLine{runLine("r", seq-1, "other")}); !errors.Is(err, ErrPayloadConflict) {
+				t.Fatalf("segment size %d, batch %d: the last line with other bytes: %v, want ErrPayloadConflict", size, i, err)
+			}
+			j.Close()
+		}
+		segmentsOf(t, dir)
+		if got := string(catDir(t, dir)); got != want.String() {
+			t.Fatalf("segment size %d: the segments hold\n%s\nwant\n%s", size, got, want.String())
+		}
+	}
+}
+
+func TestAJournalOpenedThroughASymbolicLinkIsLockedAgainstItsRealPath(t *testing.T) {
+	t.Parallel()
+	dir := sealedJournal(t)
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(dir, link); err != nil {
+		t.Fatal(err)
+	}
+	j := openDir(t, link)
+	if _, err := j.LastSeq("r"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(dir); !errors.Is(err, ErrLocked) {
+		t.Fatalf("Open by the real path of a journal open through a link: %v, want ErrLocked", err)
+	}
+}
+
+func TestAnIndexThatIsASymbolicLinkIsNotOpened(t *testing.T) {
+	t.Parallel()
+	dir := sealedJournal(t)
+	idx := filepath.Join(dir, indexName(segmentsOf(t, dir)[0].base))
+	b, err := os.ReadFile(idx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	elsewhere := filepath.Join(t.TempDir(), "x.idx")
+	os.WriteFile(elsewhere, b, 0o644)
+	os.Remove(idx)
+	if err := os.Symlink(elsewhere, idx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(dir); !errors.Is(err, ErrNotJournal) {
+		t.Fatalf("Open with an index that is a link: %v, want ErrNotJournal", err)
+	}
+	if st, err := os.Lstat(idx); err != nil || st.Mode()&os.ModeSymlink == 0 {
+		t.Fatalf("the refused Open changed the link: %v", err)
+	}
+}
+
+// TestAnOpenWhoseDirectoryAnotherOpenCreatedFirstOpensIt creates the directory between Open's look
+// and its mkdir, as another process's Open can: Open goes on and takes the journal (the lock decides
+// between two Opens), instead of failing as if the path were unusable. Not parallel: it installs the
+// process-wide fault hook.
+func TestAnOpenWhoseDirectoryAnotherOpenCreatedFirstOpensIt(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "j")
+	faultpoint.Set(func(point string) {
+		if point == faultBeforeMkdir {
+			os.Mkdir(dir, 0o755)
+		}
+	})
+	defer faultpoint.Set(nil)
+	j := openDir(t, dir)
+	faultpoint.Set(nil)
+	mustAppend(t, j, "r", runBatch("r", 1, 2, "w"))
+	if last, err := j.LastSeq("r"); err != nil || last != 2 {
+		t.Fatalf("LastSeq %d, %v; want 2", last, err)
 	}
 }
