@@ -184,13 +184,14 @@ SELECT r.engine_run_id, r.last_seq, r.projected, r.forgotten, r.lines, r.ledger_
        CAST(COALESCE(st.stopped_at, 0) AS INTEGER) AS stopped_at
 FROM outbox_runs AS r
 LEFT JOIN outbox_stops AS st ON st.engine_run_id = r.engine_run_id
-WHERE r.engine_run_id > CAST(?1 AS TEXT) AND r.lines > 0
+WHERE r.engine_run_id > CAST(?1 AS TEXT) AND r.lines >= CAST(?2 AS INTEGER)
 ORDER BY r.engine_run_id
-LIMIT ?2
+LIMIT ?3
 `
 
 type RunsPageParams struct {
 	AfterRun string
+	MinLines int64
 	MaxRuns  int64
 }
 
@@ -207,13 +208,13 @@ type RunsPageRow struct {
 	StoppedAt     int64
 }
 
-// One page of the runs that hold rows, after a run id (keyset paging along the partial index of
-// migrations/00005), with what AllRuns, stats and metrics show: a row per run, never a pass over the
-// stored lines. oldest_pending is the enqueue time of the first line after the projected position
+// One page of the runs that hold at least min_lines rows (1: AllRuns; 0: every run the book ever
+// held, EveryRun), after a run id (keyset paging along the primary key), with what AllRuns, stats and
+// metrics show: a row per run, never a pass over the stored lines. oldest_pending is the enqueue time of the first line after the projected position
 // (0: none, or unknown), read only for a run with lines pending; stopped_seq is where the sink refused
 // the run (0: not stopped, migrations/00004).
 func (q *Queries) RunsPage(ctx context.Context, db DBTX, arg RunsPageParams) ([]RunsPageRow, error) {
-	rows, err := db.QueryContext(ctx, RunsPage, arg.AfterRun, arg.MaxRuns)
+	rows, err := db.QueryContext(ctx, RunsPage, arg.AfterRun, arg.MinLines, arg.MaxRuns)
 	if err != nil {
 		return nil, err
 	}

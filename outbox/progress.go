@@ -112,8 +112,19 @@ const runsPage = 512
 // it holds neither the whole list nor a read transaction across pages. A run's figures come from one
 // snapshot; two runs' may come from two. It stops at the first error, which it yields.
 func (s *Store) AllRuns(ctx context.Context) iter.Seq2[RunStats, error] {
+	return s.runsPages(ctx, 1)
+}
+
+// EveryRun yields, like AllRuns, every run the book ever held, those whose rows are all forgotten
+// too (with Lines 0): what a check of the book's positions against a journal needs. The book keeps a
+// small row per run for its life, so it walks as many rows as the engine had starts.
+func (s *Store) EveryRun(ctx context.Context) iter.Seq2[RunStats, error] {
+	return s.runsPages(ctx, 0)
+}
+
+func (s *Store) runsPages(ctx context.Context, minLines int64) iter.Seq2[RunStats, error] {
 	return s.pages(ctx, func(ctx context.Context, after string) ([]RunStats, error) {
-		rows, err := s.q.RunsPage(ctx, s.r, db.RunsPageParams{AfterRun: after, MaxRuns: runsPage})
+		rows, err := s.q.RunsPage(ctx, s.r, db.RunsPageParams{AfterRun: after, MinLines: minLines, MaxRuns: runsPage})
 		if err != nil {
 			return nil, err
 		}

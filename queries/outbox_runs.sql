@@ -1,7 +1,7 @@
 -- name: RunsPage :many
--- One page of the runs that hold rows, after a run id (keyset paging along the partial index of
--- migrations/00005), with what AllRuns, stats and metrics show: a row per run, never a pass over the
--- stored lines. oldest_pending is the enqueue time of the first line after the projected position
+-- One page of the runs that hold at least min_lines rows (1: AllRuns; 0: every run the book ever
+-- held, EveryRun), after a run id (keyset paging along the primary key), with what AllRuns, stats and
+-- metrics show: a row per run, never a pass over the stored lines. oldest_pending is the enqueue time of the first line after the projected position
 -- (0: none, or unknown), read only for a run with lines pending; stopped_seq is where the sink refused
 -- the run (0: not stopped, migrations/00004).
 SELECT r.engine_run_id, r.last_seq, r.projected, r.forgotten, r.lines, r.ledger_lines,
@@ -16,7 +16,7 @@ SELECT r.engine_run_id, r.last_seq, r.projected, r.forgotten, r.lines, r.ledger_
        CAST(COALESCE(st.stopped_at, 0) AS INTEGER) AS stopped_at
 FROM outbox_runs AS r
 LEFT JOIN outbox_stops AS st ON st.engine_run_id = r.engine_run_id
-WHERE r.engine_run_id > CAST(sqlc.arg(after_run) AS TEXT) AND r.lines > 0
+WHERE r.engine_run_id > CAST(sqlc.arg(after_run) AS TEXT) AND r.lines >= CAST(sqlc.arg(min_lines) AS INTEGER)
 ORDER BY r.engine_run_id
 LIMIT sqlc.arg(max_runs);
 

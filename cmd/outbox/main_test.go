@@ -96,7 +96,7 @@ func book(t *testing.T) (dbPath, jPath string) {
 	for i := 0; i < 2; i++ {
 		s.EnqueueEvent(ctx, "old", journal.Builder("old", "x", i))
 	}
-	relay, err := outbox.NewRelay(s, j, "old")
+	relay, err := outbox.NewRelay(s, j, "old", outbox.WithForgetProjected(false))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,16 +167,16 @@ func TestMigrateUpStatusVersionDown(t *testing.T) {
 	if code, out, errOut := cli(t, "migrate", "up", "--db", db); code != exitOK || !strings.Contains(out, "applied 00001") {
 		t.Fatalf("up: %d %q %q", code, out, errOut)
 	}
-	if code, out, _ := cli(t, "migrate", "--db", db, "version"); code != exitOK || strings.TrimSpace(out) != "4" {
+	if code, out, _ := cli(t, "migrate", "--db", db, "version"); code != exitOK || strings.TrimSpace(out) != "5" {
 		t.Errorf("version: %d %q", code, out)
 	}
-	if code, out, _ := cli(t, "migrate", "status", "--db", db); code != exitOK || strings.Count(out, "applied") != 4 {
+	if code, out, _ := cli(t, "migrate", "status", "--db", db); code != exitOK || strings.Count(out, "applied") != 5 {
 		t.Errorf("status: %d %q", code, out)
 	}
-	if code, out, _ := cli(t, "migrate", "down", "--db", db); code != exitOK || !strings.Contains(out, "rolled back 00004") {
+	if code, out, _ := cli(t, "migrate", "down", "--db", db); code != exitOK || !strings.Contains(out, "rolled back 00005") {
 		t.Errorf("down: %d %q", code, out)
 	}
-	if code, out, _ := cli(t, "migrate", "version", "--db", db); code != exitOK || strings.TrimSpace(out) != "3" {
+	if code, out, _ := cli(t, "migrate", "version", "--db", db); code != exitOK || strings.TrimSpace(out) != "4" {
 		t.Errorf("version after down: %d %q", code, out)
 	}
 	// The library reads the same version table and brings the schema back up.
@@ -185,7 +185,7 @@ func TestMigrateUpStatusVersionDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
-	if code, out, _ := cli(t, "migrate", "version", "--db", db); strings.TrimSpace(out) != "4" || code != exitOK {
+	if code, out, _ := cli(t, "migrate", "version", "--db", db); strings.TrimSpace(out) != "5" || code != exitOK {
 		t.Errorf("version after Open: %q", out)
 	}
 	if code, _, _ := cli(t, "migrate", "version", "--db", filepath.Join(t.TempDir(), "missing.db")); code != exitUsage {

@@ -158,7 +158,7 @@ func TestStatsSaysWhatItMeans(t *testing.T) {
 	s.EnqueueEvent(ctx, "live", journal.Handshake("live", nil))
 	s.EnqueueOnce(ctx, "live", "unit:1", journal.Builder("live", "unit_done", 1))
 	for _, run := range []string{"gone", "live"} {
-		relay, err := outbox.NewRelay(s, j, run)
+		relay, err := outbox.NewRelay(s, j, run, outbox.WithForgetProjected(false))
 		if err != nil {
 			t.Fatal(err)
 		}

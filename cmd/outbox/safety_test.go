@@ -248,7 +248,10 @@ func TestMigrateDownDoesNotSilentlyDestroy(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
-	// No run stopped: version 4 rolls back and loses nothing.
+	// The per-run figures and no run stopped: versions 5 and 4 roll back and lose nothing.
+	if code, _, errOut := runOutbox(t, "migrate", "down", "--db", dbPath); code != exitOK {
+		t.Fatalf("down from 5: exit %d, %s", code, errOut)
+	}
 	if code, _, errOut := runOutbox(t, "migrate", "down", "--db", dbPath); code != exitOK {
 		t.Fatalf("down from 4 without a stopped run: exit %d, %s", code, errOut)
 	}
@@ -303,7 +306,7 @@ func TestMigrateStatusListsVersionsItDoesNotKnow(t *testing.T) {
 	}
 	d.Close()
 	code, out, errOut := runOutbox(t, "migrate", "status", "--db", dbPath)
-	if code != exitOK || !strings.Contains(out, "00007 (unknown to this outbox)") || strings.Count(out, "applied") != 5 {
+	if code != exitOK || !strings.Contains(out, "00007 (unknown to this outbox)") || strings.Count(out, "applied") != 6 {
 		t.Errorf("status: exit %d\n%s%s", code, out, errOut)
 	}
 	if _, out, _ := runOutbox(t, "migrate", "version", "--db", dbPath); strings.TrimSpace(out) != "7" {
@@ -314,5 +317,41 @@ func TestMigrateStatusListsVersionsItDoesNotKnow(t *testing.T) {
 		if code != exitUsage || out != "" || !strings.Contains(errOut, "version 7, which this release does not know") {
 			t.Errorf("%s on a book of an unknown version: exit %d, %q %q", action, code, out, errOut)
 		}
+	}
+}
+
+func TestRelayRefusesAJournalThatLacksARunWhoseRowsAreAllForgotten(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	dbPath, jPath := filepath.Join(dir, "book.db"), filepath.Join(dir, "journal.jsonl")
+	s, err := outbox.Open(ctx, dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := journal.OpenFile(jPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if _, err := s.EnqueueEvent(ctx, "old", journal.Builder("old", "x", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	relay, err := outbox.NewRelay(s, j, "old", outbox.WithForgetProjected(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := relay.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	s.Close()
+	empty := filepath.Join(dir, "empty.jsonl")
+	if err := os.WriteFile(empty, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runOutbox(t, "relay", "--db", dbPath, "--journal", empty)
+	if want := "holds run old up to seq 0, but the database records it projected up to seq 3"; code != exitUsage || out != "" || !strings.Contains(errOut, want) {
+		t.Errorf("relay into an empty file: exit %d, stdout %q, stderr %q; want 2 and %q", code, out, errOut, want)
 	}
 }
