@@ -27,11 +27,21 @@ CREATE TABLE outbox_runs (
 CREATE INDEX outbox_runs_open ON outbox_runs (engine_run_id)
 WHERE lines > 0 AND (last_seq > projected OR projected > forgotten);
 
+-- The hot path: every enqueue passes here. A run's row is made by a BEFORE trigger, which SQLite runs
+-- before every AFTER trigger, only when it is missing (a read of the primary key), and the AFTER
+-- trigger is one UPDATE: measured, an INSERT ... WHERE NOT EXISTS in the AFTER trigger cost twice as
+-- much per row.
+-- +goose StatementBegin
+CREATE TRIGGER outbox_runs_new BEFORE INSERT ON events_outbox
+WHEN NOT EXISTS (SELECT 1 FROM outbox_runs WHERE engine_run_id = NEW.engine_run_id)
+BEGIN
+    INSERT INTO outbox_runs (engine_run_id) VALUES (NEW.engine_run_id);
+END;
+-- +goose StatementEnd
+
 -- +goose StatementBegin
 CREATE TRIGGER outbox_runs_insert AFTER INSERT ON events_outbox
 BEGIN
-    INSERT INTO outbox_runs (engine_run_id)
-    SELECT NEW.engine_run_id WHERE NOT EXISTS (SELECT 1 FROM outbox_runs WHERE engine_run_id = NEW.engine_run_id);
     UPDATE outbox_runs
     SET last_seq = max(last_seq, NEW.seq), lines = lines + 1, ledger_lines = ledger_lines + (NEW.once_key <> '')
     WHERE engine_run_id = NEW.engine_run_id;
@@ -109,5 +119,6 @@ DROP TRIGGER outbox_runs_progress_insert;
 DROP TRIGGER outbox_runs_ledger;
 DROP TRIGGER outbox_runs_delete;
 DROP TRIGGER outbox_runs_insert;
+DROP TRIGGER outbox_runs_new;
 DROP INDEX outbox_runs_open;
 DROP TABLE outbox_runs;
