@@ -48,9 +48,9 @@ func (s *Store) lastSeq(ctx context.Context, runID string) (int64, error) {
 // recordProjected records, in one transaction, that runID's lines up to last are in the sink: the
 // progress moves to last, the once keys of the lines in toMark enter the ledger, and a stop recorded
 // for the run (recordStop) goes; with forget, the rows up to last that hold no once key are deleted
-// (see WithForgetProjected), after the run's highest seq is recorded. It is a relaxed
+// (see WithForgetProjected and forgetUpTo; lines is how many lines the record covers), after the run's highest seq is recorded. It is a relaxed
 // write: losing it to power failure re-sends the batch, and loses nothing.
-func (s *Store) recordProjected(ctx context.Context, runID string, last int64, toMark []int64, forget bool) error {
+func (s *Store) recordProjected(ctx context.Context, runID string, last int64, toMark []int64, forget bool, lines int) error {
 	return s.write(ctx, relaxed, func(w *txWriter) error {
 		if err := w.setProgress(db.ProgressSetParams{EngineRunID: runID, Projected: last}); err != nil {
 			return err
@@ -64,7 +64,7 @@ func (s *Store) recordProjected(ctx context.Context, runID string, last int64, t
 			}
 		}
 		if forget {
-			return s.forgetUpTo(w, runID, last)
+			return s.forgetUpTo(w, runID, last, lines)
 		}
 		return nil
 	})
@@ -282,8 +282,9 @@ const forgetStep = 4096
 // and records that they are gone, after recording the run's highest seq so that no number is reused.
 // It deletes from where the run was forgotten up to; a run whose rows are forgotten further behind
 // (a run kept unforgotten by an earlier process, and drained now) is left to forgetRun's bounded
-// steps, so that a record never deletes more than a step.
-func (s *Store) forgetUpTo(w *txWriter, runID string, last int64) error {
+// steps, so that a record never deletes more than a step, or than the batches it records (lines) when
+// a sink takes batches larger than a step.
+func (s *Store) forgetUpTo(w *txWriter, runID string, last int64, lines int) error {
 	ctx, tx := w.ctx, w.tx
 	r, err := s.q.RunGet(ctx, tx, runID)
 	switch {
@@ -291,7 +292,7 @@ func (s *Store) forgetUpTo(w *txWriter, runID string, last int64) error {
 		return nil
 	case err != nil:
 		return fmt.Errorf("read the figures of run %q: %w", runID, mapErr(ctx, err))
-	case r.Forgotten >= last || last-r.Forgotten > forgetStep:
+	case r.Forgotten >= last || last-r.Forgotten > max(forgetStep, 2*int64(lines)):
 		return nil
 	}
 	return s.forgetRange(w, runID, r.Forgotten, last, max(r.LastSeq, last))
