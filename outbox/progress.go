@@ -48,8 +48,9 @@ func (s *Store) lastSeq(ctx context.Context, runID string) (int64, error) {
 // recordProjected records, in one transaction, that runID's lines up to last are in the sink: the
 // progress moves to last, the once keys of the lines in toMark enter the ledger, and a stop recorded
 // for the run (recordStop) goes; with forget, the rows up to last that hold no once key are deleted
-// (see WithForgetProjected and forgetUpTo; lines is how many lines the record covers), after the run's highest seq is recorded. It is a relaxed
-// write: losing it to power failure re-sends the batch, and loses nothing.
+// (see WithForgetProjected and forgetUpTo; lines is how many lines the record covers), after the
+// run's highest seq is recorded. It is a relaxed write: losing it to power failure re-sends the
+// batch, and loses nothing.
 func (s *Store) recordProjected(ctx context.Context, runID string, last int64, toMark []int64, forget bool, lines int) error {
 	return s.write(ctx, relaxed, func(w *txWriter) error {
 		if err := w.setProgress(db.ProgressSetParams{EngineRunID: runID, Projected: last}); err != nil {
