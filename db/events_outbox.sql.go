@@ -279,26 +279,6 @@ func (q *Queries) EventsForget(ctx context.Context, db DBTX, engineRunID string)
 	return result.RowsAffected()
 }
 
-const EventsForgetProjected = `-- name: EventsForgetProjected :execrows
-DELETE FROM events_outbox
-WHERE engine_run_id = ?1 AND seq <= ?2 AND once_key = ''
-`
-
-type EventsForgetProjectedParams struct {
-	EngineRunID string
-	Projected   int64
-}
-
-// Drops a run's buffered rows up to its projected position, the ones whose lines the sink holds.
-// Recovery's deletion: it can never drop a line that has not been projected.
-func (q *Queries) EventsForgetProjected(ctx context.Context, db DBTX, arg EventsForgetProjectedParams) (int64, error) {
-	result, err := db.ExecContext(ctx, EventsForgetProjected, arg.EngineRunID, arg.Projected)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected()
-}
-
 const EventsLastSeq = `-- name: EventsLastSeq :one
 SELECT CAST(COALESCE(MAX(seq), 0) AS INTEGER) AS last_seq
 FROM events_outbox

@@ -26,6 +26,15 @@ type OutboxProgress struct {
 	LastSeq     int64
 }
 
+type OutboxRun struct {
+	EngineRunID string
+	LastSeq     int64
+	Projected   int64
+	Forgotten   int64
+	Lines       int64
+	LedgerLines int64
+}
+
 type OutboxStop struct {
 	EngineRunID string
 	Seq         int64

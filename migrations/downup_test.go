@@ -9,6 +9,8 @@ import (
 	"os"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/textmachine/outbox/internal/outboxtest"
 	"github.com/textmachine/outbox/journal"
 	"github.com/textmachine/outbox/migrations"
@@ -226,5 +228,60 @@ func TestAPositionTheRowsProveButTheJournalLacksIsRefusedByTheSinkNotSkipped(t *
 	}
 	if st, err := os.Stat(jPath); err != nil || st.Size() != 0 {
 		t.Errorf("journal after the refusal: %v, %v", st.Size(), err)
+	}
+}
+
+// runFigures is every run's row of figures (migrations/00005), one string per run.
+func runFigures(t *testing.T, dbPath string) []string {
+	t.Helper()
+	rows, err := outboxtest.RawDB(t, dbPath).Query(
+		`SELECT engine_run_id, last_seq, projected, forgotten, lines, ledger_lines FROM outbox_runs ORDER BY engine_run_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var run string
+		var last, projected, forgotten, lines, ledger int64
+		if err := rows.Scan(&run, &last, &projected, &forgotten, &lines, &ledger); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, fmt.Sprintf("%s: last %d, projected %d, forgotten %d, %d lines, %d in the ledger",
+			run, last, projected, forgotten, lines, ledger))
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestABookMigratedDownPastTheRunFiguresAndUpRebuildsThemFromItsRows(t *testing.T) {
+	t.Parallel()
+	dbPath, jPath := recoveredBook(t)
+	before := runFigures(t, dbPath)
+	want := []string{
+		"done: last 6, projected 6, forgotten 6, 2 lines, 2 in the ledger",
+		"gone: last 5, projected 5, forgotten 5, 0 lines, 0 in the ledger",
+		"keytop: last 3, projected 3, forgotten 3, 1 lines, 1 in the ledger",
+		"live: last 4, projected 2, forgotten 2, 2 lines, 0 in the ledger",
+	}
+	if diff := cmp.Diff(want, before); diff != "" {
+		t.Errorf("figures kept by the book (-want +got):\n%s", diff)
+	}
+	migrateDownTo(t, dbPath, 4)
+	if outboxtest.TableNames(t, outboxtest.RawDB(t, dbPath))["outbox_runs"] {
+		t.Fatal("outbox_runs is still there after the down step")
+	}
+	journalBefore := verifyFile(t, jPath)
+	rep := recoverInto(t, dbPath, jPath)
+	// Up again, the figures are what the rows and positions show, and recovery had only live's two
+	// pending lines to send.
+	after := runFigures(t, dbPath)
+	if diff := cmp.Diff(append(want[:3:3], "live: last 4, projected 4, forgotten 4, 0 lines, 0 in the ledger"), after); diff != "" {
+		t.Errorf("figures after down, up and recovery (-want +got):\n%s", diff)
+	}
+	if rep.Lines != journalBefore.Lines+2 || rep.Duplicates != 0 {
+		t.Errorf("journal after recovery: %d lines, %d duplicates; want %d and none", rep.Lines, rep.Duplicates, journalBefore.Lines+2)
 	}
 }

@@ -420,7 +420,7 @@ func TestASinkFailingOnTheSecondAndThirdBatchesGetsEveryLineOnceInOrder(t *testi
 				outboxtest.MustEnqueue(t, s, "r")
 			}
 			sink := &failingOn{MemSink: *outboxtest.NewMemSink(), fail: map[int]bool{2: true, 3: true}}
-			r := outboxtest.FastRelay(t, s, sink, "r", outbox.WithBatchBytes(batchBytes), outbox.WithFlushAttempts(3))
+			r := outboxtest.FastRelay(t, s, sink, "r", outbox.WithBatchBytes(batchBytes), outbox.WithFlushAttempts(3), outbox.WithForgetProjected(false))
 			done := make(chan struct{})
 			go func() {
 				defer close(done)

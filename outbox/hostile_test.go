@@ -357,7 +357,7 @@ func TestRandomCancellationsNeverLoseOrDuplicateAnEvent(t *testing.T) {
 	}
 	relays := map[string]*outbox.Relay{}
 	for _, run := range runs {
-		relays[run] = outboxtest.FastRelay(t, s, j, run)
+		relays[run] = outboxtest.FastRelay(t, s, j, run, outbox.WithForgetProjected(false))
 	}
 	stop := make(chan struct{})
 	var flushers sync.WaitGroup
@@ -577,7 +577,7 @@ func TestMarkAnnouncedRefusesAKeyPendingOnAnotherRow(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer j.Close()
-	if err := outboxtest.FastRelay(t, s, &lineKeyFixer{j}, "r").Flush(ctx); err != nil {
+	if err := outboxtest.FastRelay(t, s, &lineKeyFixer{j}, "r", outbox.WithForgetProjected(false)).Flush(ctx); err != nil {
 		t.Fatalf("Flush: %v", err)
 	}
 	if n := outboxtest.CountRows(t, path, "once_key = 'K' AND seq = 2"); n != 1 {
@@ -628,7 +628,7 @@ func TestARecordThatFailsAfterTheAppendIsRetriedAlone(t *testing.T) {
 		}
 		return sink.Append(ctx, runID, lines)
 	})
-	if err := outboxtest.FastRelay(t, s, counting, "r", outbox.WithFlushAttempts(50)).Flush(ctx); err != nil {
+	if err := outboxtest.FastRelay(t, s, counting, "r", outbox.WithFlushAttempts(50), outbox.WithForgetProjected(false)).Flush(ctx); err != nil {
 		t.Fatalf("Flush over a locked record: %v", err)
 	}
 	if got := outboxtest.SeqsOf(sink.All()); len(got) != 2 {
@@ -722,7 +722,7 @@ func TestRecoverNeverForgetsALiveRun(t *testing.T) {
 		outboxtest.MustEnqueue(t, s, "b")
 	}
 	sinkA := outboxtest.NewMemSink()
-	if err := outboxtest.FastRelay(t, s, sinkA, "b").Flush(ctx); err != nil {
+	if err := outboxtest.FastRelay(t, s, sinkA, "b", outbox.WithForgetProjected(false)).Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := outboxtest.FastRelay(t, s, sinkA, "a").Recover(ctx); err != nil {

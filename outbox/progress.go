@@ -4,12 +4,15 @@ package outbox
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"iter"
 	"strings"
 	"time"
 
 	"github.com/textmachine/outbox/db"
+	"github.com/textmachine/outbox/internal/faultpoint"
 )
 
 // Projected returns how far runID has been projected: every line with a seq up to it is in the sink.
@@ -46,9 +49,10 @@ func (s *Store) lastSeq(ctx context.Context, runID string) (int64, error) {
 // progress moves to last, the once keys of the lines in toMark enter the ledger (each row then keeps
 // the key and its line's digest, not the line: see LineDigest), and a stop recorded
 // for the run (recordStop) goes; with forget, the rows up to last that hold no once key are deleted
-// (see WithForgetProjected), after the run's highest seq is recorded. It is a relaxed
-// write: losing it to power failure re-sends the batch, and loses nothing.
-func (s *Store) recordProjected(ctx context.Context, runID string, last int64, toMark []ledgerMark, forget bool) error {
+// (see WithForgetProjected and forgetUpTo; lines is how many lines the record covers), after the
+// run's highest seq is recorded. It is a relaxed write: losing it to power failure re-sends the
+// batch, and loses nothing.
+func (s *Store) recordProjected(ctx context.Context, runID string, last int64, toMark []ledgerMark, forget bool, lines int) error {
 	return s.write(ctx, relaxed, func(w *txWriter) error {
 		if err := w.setProgress(db.ProgressSetParams{EngineRunID: runID, Projected: last}); err != nil {
 			return err
@@ -60,7 +64,7 @@ func (s *Store) recordProjected(ctx context.Context, runID string, last int64, t
 			return err
 		}
 		if forget {
-			if err := s.forgetUpTo(w, runID, last); err != nil {
+			if err := s.forgetUpTo(w, runID, last, lines); err != nil {
 				return err
 			}
 		}
@@ -71,7 +75,8 @@ func (s *Store) recordProjected(ctx context.Context, runID string, last int64, t
 	})
 }
 
-// RunStats describes one run's rows in the store.
+// RunStats describes one run's rows in the store. Every figure is read from the run's row of per-run
+// figures (migrations/00005), kept current by the transactions that change them.
 type RunStats struct {
 	RunID string
 	// LastSeq is the highest seq the run was ever given, counting rows since forgotten: its next
@@ -83,6 +88,12 @@ type RunStats struct {
 	// Pending is how many of the run's lines are pending, that is not yet projected (the sink does
 	// not have them yet): LastSeq - Projected. The command's stats and metrics use the same word.
 	Pending int64
+	// EnqueuedTotal and ProjectedTotal count the lines ever enqueued to the run and ever projected
+	// from it. They survive restarts and forgetting and never go down: counters, for an exporter's
+	// outbox_lines_enqueued_total and outbox_lines_projected_total. A run's seqs are dense from 1, so
+	// they equal LastSeq and Projected.
+	EnqueuedTotal  int64
+	ProjectedTotal int64
 	// OldestPending is when the first pending line (the first after Projected) was enqueued; zero
 	// when nothing is pending, or when the line predates the column that records it.
 	OldestPending time.Time
@@ -95,33 +106,99 @@ type RunStats struct {
 	StoppedAt     time.Time
 
 	storedLast int64 // the highest seq still stored: how far recovery projects
+	forgotten  int64 // every row up to this seq without a once key is gone
 }
 
 // runsPage is how many runs one query of AllRuns lists.
 const runsPage = 512
 
 // AllRuns yields every run that has rows, in run id order, however many there are: it lists them a
-// page at a time, each page one bounded read, so it holds neither the whole list nor a read
-// transaction across pages. A run's figures come from one snapshot; two runs' may come from two. It
-// stops at the first error, which it yields.
+// page at a time, each page one bounded read of a row per run (never of the run's stored lines), so
+// it holds neither the whole list nor a read transaction across pages. A run's figures come from one
+// snapshot; two runs' may come from two. It stops at the first error, which it yields.
 func (s *Store) AllRuns(ctx context.Context) iter.Seq2[RunStats, error] {
+	return s.runsPages(ctx, 1)
+}
+
+// EveryRun yields, like AllRuns, every run the book ever held, those whose rows are all forgotten
+// too (with Lines 0): what a check of the book's positions against a journal needs. The book keeps a
+// small row per run for its life, so it walks as many rows as the engine had starts.
+func (s *Store) EveryRun(ctx context.Context) iter.Seq2[RunStats, error] {
+	return s.runsPages(ctx, 0)
+}
+
+func (s *Store) runsPages(ctx context.Context, minLines int64) iter.Seq2[RunStats, error] {
+	return s.pages(ctx, func(ctx context.Context, after string) ([]RunStats, error) {
+		rows, err := s.q.RunsPage(ctx, s.r, db.RunsPageParams{AfterRun: after, MinLines: minLines, MaxRuns: runsPage})
+		if err != nil {
+			return nil, err
+		}
+		out := make([]RunStats, len(rows))
+		for i, r := range rows {
+			out[i] = runStats(r.EngineRunID, r.LastSeq, r.Projected, r.Forgotten, r.Lines, r.LedgerLines, 0,
+				r.OldestPending, r.StoppedSeq, r.StoppedReason, r.StoppedAt)
+		}
+		return out, nil
+	})
+}
+
+// OpenRuns yields, like AllRuns, the runs that can need work: rows stored and either lines pending (a
+// run a relay stopped on has those) or projected rows not yet forgotten. It walks an index that holds
+// only these, so it costs nothing for the finished runs however many there are: Recover visits these
+// runs, and metrics name them.
+func (s *Store) OpenRuns(ctx context.Context) iter.Seq2[RunStats, error] {
+	return s.pages(ctx, s.openRunsAfter)
+}
+
+func (s *Store) openRunsAfter(ctx context.Context, after string) ([]RunStats, error) {
+	rows, err := s.q.RunsOpenPage(ctx, s.r, db.RunsOpenPageParams{AfterRun: after, MaxRuns: runsPage})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]RunStats, len(rows))
+	for i, r := range rows {
+		out[i] = runStats(r.EngineRunID, r.LastSeq, r.Projected, r.Forgotten, r.Lines, r.LedgerLines, r.StoredLast,
+			r.OldestPending, r.StoppedSeq, r.StoppedReason, r.StoppedAt)
+	}
+	return out, nil
+}
+
+func runStats(runID string, last, projected, forgotten, lines, ledger, storedLast, oldest, stoppedSeq int64, reason string, stoppedAt int64) RunStats {
+	st := RunStats{RunID: runID, LastSeq: last, Lines: lines, LedgerLines: ledger, Projected: projected,
+		Pending: max(last-projected, 0), EnqueuedTotal: last, ProjectedTotal: projected,
+		storedLast: storedLast, forgotten: forgotten}
+	if oldest > 0 && st.Pending > 0 {
+		st.OldestPending = time.UnixMilli(oldest)
+	}
+	if stoppedSeq > 0 {
+		st.StoppedSeq, st.StoppedReason, st.StoppedAt = stoppedSeq, reason, time.UnixMilli(stoppedAt)
+	}
+	return st
+}
+
+// pages walks the pages page returns, each after the last run id of the one before, each one read.
+func (s *Store) pages(ctx context.Context, page func(ctx context.Context, after string) ([]RunStats, error)) iter.Seq2[RunStats, error] {
 	return func(yield func(RunStats, error) bool) {
 		after := ""
 		for {
-			page, err := s.runsAfter(ctx, after, runsPage)
+			var runs []RunStats
+			err := s.read(ctx, func(ctx context.Context) (err error) {
+				runs, err = page(ctx, after)
+				return err
+			})
 			if err != nil {
-				yield(RunStats{}, err)
+				yield(RunStats{}, fmt.Errorf("list runs: %w", err))
 				return
 			}
-			for _, st := range page {
+			for _, st := range runs {
 				if !yield(st, nil) {
 					return
 				}
 			}
-			if len(page) < runsPage {
+			if len(runs) < runsPage {
 				return
 			}
-			after = page[len(page)-1].RunID
+			after = runs[len(runs)-1].RunID
 		}
 	}
 }
@@ -139,30 +216,33 @@ func (s *Store) Runs(ctx context.Context) ([]RunStats, error) {
 	return out, nil
 }
 
-// runsAfter lists at most limit runs whose id sorts after the given one, in one query.
-func (s *Store) runsAfter(ctx context.Context, after string, limit int) ([]RunStats, error) {
-	var rows []db.EventsRunsRow
+// BookTotals are the book's figures over every run it ever held, read from the per-run figures in
+// one pass over a row per run.
+type BookTotals struct {
+	Runs         int64 // every run the book ever held, its rows forgotten or not
+	RunsWithRows int64 // the runs AllRuns lists
+	StoppedRuns  int64 // runs a relay stopped on the sink's refusal (RunStats.StoppedSeq)
+	Lines        int64 // rows stored
+	LedgerKeys   int64 // once keys in the ledger
+	Pending      int64 // lines not yet projected
+	// EnqueuedTotal and ProjectedTotal count every line ever enqueued and ever projected: counters
+	// that never go down, for outbox_lines_enqueued_total and outbox_lines_projected_total.
+	EnqueuedTotal  int64
+	ProjectedTotal int64
+}
+
+// Totals returns the book's figures over all its runs.
+func (s *Store) Totals(ctx context.Context) (BookTotals, error) {
+	var t db.RunsTotalsRow
 	err := s.read(ctx, func(ctx context.Context) (err error) {
-		rows, err = s.q.EventsRuns(ctx, s.r, db.EventsRunsParams{AfterRun: after, MaxRuns: int64(limit)})
+		t, err = s.q.RunsTotals(ctx, s.r)
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("list runs: %w", err)
+		return BookTotals{}, fmt.Errorf("read the book's totals: %w", err)
 	}
-	out := make([]RunStats, len(rows))
-	for i, r := range rows {
-		st := RunStats{RunID: r.EngineRunID, Lines: r.Lines, LedgerLines: r.LedgerLines,
-			LastSeq: max(r.LastSeq, r.ForgottenLastSeq), Projected: r.Projected, storedLast: r.LastSeq}
-		st.Pending = max(st.LastSeq-st.Projected, 0)
-		if r.OldestPending > 0 {
-			st.OldestPending = time.UnixMilli(r.OldestPending)
-		}
-		if r.StoppedSeq > 0 {
-			st.StoppedSeq, st.StoppedReason, st.StoppedAt = r.StoppedSeq, r.StoppedReason, time.UnixMilli(r.StoppedAt)
-		}
-		out[i] = st
-	}
-	return out, nil
+	return BookTotals{Runs: t.Runs, RunsWithRows: t.RunsWithLines, StoppedRuns: t.StoppedRuns, Lines: t.Lines,
+		LedgerKeys: t.LedgerLines, Pending: t.Pending, EnqueuedTotal: t.Enqueued, ProjectedTotal: t.Projected}, nil
 }
 
 // LedgerSize returns how many once keys the ledger holds, counted without loading them.
@@ -176,28 +256,6 @@ func (s *Store) LedgerSize(ctx context.Context) (int64, error) {
 		return 0, fmt.Errorf("count the ledger: %w", err)
 	}
 	return n, nil
-}
-
-// forgetProjected drops, in one transaction, the buffered rows of the given runs up to each one's
-// projected position, after recording each run's highest seq so that no number is reused. It is
-// recovery's deletion: rows whose lines the sink may lack are never touched.
-func (s *Store) forgetProjected(ctx context.Context, runs []RunStats) (int64, error) {
-	var n int64
-	err := s.write(ctx, durable, func(w *txWriter) error {
-		ctx, tx := w.ctx, w.tx
-		for _, r := range runs {
-			if err := s.q.ProgressKeepLastSeq(ctx, tx, db.ProgressKeepLastSeqParams{EngineRunID: r.RunID, LastSeq: r.LastSeq}); err != nil {
-				return fmt.Errorf("record the last seq of run %q: %w", r.RunID, mapErr(ctx, err))
-			}
-			k, err := s.q.EventsForgetProjected(ctx, tx, db.EventsForgetProjectedParams{EngineRunID: r.RunID, Projected: r.Projected})
-			if err != nil {
-				return fmt.Errorf("forget projected lines of run %q: %w", r.RunID, mapErr(ctx, err))
-			}
-			n += k
-		}
-		return s.giveBackPages(w)
-	})
-	return n, err
 }
 
 // maxStopReason bounds the reason a stop record keeps: a sink's error names the line, not its bytes,
@@ -220,15 +278,98 @@ func (s *Store) recordStop(ctx context.Context, runID string, seq int64, reason 
 	})
 }
 
-// forgetUpTo deletes runID's rows up to last that hold no once key, after recording last as the run's
-// highest seq: the rows above it, if any, are higher still.
-func (s *Store) forgetUpTo(w *txWriter, runID string, last int64) error {
+// forgetStep bounds the rows one transaction of forgetting deletes: a few thousand rows put a few MiB
+// in the WAL and hold the writer for milliseconds, where one transaction over millions of rows put a
+// gigabyte in the WAL and outlasted the operation timeout.
+const forgetStep = 4096
+
+// forgetUpTo, in the relay's record of a batch, deletes runID's rows up to last that hold no once key
+// and records that they are gone, after recording the run's highest seq so that no number is reused.
+// It deletes from where the run was forgotten up to; a run whose rows are forgotten further behind
+// (a run kept unforgotten by an earlier process, and drained now) is left to forgetRun's bounded
+// steps, so that a record never deletes more than a step, or than the batches it records (lines) when
+// a sink takes batches larger than a step.
+func (s *Store) forgetUpTo(w *txWriter, runID string, last int64, lines int) error {
 	ctx, tx := w.ctx, w.tx
-	if err := s.q.ProgressKeepLastSeq(ctx, tx, db.ProgressKeepLastSeqParams{EngineRunID: runID, LastSeq: last}); err != nil {
+	r, err := s.q.RunGet(ctx, tx, runID)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil
+	case err != nil:
+		return fmt.Errorf("read the figures of run %q: %w", runID, mapErr(ctx, err))
+	case r.Forgotten >= last || last-r.Forgotten > max(forgetStep, 2*int64(lines)):
+		return nil
+	}
+	return s.forgetRange(w, runID, r.Forgotten, last, max(r.LastSeq, last))
+}
+
+// forgetRange deletes runID's rows after from and up to upTo that hold no once key, and records
+// them forgotten, with lastSeq recorded first as the run's highest seq (migrations/00003: what a book
+// migrated down numbers on from).
+func (s *Store) forgetRange(w *txWriter, runID string, from, upTo, lastSeq int64) error {
+	ctx, tx := w.ctx, w.tx
+	if err := s.q.ProgressKeepLastSeq(ctx, tx, db.ProgressKeepLastSeqParams{EngineRunID: runID, LastSeq: lastSeq}); err != nil {
 		return fmt.Errorf("record the last seq of run %q: %w", runID, mapErr(ctx, err))
 	}
-	if _, err := s.q.EventsForgetProjected(ctx, tx, db.EventsForgetProjectedParams{EngineRunID: runID, Projected: last}); err != nil {
+	if _, err := s.q.EventsForgetRange(ctx, tx, db.EventsForgetRangeParams{EngineRunID: runID, AfterSeq: from, UpTo: upTo}); err != nil {
 		return fmt.Errorf("forget projected lines of run %q: %w", runID, mapErr(ctx, err))
 	}
+	if err := s.q.RunSetForgotten(ctx, tx, db.RunSetForgottenParams{EngineRunID: runID, Seq: upTo}); err != nil {
+		return fmt.Errorf("record the forgotten lines of run %q: %w", runID, mapErr(ctx, err))
+	}
 	return nil
+}
+
+// forgetRun forgets runID's projected rows that hold no once key, forgetStep seqs a transaction, each
+// step recording how far it got: a crash or an ended ctx between steps leaves the rows after that
+// point for the next call, and never a line the sink lacks (only rows up to the projected position go).
+// Between steps it gives way to the engine's writers, and it returns when ctx ends, with what the
+// steps so far committed kept. It returns how many rows it deleted.
+func (s *Store) forgetRun(ctx context.Context, runID string) (int64, error) {
+	var n int64
+	for {
+		var done bool
+		began := time.Now()
+		err := s.write(ctx, relaxed, func(w *txWriter) error {
+			r, err := s.q.RunGet(w.ctx, w.tx, runID)
+			switch {
+			case errors.Is(err, sql.ErrNoRows):
+				done = true
+				return nil
+			case err != nil:
+				return fmt.Errorf("read the figures of run %q: %w", runID, mapErr(w.ctx, err))
+			case r.Forgotten >= r.Projected:
+				done = true
+				return nil
+			}
+			upTo := min(r.Projected, r.Forgotten+forgetStep)
+			before := r.Lines
+			if err := s.forgetRange(w, runID, r.Forgotten, upTo, r.LastSeq); err != nil {
+				return err
+			}
+			after, err := s.q.RunGet(w.ctx, w.tx, runID)
+			if err != nil {
+				return fmt.Errorf("read the figures of run %q: %w", runID, mapErr(w.ctx, err))
+			}
+			n += before - after.Lines
+			done = upTo >= r.Projected
+			return s.giveBackPages(w)
+		})
+		if err != nil {
+			return n, err
+		}
+		faultpoint.Hit(faultpoint.ForgetStep)
+		if done {
+			return n, nil
+		}
+		// The writer is free between steps; a short pause lets a writer that arrives just after a
+		// step in before the next, so that an engine's enqueues wait for at most a step.
+		pause := time.NewTimer(min(time.Since(began)/4, 20*time.Millisecond))
+		select {
+		case <-ctx.Done():
+			pause.Stop()
+			return n, ctx.Err()
+		case <-pause.C:
+		}
+	}
 }

@@ -61,7 +61,7 @@ func BenchmarkRecordProjected(b *testing.B) {
 		t0 := time.Now()
 		byHand(i)
 		t1 := time.Now()
-		if err := s.recordProjected(ctx, "run", i, nil, false); err != nil {
+		if err := s.recordProjected(ctx, "run", i, nil, false, 1); err != nil {
 			b.Fatal(err)
 		}
 		inHand, inRecord = inHand+t1.Sub(t0), inRecord+time.Since(t1)

@@ -79,6 +79,7 @@ func NewRelay(s *Store, sink Sink, runID string, opts ...RelayOption) (*Relay, e
 		flushAttempts: DefaultFlushAttempts,
 		poll:          DefaultPollInterval,
 		log:           s.log,
+		forget:        true,
 	}}
 	if b, ok := sink.(BatchSizer); ok && b.BatchSize() > 0 {
 		r.cfg.batch = b.BatchSize()
@@ -315,69 +316,64 @@ func (r *Relay) Flush(ctx context.Context) error {
 // before the run writes its first event. After it, the lines of earlier runs are in the sink and every
 // once key they carried is in the ledger, so EnqueueOnce will not announce them again.
 //
-// It covers every run however many there are, a page at a time. It never touches the relay's own run
-// or any run this Store has enqueued to since it was opened (another relay of this process projects
-// those), and it never drops a row whose line is not in the sink; each run's highest seq is recorded
-// before its rows go, so no run reuses a number.
+// It visits only the runs that can need it, however many there are, a page at a time: runs with lines
+// pending (a run a relay stopped on has those) or projected rows not yet forgotten (OpenRuns); a run
+// that is finished costs it nothing. It never touches the relay's own run or any run this Store has
+// enqueued to since it was opened (another relay of this process projects those), and it never drops
+// a row whose line is not in the sink; each run's highest seq is recorded before its rows go, so no
+// run reuses a number. Rows are dropped in bounded steps of a few thousand (see WithForgetProjected),
+// each its own transaction that records how far it got, giving way to the engine's writers between
+// steps: however many rows earlier runs left, no transaction grows with them, and a crash or an ended
+// ctx in the middle leaves the rest for the next start.
 //
 // A run it cannot project for a reason of the run's own (the sink refuses a line of it:
 // ErrSinkRefused; rows missing; a ledger conflict) does not stop the others: Recover projects every
-// run it can, forgets only what it projected, and then returns an error naming each run it could not
+// run it can, forgets only what is projected, and then returns an error naming each run it could not
 // project and why (errors.Is finds each cause), so that an engine can start beside a stuck run and
 // decide. A refusal is also recorded in the book (RunStats.StoppedSeq). A sink that keeps failing
 // past WithFlushAttempts, a store that fails, or an ended ctx stops it at once (with the runs found
 // stuck so far named too): the next run would meet the same.
 func (r *Relay) Recover(ctx context.Context) error {
 	var stuck []error
-	var done []RunStats
-	forget := func() error {
-		if len(done) == 0 {
-			return nil
-		}
-		n, err := r.s.forgetProjected(ctx, done)
-		if err != nil {
-			return err
-		}
-		if n > 0 {
-			r.cfg.log.Debug("outbox: forgot earlier runs' projected lines", "lines", n)
-		}
-		done = done[:0]
-		return nil
-	}
-	for run, err := range r.s.AllRuns(ctx) {
+	for run, err := range r.s.OpenRuns(ctx) {
 		if err != nil {
 			return fmt.Errorf("recover: %w", err)
 		}
-		if run.RunID == r.runID || r.s.isLive(run.RunID) {
+		if run.RunID == r.runID || r.s.isLive(run.RunID) || run.Projected >= run.storedLast {
 			continue
 		}
-		if run.Projected < run.storedLast {
-			if err := r.drain(ctx, run.RunID, run.storedLast); err != nil {
-				if !runStuck(ctx, err) {
-					return fmt.Errorf("recover: %w", stuckRuns(append(stuck, err)))
-				}
-				// What drain placed before it stopped is recorded; the rest stays stored.
-				stuck = append(stuck, err)
-				r.cfg.log.Error("outbox: recovery could not project an earlier run; it goes on with the others",
-					"run", run.RunID, "err", err)
-				continue
+		if err := r.drain(ctx, run.RunID, run.storedLast); err != nil {
+			if !runStuck(ctx, err) {
+				return fmt.Errorf("recover: %w", stuckRuns(append(stuck, err)))
 			}
-			r.cfg.log.Info("outbox: recovered an earlier run", "run", run.RunID,
-				"from", run.Projected+1, "to", run.storedLast)
-			run.Projected = run.storedLast // drain returns nil only once it is there
+			// What drain placed before it stopped is recorded; the rest stays stored.
+			stuck = append(stuck, err)
+			r.cfg.log.Error("outbox: recovery could not project an earlier run; it goes on with the others",
+				"run", run.RunID, "err", err)
+			continue
 		}
-		if run.Lines > run.LedgerLines {
-			done = append(done, run)
-			if len(done) == runsPage {
-				if err := forget(); err != nil {
-					return fmt.Errorf("recover: %w", err)
-				}
-			}
-		}
+		r.cfg.log.Info("outbox: recovered an earlier run", "run", run.RunID,
+			"from", run.Projected+1, "to", run.storedLast)
 	}
 	faultpoint.Hit(faultpoint.RecoverBeforeForget)
-	if err := forget(); err != nil {
-		return fmt.Errorf("recover: %w", err)
+	// A second walk of the runs that can need work: the drains above moved their positions, and
+	// forgetting as it went left the first walk's pages behind.
+	var forgotten int64
+	for run, err := range r.s.OpenRuns(ctx) {
+		if err != nil {
+			return fmt.Errorf("recover: %w", errors.Join(err, stuckError(stuck)))
+		}
+		if run.RunID == r.runID || r.s.isLive(run.RunID) || run.forgotten >= run.Projected {
+			continue
+		}
+		n, err := r.s.forgetRun(ctx, run.RunID)
+		forgotten += n
+		if err != nil {
+			return fmt.Errorf("recover: forget the projected lines of run %q: %w", run.RunID, errors.Join(err, stuckError(stuck)))
+		}
+	}
+	if forgotten > 0 {
+		r.cfg.log.Debug("outbox: forgot earlier runs' projected lines", "lines", forgotten)
 	}
 	faultpoint.Hit(faultpoint.RecoverAfterForget)
 	if n, err := r.s.emptyLedgerLines(ctx); err != nil {

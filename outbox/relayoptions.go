@@ -115,16 +115,16 @@ func WithOnProjected(fn func(runID string, lines int, last int64)) RelayOption {
 	}
 }
 
-// WithForgetProjected makes the relay forget the rows it has projected as it goes: each batch's record
-// also deletes, in the same transaction, the batch's rows that hold no once key. The ledger is kept
-// (rows whose key it holds stay, as they must for the life of the book), and so is the run's highest
-// seq, so no number is reused. A process that runs for months then keeps in its book only what is not
-// yet projected, and the ledger, instead of every event since it started.
+// WithForgetProjected says whether the relay forgets the rows it has projected as it goes. On (the
+// default), each batch's record also deletes, in the same transaction, the batch's rows that hold no
+// once key. The ledger is kept (rows whose key it holds stay, as they must for the life of the book),
+// and so is the run's highest seq, so no number is reused: a process that runs for months keeps in
+// its book only what is not yet projected, and the ledger, instead of every event since it started.
 //
-// The default (off) keeps a live run's projected rows until the next start, when Recover forgets
-// them: `outbox pending --all` can show them until then, and a run all of whose rows are forgotten
-// is no longer listed by Runs, AllRuns and `outbox stats` (its progress is kept: Projected and
-// EventsUsed still know it).
+// Off keeps a live run's projected rows until the next start, when Recover forgets them in bounded
+// steps of a few thousand rows, each its own transaction; `outbox pending --all` can show them until
+// then. Either way a run all of whose rows are forgotten is no longer listed by Runs, AllRuns and
+// `outbox stats` (its figures are kept: Projected, EventsUsed and Store.Totals still know it).
 func WithForgetProjected(on bool) RelayOption {
 	return func(c *relayConfig) error {
 		c.forget = on

@@ -114,7 +114,7 @@ func (r *Relay) record(ctx context.Context, turn *runTurn) error {
 func (r *Relay) recordBatch(ctx context.Context, b *batchRecord) error {
 	ctx, cancel := bounded(context.WithoutCancel(ctx), r.s.closeWait(), errRecordOverran)
 	defer cancel()
-	if err := r.s.recordProjected(ctx, b.runID, b.last, b.toMark, r.cfg.forget); err != nil {
+	if err := r.s.recordProjected(ctx, b.runID, b.last, b.toMark, r.cfg.forget, b.lines); err != nil {
 		return fmt.Errorf("record lines up to %d of run %q as projected: %w", b.last, b.runID, err)
 	}
 	return nil

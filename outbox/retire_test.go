@@ -46,7 +46,7 @@ func TestRetireEventReplacesARefusedLineWithATombstoneAndTheRunProjectsOnWithout
 			t.Fatal(err)
 		}
 	}
-	relay := outboxtest.NewRelay(t, s, j, "r")
+	relay := outboxtest.NewRelay(t, s, j, "r", outbox.WithForgetProjected(false))
 	if err := relay.Flush(ctx); !errors.Is(err, outbox.ErrSinkRefused) {
 		t.Fatalf("Flush: %v; want the refusal", err)
 	}

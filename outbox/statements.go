@@ -169,6 +169,10 @@ func (w *txWriter) undoInsert(p db.EventInsertParams, err error) error {
 		if derr := w.q.EventDelete(ctx, w.tx, db.EventDeleteParams{EngineRunID: p.EngineRunID, Seq: p.Seq}); derr != nil {
 			err = errors.Join(err, fmt.Errorf("delete its row: %w", derr))
 		}
+		// The row's insert trigger counted the seq as given (migrations/00005); it was not.
+		if derr := w.q.RunUndoInsert(ctx, w.tx, db.RunUndoInsertParams{EngineRunID: p.EngineRunID, Seq: p.Seq}); derr != nil {
+			err = errors.Join(err, fmt.Errorf("take back its seq: %w", derr))
+		}
 	}
 	if p.Spill != 0 {
 		if derr := w.q.EventLineDelete(ctx, w.tx, p.Spill); derr != nil {

@@ -146,12 +146,6 @@ LEFT JOIN outbox_progress AS p ON p.engine_run_id = r.engine_run_id
 LEFT JOIN outbox_stops AS st ON st.engine_run_id = r.engine_run_id
 ORDER BY r.engine_run_id;
 
--- name: EventsForgetProjected :execrows
--- Drops a run's buffered rows up to its projected position, the ones whose lines the sink holds.
--- Recovery's deletion: it can never drop a line that has not been projected.
-DELETE FROM events_outbox
-WHERE engine_run_id = sqlc.arg(engine_run_id) AND seq <= sqlc.arg(projected) AND once_key = '';
-
 -- name: EventsLedgerSize :one
 -- How many keys the ledger holds, counted along its partial index without loading it.
 SELECT CAST(count(*) AS INTEGER) AS keys

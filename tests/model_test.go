@@ -84,7 +84,7 @@ func TestRandomOperationsAgreeWithASimpleModel(t *testing.T) {
 		}
 		sink = &failingSink{j: j}
 		relay = outboxtest.NewRelay(t, s, sink, run, outbox.WithBatchSize(1+rng.IntN(5)), outbox.WithFlushAttempts(1),
-			outbox.WithBackoff(time.Millisecond, time.Millisecond))
+			outbox.WithBackoff(time.Millisecond, time.Millisecond), outbox.WithForgetProjected(false))
 		if err := relay.Recover(ctx); err != nil {
 			t.Fatalf("recover: %v", err)
 		}

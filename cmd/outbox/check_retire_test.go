@@ -43,7 +43,7 @@ func retireAndProject(t *testing.T, dbPath, jPath, runID string, seq int64) {
 		t.Fatal(err)
 	}
 	defer j.Close()
-	relay, err := outbox.NewRelay(s, j, runID)
+	relay, err := outbox.NewRelay(s, j, runID, outbox.WithForgetProjected(false))
 	if err != nil {
 		t.Fatal(err)
 	}

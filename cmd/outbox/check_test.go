@@ -36,7 +36,7 @@ func engineStart(t *testing.T, dbPath string, sink outbox.Sink, run string, proj
 		t.Fatal(err)
 	}
 	defer s.Close()
-	relay, err := outbox.NewRelay(s, sink, run)
+	relay, err := outbox.NewRelay(s, sink, run, outbox.WithForgetProjected(false))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +145,7 @@ func TestCheckFindsNothingOnAConsistentBookAndJournal(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer j.Close()
-		relay, err := outbox.NewRelay(s, j, "engine-3")
+		relay, err := outbox.NewRelay(s, j, "engine-3", outbox.WithForgetProjected(false))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -233,7 +233,7 @@ func TestCheckFindsRunsAndLinesTheBookDoesNotKnowAfterARestore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	relay, err := outbox.NewRelay(s, j, "engine-1")
+	relay, err := outbox.NewRelay(s, j, "engine-1", outbox.WithForgetProjected(false))
 	if err != nil {
 		t.Fatal(err)
 	}

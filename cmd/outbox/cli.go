@@ -207,11 +207,21 @@ func ofThem(n int64, one, many string) string {
 // bidi override, an isolate or a C1 control would otherwise reach the terminal raw and reorder or
 // rewrite what it shows. The escape is JSON's own, so a decoder gets the exact string back.
 func printJSON(w io.Writer, v any) error {
+	out, err := jsonText(v)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(out)
+	return err
+}
+
+// jsonText is what printJSON writes.
+func jsonText(v any) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetIndent("", "  ")
 	if err := enc.Encode(v); err != nil {
-		return err
+		return nil, err
 	}
 	// Outside its strings the encoder writes ASCII only, so every rune escaped here is inside one.
 	b := buf.Bytes()
@@ -227,8 +237,7 @@ func printJSON(w io.Writer, v any) error {
 		}
 		i += n
 	}
-	_, err := w.Write(out)
-	return err
+	return out, nil
 }
 
 // userinfo is the user information of a URL (scheme://user:password@ or scheme://token@), up to its

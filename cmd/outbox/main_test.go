@@ -97,7 +97,7 @@ func book(t *testing.T) (dbPath, jPath string) {
 	for i := 0; i < 2; i++ {
 		s.EnqueueEvent(ctx, "old", journal.Builder("old", "x", i))
 	}
-	relay, err := outbox.NewRelay(s, j, "old")
+	relay, err := outbox.NewRelay(s, j, "old", outbox.WithForgetProjected(false))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -192,24 +192,27 @@ func landingPage(served []string) http.Handler {
 // The book's series are bounded by what needs attention, never by the runs the book has seen: the
 // book-wide figures, and a run's own series only while it has lines not yet projected or is stopped.
 var (
-	runLabels        = []string{"run"}
-	descUp           = prometheus.NewDesc("outbox_up", "1 when the last read of the book succeeded, 0 when it failed.", nil, nil)
-	descRuns         = prometheus.NewDesc("outbox_runs", "Runs the book holds rows of, buffered lines or once keys in the ledger (one figure for the book, not a series per run).", nil, nil)
-	descStoppedRuns  = prometheus.NewDesc("outbox_stopped_runs", "Runs whose projection a relay stopped because the sink refused their lines (see outbox stats).", nil, nil)
-	descPendingAll   = prometheus.NewDesc("outbox_pending_lines", "Lines pending: not yet projected, of all runs together.", nil, nil)
-	descStoredAll    = prometheus.NewDesc("outbox_stored_lines", "Lines still stored in the database, of all runs together.", nil, nil)
-	descOldestAgeAll = prometheus.NewDesc("outbox_oldest_pending_age_seconds", "Age of the oldest line not yet projected, of any run; absent when there is none or its time is unknown.", nil, nil)
-	descLastSeq      = prometheus.NewDesc("outbox_run_last_seq", "The highest seq the run was ever given; only for a run with lines not yet projected or stopped.", runLabels, nil)
-	descProjected    = prometheus.NewDesc("outbox_run_projected_seq", "Every line of the run up to this seq is in the journal; only for a run with lines not yet projected or stopped.", runLabels, nil)
-	descPending      = prometheus.NewDesc("outbox_run_pending_lines", "Lines of the run pending (not yet projected); only for a run with lines not yet projected or stopped.", runLabels, nil)
-	descOldestAge    = prometheus.NewDesc("outbox_run_oldest_pending_age_seconds", "Age of the run's oldest line not yet projected; absent when there is none or its time is unknown.", runLabels, nil)
-	descStopped      = prometheus.NewDesc("outbox_run_stopped", "1 for each run whose projection a relay stopped because the sink refused its lines (see outbox stats); no series for a run that is not stopped, and the series goes once the run projects again.", runLabels, nil)
-	descStored       = prometheus.NewDesc("outbox_run_stored_lines", "Lines of the run still stored in the database; only for a run with lines not yet projected or stopped.", runLabels, nil)
-	descLedger       = prometheus.NewDesc("outbox_ledger_keys", "Once keys in the announce-once ledger.", nil, nil)
-	descDBBytes      = prometheus.NewDesc("outbox_database_bytes", "Size of the database file.", nil, nil)
-	descWALBytes     = prometheus.NewDesc("outbox_wal_bytes", "Size of the database's WAL file (0 when there is none).", nil, nil)
-	bookDescriptions = []*prometheus.Desc{descUp, descRuns, descStoppedRuns, descPendingAll, descStoredAll, descOldestAgeAll,
-		descLastSeq, descProjected, descPending, descOldestAge, descStopped, descStored, descLedger, descDBBytes, descWALBytes}
+	runLabels          = []string{"run"}
+	descUp             = prometheus.NewDesc("outbox_up", "1 when the last read of the book succeeded, 0 when it failed.", nil, nil)
+	descRuns           = prometheus.NewDesc("outbox_runs", "Runs the book holds rows of, buffered lines or once keys in the ledger (one figure for the book, not a series per run).", nil, nil)
+	descStoppedRuns    = prometheus.NewDesc("outbox_stopped_runs", "Runs whose projection a relay stopped because the sink refused their lines (see outbox stats).", nil, nil)
+	descPendingAll     = prometheus.NewDesc("outbox_pending_lines", "Lines pending: not yet projected, of all runs together.", nil, nil)
+	descStoredAll      = prometheus.NewDesc("outbox_stored_lines", "Lines still stored in the database, of all runs together.", nil, nil)
+	descOldestAgeAll   = prometheus.NewDesc("outbox_oldest_pending_age_seconds", "Age of the oldest line not yet projected, of any run; absent when there is none or its time is unknown.", nil, nil)
+	descLastSeq        = prometheus.NewDesc("outbox_run_last_seq", "The highest seq the run was ever given; only for a run with lines not yet projected or stopped.", runLabels, nil)
+	descProjected      = prometheus.NewDesc("outbox_run_projected_seq", "Every line of the run up to this seq is in the journal; only for a run with lines not yet projected or stopped.", runLabels, nil)
+	descPending        = prometheus.NewDesc("outbox_run_pending_lines", "Lines of the run pending (not yet projected); only for a run with lines not yet projected or stopped.", runLabels, nil)
+	descOldestAge      = prometheus.NewDesc("outbox_run_oldest_pending_age_seconds", "Age of the run's oldest line not yet projected; absent when there is none or its time is unknown.", runLabels, nil)
+	descStopped        = prometheus.NewDesc("outbox_run_stopped", "1 for each run whose projection a relay stopped because the sink refused its lines (see outbox stats); no series for a run that is not stopped, and the series goes once the run projects again.", runLabels, nil)
+	descStored         = prometheus.NewDesc("outbox_run_stored_lines", "Lines of the run still stored in the database; only for a run with lines not yet projected or stopped.", runLabels, nil)
+	descEnqueuedTotal  = prometheus.NewDesc("outbox_lines_enqueued_total", "Lines ever enqueued to the book, of all runs together: it never goes down, across restarts and forgetting.", nil, nil)
+	descProjectedTotal = prometheus.NewDesc("outbox_lines_projected_total", "Lines ever projected to the journal, of all runs together: it never goes down, across restarts and forgetting.", nil, nil)
+	descLedger         = prometheus.NewDesc("outbox_ledger_keys", "Once keys in the announce-once ledger.", nil, nil)
+	descDBBytes        = prometheus.NewDesc("outbox_database_bytes", "Size of the database file.", nil, nil)
+	descWALBytes       = prometheus.NewDesc("outbox_wal_bytes", "Size of the database's WAL file (0 when there is none).", nil, nil)
+	bookDescriptions   = []*prometheus.Desc{descUp, descRuns, descStoppedRuns, descPendingAll, descStoredAll, descOldestAgeAll,
+		descLastSeq, descProjected, descPending, descOldestAge, descStopped, descStored, descEnqueuedTotal, descProjectedTotal,
+		descLedger, descDBBytes, descWALBytes}
 )
 
 // bookCollector reads the book at each scrape.
@@ -227,7 +230,10 @@ func (c *bookCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *bookCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	rep, err := collectStats(ctx, c.s, time.Now())
+	m, err := readBookMetrics(ctx, c.s, time.Now())
+	if errors.Is(err, outbox.ErrBookOpened) {
+		m, err = readBookMetrics(ctx, c.s, time.Now())
+	}
 	if err != nil {
 		// The scrape still answers, with outbox_up 0 saying the figures are missing.
 		fmt.Fprintf(c.stderr, "outbox metrics: %s\n", message(err))
@@ -238,19 +244,10 @@ func (c *bookCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
 	gauge(descUp, 1)
-	var stopped, unprojected, stored int64
 	var oldest *float64
-	for _, r := range rep.Runs {
-		unprojected += r.Pending
-		stored += r.Lines
+	for _, r := range m.runs {
 		if r.OldestAge != nil && (oldest == nil || *r.OldestAge > *oldest) {
 			oldest = r.OldestAge
-		}
-		if r.Stopped != nil {
-			stopped++
-		}
-		if r.Pending == 0 && r.Stopped == nil {
-			continue // nothing to say: counted in the book's figures only
 		}
 		run := labelValue(r.RunID)
 		gauge(descLastSeq, float64(r.LastSeq), run)
@@ -264,16 +261,47 @@ func (c *bookCollector) Collect(ch chan<- prometheus.Metric) {
 			gauge(descOldestAge, *r.OldestAge, run)
 		}
 	}
-	gauge(descRuns, float64(len(rep.Runs)))
-	gauge(descStoppedRuns, float64(stopped))
-	gauge(descPendingAll, float64(unprojected))
-	gauge(descStoredAll, float64(stored))
+	t := m.totals
+	gauge(descRuns, float64(t.RunsWithRows))
+	gauge(descStoppedRuns, float64(t.StoppedRuns))
+	gauge(descPendingAll, float64(t.Pending))
+	gauge(descStoredAll, float64(t.Lines))
 	if oldest != nil {
 		gauge(descOldestAgeAll, *oldest)
 	}
-	gauge(descLedger, float64(rep.Ledger))
-	gauge(descDBBytes, float64(rep.FileBytes))
-	gauge(descWALBytes, float64(rep.WALBytes))
+	ch <- prometheus.MustNewConstMetric(descEnqueuedTotal, prometheus.CounterValue, float64(t.EnqueuedTotal))
+	ch <- prometheus.MustNewConstMetric(descProjectedTotal, prometheus.CounterValue, float64(t.ProjectedTotal))
+	gauge(descLedger, float64(t.LedgerKeys))
+	gauge(descDBBytes, float64(m.fileBytes))
+	gauge(descWALBytes, float64(m.walBytes))
+}
+
+// bookMetrics is what a scrape reads of a book: the totals, from a row per run, and the runs with
+// something to say (lines pending, or stopped), from the index of the runs that can need work. A
+// scrape costs a row per run however many lines and keys the book holds.
+type bookMetrics struct {
+	totals              outbox.BookTotals
+	runs                []runStatsRow
+	fileBytes, walBytes int64
+}
+
+func readBookMetrics(ctx context.Context, s *outbox.Store, now time.Time) (bookMetrics, error) {
+	var m bookMetrics
+	var err error
+	if m.totals, err = s.Totals(ctx); err != nil {
+		return m, err
+	}
+	for r, err := range s.OpenRuns(ctx) {
+		if err != nil {
+			return m, err
+		}
+		if r.Pending == 0 && r.StoppedSeq == 0 {
+			continue // projected, its rows not yet forgotten: counted in the book's figures only
+		}
+		m.runs = append(m.runs, statsRow(r, now))
+	}
+	m.fileBytes, m.walBytes = fileSize(s.Path()), fileSize(s.Path()+"-wal")
+	return m, nil
 }
 
 // labelValue is a run id as a label value, which must be UTF-8: an id that is not is shown escaped,

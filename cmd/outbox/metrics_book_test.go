@@ -52,6 +52,8 @@ func TestMetricsExportNoSeriesForARunWithNothingToSay(t *testing.T) {
 		`outbox_pending_lines`:                 3,
 		`outbox_stored_lines`:                  5,
 		`outbox_ledger_keys`:                   0,
+		`outbox_lines_enqueued_total`:          5,
+		`outbox_lines_projected_total`:         2,
 		`outbox_run_last_seq{run="dead"}`:      3,
 		`outbox_run_projected_seq{run="dead"}`: 0,
 		`outbox_run_pending_lines{run="dead"}`: 3,
@@ -86,7 +88,7 @@ func TestMetricsKeepABoundedLabelSetAcrossManyEngineStarts(t *testing.T) {
 		}
 		defer s.Close()
 		run := fmt.Sprintf("engine-%03d", i)
-		relay, err := outbox.NewRelay(s, j, run)
+		relay, err := outbox.NewRelay(s, j, run, outbox.WithForgetProjected(false))
 		if err != nil {
 			t.Fatal(err)
 		}

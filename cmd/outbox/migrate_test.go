@@ -35,7 +35,7 @@ func migrateVersion(t *testing.T, dbPath string) string {
 
 func TestMigrateDownRefusesToDropPositionsTheRowsDoNotShow(t *testing.T) {
 	dbPath, _ := book(t) // run "old": 2 lines projected, still stored; run "dead": 3 pending
-	for _, from := range []string{"6, no ledger line emptied", "4, no run stopped", "3, nothing forgotten"} {
+	for _, from := range []string{"6, no ledger line emptied", "5, figures the rows rebuild", "4, no run stopped", "3, nothing forgotten"} {
 		if code, _, errOut := runOutbox(t, "migrate", "down", "--db", dbPath); code != exitOK {
 			t.Fatalf("down from %s: exit %d, %s", from, code, errOut)
 		}

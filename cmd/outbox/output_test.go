@@ -8,6 +8,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/url"
 	"os"
@@ -158,7 +159,7 @@ func TestStatsSaysWhatItMeans(t *testing.T) {
 	s.EnqueueEvent(ctx, "live", journal.Handshake("live", nil))
 	s.EnqueueOnce(ctx, "live", "unit:1", journal.Builder("live", "unit_done", 1))
 	for _, run := range []string{"gone", "live"} {
-		relay, err := outbox.NewRelay(s, j, run)
+		relay, err := outbox.NewRelay(s, j, run, outbox.WithForgetProjected(false))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -356,5 +357,47 @@ func TestScriptsGetAnAnswerEveryTime(t *testing.T) {
 	}
 	if !bytes.HasSuffix([]byte(func() string { _, o, _ := runOutbox(t, "verify", clean); return o }()), []byte("\nOK\n")) {
 		t.Error("a clean verify does not end with OK")
+	}
+}
+
+// TestStatsPrintsABookOfMoreRunsThanAPageWholeAndAsOneJSONDocument: stats prints a page of runs at a
+// time; every run of a book of several pages is printed once, in order, in one valid document, and
+// the stopped runs are named after the table.
+func TestStatsPrintsABookOfMoreRunsThanAPageWholeAndAsOneJSONDocument(t *testing.T) {
+	dbPath := emptyBook(t)
+	d, err := sql.Open("sqlite3", (&url.URL{Scheme: "file", OmitHost: true, Path: dbPath}).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := 2*statsPage + 7
+	if _, err := d.Exec(`WITH RECURSIVE r(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM r WHERE n < ? - 1)
+		INSERT INTO events_outbox (engine_run_id, seq, line) SELECT printf('run-%05d', n), 1, '{}' FROM r`, runs); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Exec(`INSERT INTO outbox_stops (engine_run_id, seq, reason, stopped_at) VALUES ('run-00600', 1, 'refused', 0)`); err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	code, out, errOut := runOutbox(t, "stats", "--db", dbPath, "--json")
+	if code != exitOK {
+		t.Fatalf("stats --json: %d %s", code, errOut)
+	}
+	var rep statsReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("stats --json is not one document: %v\n%.300s", err, out)
+	}
+	if len(rep.Runs) != runs || rep.Runs[0].RunID != "run-00000" || rep.Runs[runs-1].RunID != fmt.Sprintf("run-%05d", runs-1) {
+		t.Fatalf("stats --json listed %d runs, want %d in order", len(rep.Runs), runs)
+	}
+	if rep.Runs[600].Stopped == nil || rep.Runs[601].Stopped != nil {
+		t.Errorf("the stopped run is not marked alone: %+v %+v", rep.Runs[600], rep.Runs[601])
+	}
+	code, out, errOut = runOutbox(t, "stats", "--db", dbPath)
+	if code != exitOK {
+		t.Fatalf("stats: %d %s", code, errOut)
+	}
+	if n := strings.Count(out, "run-0"); n != runs+1 || !strings.Contains(out, fmt.Sprintf("%d runs", runs)) ||
+		!strings.Contains(out, "run run-00600 stopped at seq 1") {
+		t.Errorf("stats names runs %d times, want each once and the stopped one again; header and end:\n%.300s\n…\n%s", n, out, out[max(0, len(out)-300):])
 	}
 }

@@ -254,6 +254,10 @@ func TestMigrateDownDoesNotSilentlyDestroy(t *testing.T) {
 	if code, _, errOut := runOutbox(t, "migrate", "down", "--db", dbPath); code != exitOK {
 		t.Fatalf("down from 6 without an emptied ledger line: exit %d, %s", code, errOut)
 	}
+	// The per-run figures: version 5 rolls back and loses nothing.
+	if code, _, errOut := runOutbox(t, "migrate", "down", "--db", dbPath); code != exitOK {
+		t.Fatalf("down from 5: exit %d, %s", code, errOut)
+	}
 	if code, _, errOut := runOutbox(t, "migrate", "down", "--db", dbPath); code != exitOK {
 		t.Fatalf("down from 4 without a stopped run: exit %d, %s", code, errOut)
 	}
@@ -319,5 +323,41 @@ func TestMigrateStatusListsVersionsItDoesNotKnow(t *testing.T) {
 		if code != exitUsage || out != "" || !strings.Contains(errOut, "version 7, which this release does not know") {
 			t.Errorf("%s on a book of an unknown version: exit %d, %q %q", action, code, out, errOut)
 		}
+	}
+}
+
+func TestRelayRefusesAJournalThatLacksARunWhoseRowsAreAllForgotten(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	dbPath, jPath := filepath.Join(dir, "book.db"), filepath.Join(dir, "journal.jsonl")
+	s, err := outbox.Open(ctx, dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := journal.OpenFile(jPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if _, err := s.EnqueueEvent(ctx, "old", journal.Builder("old", "x", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	relay, err := outbox.NewRelay(s, j, "old", outbox.WithForgetProjected(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := relay.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	s.Close()
+	empty := filepath.Join(dir, "empty.jsonl")
+	if err := os.WriteFile(empty, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runOutbox(t, "relay", "--db", dbPath, "--journal", empty)
+	if want := "holds run old up to seq 0, but the database records it projected up to seq 3"; code != exitUsage || out != "" || !strings.Contains(errOut, want) {
+		t.Errorf("relay into an empty file: exit %d, stdout %q, stderr %q; want 2 and %q", code, out, errOut, want)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 	"unicode/utf8"
@@ -32,6 +33,8 @@ type statsReport struct {
 	WALBytes  int64         `json:"wal_bytes"`
 	Ledger    int64         `json:"ledger_keys"`
 	Runs      []runStatsRow `json:"runs"`
+
+	runCount int64 // the runs the header names; len(Runs) unless they are streamed
 }
 
 type runStatsRow struct {
@@ -89,11 +92,7 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	defer s.Close()
 	if *watch == 0 {
-		rep, err := collectStats(ctx, s, time.Now())
-		if err != nil {
-			return failErr(stderr, exitUsage, "stats", err)
-		}
-		if err := printStats(stdout, rep, *asJSON); err != nil {
+		if err := streamStats(ctx, stdout, s, *asJSON, time.Now()); err != nil {
 			return failErr(stderr, exitUsage, "stats", err)
 		}
 		return exitOK
@@ -112,20 +111,17 @@ func watchStats(ctx context.Context, s *outbox.Store, interval time.Duration, as
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for first := true; ; first = false {
-		rep, err := collectStats(ctx, s, time.Now())
-		if ctx.Err() != nil {
-			return exitOK
-		}
-		if err != nil {
-			return failErr(stderr, exitUsage, "stats", err)
-		}
 		switch {
 		case tty:
 			fmt.Fprint(stdout, "\x1b[H\x1b[2J") // home, clear screen
 		case !first && !asJSON:
 			fmt.Fprintln(stdout)
 		}
-		if err := printStats(stdout, rep, asJSON); err != nil {
+		err := streamStats(ctx, stdout, s, asJSON, time.Now())
+		if ctx.Err() != nil {
+			return exitOK
+		}
+		if err != nil {
 			return failErr(stderr, exitUsage, "stats", err)
 		}
 		select {
@@ -164,31 +160,125 @@ func requireBook(ctx context.Context, path string) error {
 	return nil
 }
 
-// collectStats reads the report; a read that met an engine opening the book is read again, through
-// the engine's WAL.
+// collectStats reads the whole report, every run in memory: for tests and small books. The command
+// streams it (streamStats).
 func collectStats(ctx context.Context, s *outbox.Store, now time.Time) (statsReport, error) {
-	rep, err := readStats(ctx, s, now)
-	if errors.Is(err, outbox.ErrBookOpened) {
-		rep, err = readStats(ctx, s, now)
+	rep, err := statsHeader(ctx, s)
+	if err != nil {
+		return rep, err
 	}
-	return rep, err
-}
-
-func readStats(ctx context.Context, s *outbox.Store, now time.Time) (statsReport, error) {
-	rep := statsReport{DB: s.Path(), DBEscaped: escapedIfInvalid(s.Path()), Runs: []runStatsRow{}}
 	for r, err := range s.AllRuns(ctx) {
 		if err != nil {
 			return rep, err
 		}
 		rep.Runs = append(rep.Runs, statsRow(r, now))
 	}
-	var err error
-	if rep.Ledger, err = s.LedgerSize(ctx); err != nil {
+	return rep, nil
+}
+
+// statsHeader is the report without its runs: the book's totals, read from a row per run, and the
+// files' sizes. A book that appeared between the open and the read is read again (ErrBookOpened).
+func statsHeader(ctx context.Context, s *outbox.Store) (statsReport, error) {
+	rep := statsReport{DB: s.Path(), DBEscaped: escapedIfInvalid(s.Path()), Runs: []runStatsRow{}}
+	tot, err := s.Totals(ctx)
+	if errors.Is(err, outbox.ErrBookOpened) {
+		tot, err = s.Totals(ctx)
+	}
+	if err != nil {
 		return rep, err
 	}
+	rep.Ledger, rep.runCount = tot.LedgerKeys, tot.RunsWithRows
 	rep.FileBytes, rep.WALBytes = fileSize(s.Path()), fileSize(s.Path()+"-wal")
 	return rep, nil
 }
+
+// streamStats prints the report as it reads it, a page of runs at a time, so that it holds a page,
+// not the book's runs: the table is aligned within each page of runs, and the JSON is the same
+// document printStats writes.
+func streamStats(ctx context.Context, w io.Writer, s *outbox.Store, asJSON bool, now time.Time) error {
+	rep, err := statsHeader(ctx, s)
+	if err != nil {
+		return err
+	}
+	var page []runStatsRow
+	var stopped []runStatsRow
+	first := true
+	flush := func(last bool) error {
+		if asJSON {
+			for _, r := range page {
+				b, err := jsonText(r)
+				if err != nil {
+					return err
+				}
+				sep := ",\n"
+				if first {
+					sep, first = "\n", false
+				}
+				text := "    " + strings.ReplaceAll(strings.TrimSuffix(string(b), "\n"), "\n", "\n    ")
+				if _, err := io.WriteString(w, sep+text); err != nil {
+					return err
+				}
+			}
+			page = page[:0]
+			if last {
+				end := "]\n}\n"
+				if !first {
+					end = "\n  ]\n}\n"
+				}
+				_, err := io.WriteString(w, end)
+				return err
+			}
+			return nil
+		}
+		if err := printRunsTable(w, page); err != nil {
+			return err
+		}
+		page = page[:0]
+		if last {
+			printStops(w, stopped)
+		}
+		return nil
+	}
+	if asJSON {
+		head, err := jsonText(rep)
+		if err != nil {
+			return err
+		}
+		// The header's empty list of runs, opened for the rows that follow.
+		text, ok := strings.CutSuffix(string(head), "[]\n}\n")
+		if !ok {
+			return fmt.Errorf("stats: unexpected JSON header %q", head)
+		}
+		if _, err := io.WriteString(w, text+"["); err != nil {
+			return err
+		}
+	} else {
+		printStatsHeader(w, rep)
+	}
+	for r, err := range s.AllRuns(ctx) {
+		if err != nil {
+			return err
+		}
+		row := statsRow(r, now)
+		page = append(page, row)
+		if row.Stopped != nil && len(stopped) < maxStopsShown {
+			stopped = append(stopped, row)
+		}
+		if len(page) == statsPage {
+			if err := flush(false); err != nil {
+				return err
+			}
+		}
+	}
+	return flush(true)
+}
+
+// statsPage is how many runs stats holds and aligns at a time; maxStopsShown bounds the stopped runs
+// whose reasons it prints after the table (the table marks every one).
+const (
+	statsPage     = 512
+	maxStopsShown = 100
+)
 
 func statsRow(r outbox.RunStats, now time.Time) runStatsRow {
 	row := runStatsRow{RunID: r.RunID, RunEscaped: escapedIfInvalid(r.RunID), LastSeq: r.LastSeq, Lines: r.Lines, LedgerLines: r.LedgerLines,
@@ -223,11 +313,30 @@ func printStats(w io.Writer, rep statsReport, asJSON bool) error {
 	if asJSON {
 		return printJSON(w, rep)
 	}
+	rep.runCount = int64(len(rep.Runs))
+	printStatsHeader(w, rep)
+	if err := printRunsTable(w, rep.Runs); err != nil {
+		return err
+	}
+	var stopped []runStatsRow
+	for _, r := range rep.Runs {
+		if r.Stopped != nil {
+			stopped = append(stopped, r)
+		}
+	}
+	printStops(w, stopped)
+	return nil
+}
+
+func printStatsHeader(w io.Writer, rep statsReport) {
 	fmt.Fprintf(w, "%s: %s, WAL %s; %s in the ledger; %s\n\n",
-		quote(rep.DB), plural(rep.FileBytes, "byte"), plural(rep.WALBytes, "byte"), plural(rep.Ledger, "once key"), plural(int64(len(rep.Runs)), "run"))
+		quote(rep.DB), plural(rep.FileBytes, "byte"), plural(rep.WALBytes, "byte"), plural(rep.Ledger, "once key"), plural(rep.runCount, "run"))
+}
+
+func printRunsTable(w io.Writer, runs []runStatsRow) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "run\thighest seq\tlines stored\tprojected up to\tpending\toldest pending\tstopped at seq\t")
-	for _, r := range rep.Runs {
+	for _, r := range runs {
 		age := "-"
 		if r.OldestAge != nil {
 			age = time.Duration(*r.OldestAge * float64(time.Second)).Round(time.Millisecond).String()
@@ -238,19 +347,16 @@ func printStats(w io.Writer, rep statsReport, asJSON bool) error {
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\t\n", quote(r.RunID), r.LastSeq, r.Lines, r.Projected, r.Pending, age, stopped)
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	for _, r := range rep.Runs {
-		if r.Stopped != nil {
-			fmt.Fprintf(w, "\nrun %s stopped at seq %d (%s): the sink refuses it: %s\n", quote(r.RunID), r.Stopped.Seq,
-				r.Stopped.At.Format(time.RFC3339), sanitize(r.Stopped.Reason))
-		}
-	}
-	return nil
+	return tw.Flush()
 }
 
-// isTerminal reports whether w is a terminal (a command's standard error counts as its own).
+func printStops(w io.Writer, stopped []runStatsRow) {
+	for _, r := range stopped {
+		fmt.Fprintf(w, "\nrun %s stopped at seq %d (%s): the sink refuses it: %s\n", quote(r.RunID), r.Stopped.Seq,
+			r.Stopped.At.Format(time.RFC3339), sanitize(r.Stopped.Reason))
+	}
+}
+
 func isTerminal(w io.Writer) bool {
 	if s, ok := w.(*streams); ok {
 		w = s.Writer

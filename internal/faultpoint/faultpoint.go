@@ -17,6 +17,7 @@ const (
 	RelayAfterAppend    = "relay.after_append"    // the sink has the batch, progress not yet recorded
 	RecoverBeforeForget = "recover.before_forget" // earlier runs projected, their rows not yet dropped
 	RecoverAfterForget  = "recover.after_forget"  // earlier runs' rows dropped
+	ForgetStep          = "forget.step"           // one bounded step of forgetting committed, the next not begun
 	InboxBeforeCommit   = "inbox.before_commit"   // an inbox call's transaction is complete but not committed
 	InboxAfterCommit    = "inbox.after_commit"    // committed, the caller not yet told
 	InboxBetweenBatches = "inbox.between_batches" // a source committed a batch and has not begun the next

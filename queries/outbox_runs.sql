@@ -1,0 +1,89 @@
+-- name: RunsPage :many
+-- One page of the runs that hold at least min_lines rows (1: AllRuns; 0: every run the book ever
+-- held, EveryRun), after a run id (keyset paging along the primary key), with what AllRuns, stats and
+-- metrics show: a row per run, never a pass over the stored lines. oldest_pending is the enqueue time of the first line after the projected position
+-- (0: none, or unknown), read only for a run with lines pending; stopped_seq is where the sink refused
+-- the run (0: not stopped, migrations/00004).
+SELECT r.engine_run_id, r.last_seq, r.projected, r.forgotten, r.lines, r.ledger_lines,
+       CAST(CASE WHEN r.last_seq > r.projected THEN COALESCE((
+           SELECT o.enqueued_at FROM events_outbox AS o
+           WHERE o.engine_run_id = r.engine_run_id AND o.seq > r.projected
+           ORDER BY o.seq
+           LIMIT 1
+       ), 0) ELSE 0 END AS INTEGER) AS oldest_pending,
+       CAST(COALESCE(st.seq, 0) AS INTEGER) AS stopped_seq,
+       CAST(COALESCE(st.reason, '') AS TEXT) AS stopped_reason,
+       CAST(COALESCE(st.stopped_at, 0) AS INTEGER) AS stopped_at
+FROM outbox_runs AS r
+LEFT JOIN outbox_stops AS st ON st.engine_run_id = r.engine_run_id
+WHERE r.engine_run_id > CAST(sqlc.arg(after_run) AS TEXT) AND r.lines >= CAST(sqlc.arg(min_lines) AS INTEGER)
+ORDER BY r.engine_run_id
+LIMIT sqlc.arg(max_runs);
+
+-- name: RunsOpenPage :many
+-- One page of the runs recovery visits and metrics name, after a run id: rows stored and either
+-- lines pending or projected rows not yet forgotten (a run a relay stopped on has lines pending). The
+-- WHERE repeats the partial index's (migrations/00005) so that the planner walks it: a start visits
+-- these runs and no other. stored_last is the highest seq still stored: how far recovery projects.
+SELECT r.engine_run_id, r.last_seq, r.projected, r.forgotten, r.lines, r.ledger_lines,
+       CAST(COALESCE((SELECT MAX(o.seq) FROM events_outbox AS o WHERE o.engine_run_id = r.engine_run_id), 0) AS INTEGER) AS stored_last,
+       CAST(CASE WHEN r.last_seq > r.projected THEN COALESCE((
+           SELECT o.enqueued_at FROM events_outbox AS o
+           WHERE o.engine_run_id = r.engine_run_id AND o.seq > r.projected
+           ORDER BY o.seq
+           LIMIT 1
+       ), 0) ELSE 0 END AS INTEGER) AS oldest_pending,
+       CAST(COALESCE(st.seq, 0) AS INTEGER) AS stopped_seq,
+       CAST(COALESCE(st.reason, '') AS TEXT) AS stopped_reason,
+       CAST(COALESCE(st.stopped_at, 0) AS INTEGER) AS stopped_at
+FROM outbox_runs AS r
+LEFT JOIN outbox_stops AS st ON st.engine_run_id = r.engine_run_id
+WHERE r.engine_run_id > CAST(sqlc.arg(after_run) AS TEXT)
+  AND lines > 0 AND (last_seq > projected OR projected > forgotten)
+ORDER BY r.engine_run_id
+LIMIT sqlc.arg(max_runs);
+
+-- name: RunsTotals :one
+-- The book's figures for metrics and stats: one pass over the per-run rows (a row per run, not per
+-- line), which are never deleted, so the sums of last_seq and projected never go down.
+SELECT CAST(count(*) AS INTEGER) AS runs,
+       CAST(COALESCE(SUM(lines > 0), 0) AS INTEGER) AS runs_with_lines,
+       CAST(COALESCE(SUM(last_seq), 0) AS INTEGER) AS enqueued,
+       CAST(COALESCE(SUM(projected), 0) AS INTEGER) AS projected,
+       CAST(COALESCE(SUM(max(last_seq - projected, 0)), 0) AS INTEGER) AS pending,
+       CAST(COALESCE(SUM(lines), 0) AS INTEGER) AS lines,
+       CAST(COALESCE(SUM(ledger_lines), 0) AS INTEGER) AS ledger_lines,
+       CAST((SELECT count(*) FROM outbox_stops) AS INTEGER) AS stopped_runs
+FROM outbox_runs
+WHERE engine_run_id >= '';
+
+-- name: RunGet :one
+-- One run's figures; no row for a run the book never held.
+SELECT last_seq, projected, forgotten, lines, ledger_lines
+FROM outbox_runs
+WHERE engine_run_id = sqlc.arg(engine_run_id);
+
+-- name: RunSetForgotten :exec
+-- Every row of the run up to seq that holds no once key is gone (see EventsForgetRange).
+UPDATE outbox_runs SET forgotten = max(forgotten, CAST(sqlc.arg(seq) AS INTEGER))
+WHERE engine_run_id = sqlc.arg(engine_run_id);
+
+-- name: RunUndoInsert :exec
+-- An insert that failed after its row was written is taken out again (see txWriter.undoInsert): the
+-- run's highest seq goes back, since the seq was never given, and its counts are taken again from
+-- its rows, since a trigger of the caller's that failed the insert can have run before the one that
+-- counts it. A rare path of the caller's own triggers, so a pass over one run's rows is acceptable.
+UPDATE outbox_runs
+SET last_seq = CASE WHEN last_seq = CAST(sqlc.arg(seq) AS INTEGER) THEN last_seq - 1 ELSE last_seq END,
+    lines = (SELECT count(*) FROM events_outbox AS e WHERE e.engine_run_id = outbox_runs.engine_run_id),
+    ledger_lines = (SELECT count(*) FROM events_outbox AS e
+                    WHERE e.engine_run_id = outbox_runs.engine_run_id AND e.once_key <> '')
+WHERE engine_run_id = sqlc.arg(engine_run_id);
+
+-- name: EventsForgetRange :execrows
+-- One bounded step of forgetting: the run's rows after one seq and up to another that hold no once
+-- key. The range is a walk along the primary key, so a step reads what it deletes and the ledger rows
+-- between them, and no row below it.
+DELETE FROM events_outbox
+WHERE engine_run_id = sqlc.arg(engine_run_id) AND seq > sqlc.arg(after_seq) AND seq <= sqlc.arg(up_to)
+  AND once_key = '';
