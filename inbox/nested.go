@@ -85,6 +85,49 @@ func (in *Inbox) ReadTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 			return wrapf(err, "begin a read")
 		}
 		defer tx.Rollback() // nothing to commit: the rollback only ends the snapshot
+		defer in.runningRead(goid())()
 		return fn(tx)
 	})
+}
+
+// errCloseInside is Close's error when called from inside a call of the same inbox, which Close would
+// wait for.
+var errCloseInside error = closeInside{}
+
+type closeInside struct{}
+
+func (closeInside) Error() string {
+	return "inbox: Close called from inside a call of the same inbox (a WriteTx or ReadTx function or a handler), which it would wait for: close the inbox once that call has returned"
+}
+
+func (closeInside) Is(target error) bool { return target == ErrCallInsideTx }
+
+// runningRead records that goroutine g runs a ReadTx function, until the function it returns is
+// called.
+func (in *Inbox) runningRead(g int64) func() {
+	in.readersMu.Lock()
+	if in.readersG == nil {
+		in.readersG = map[int64]int{}
+	}
+	in.readersG[g]++
+	in.readersMu.Unlock()
+	return func() {
+		in.readersMu.Lock()
+		if in.readersG[g]--; in.readersG[g] == 0 {
+			delete(in.readersG, g)
+		}
+		in.readersMu.Unlock()
+	}
+}
+
+// insideCall reports whether the calling goroutine runs a function the inbox called, a WriteTx or
+// ReadTx function or a handler: a Close there would wait for the call it is part of.
+func (in *Inbox) insideCall() bool {
+	g := goid()
+	if h := in.writerG.Load(); h != 0 && h == g {
+		return true
+	}
+	in.readersMu.Lock()
+	defer in.readersMu.Unlock()
+	return in.readersG[g] > 0
 }
