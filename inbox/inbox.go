@@ -368,6 +368,9 @@ func (in *Inbox) writeTxn(ctx context.Context, fn func(t *txn) error) error {
 // read mark it may use just after a WAL restart (SQLITE_READONLY_CANTINIT); it has read nothing then,
 // and the same read again succeeds, so fn runs again, a bounded number of times.
 func (in *Inbox) read(ctx context.Context, fn func() error) error {
+	if in.insideRead() {
+		return errReadInsideRead
+	}
 	return withCtx(ctx, in.readAgain(ctx, fn))
 }
 
