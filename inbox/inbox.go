@@ -55,6 +55,10 @@ type Inbox struct {
 	// would wait for itself (ErrCallInsideTx).
 	writerG  atomic.Int64
 	handling atomic.Bool
+	// readersG counts, per goroutine, the ReadTx functions it is running, so that a Close made
+	// from inside one is refused rather than left waiting for the call it is part of.
+	readersMu sync.Mutex
+	readersG  map[int64]int
 	// nextTrim is when a run can next have become idle past the retention (unix nanoseconds); kept
 	// under the writer.
 	nextTrim int64
@@ -196,8 +200,13 @@ func osUser() string {
 }
 
 // Close waits for the calls in progress, closes the database and releases the lock. Calls after
-// Close return ErrClosed; Close itself may be called again and returns nil.
+// Close return ErrClosed; Close itself may be called again and returns nil. Called from inside a call
+// of the inbox (a WriteTx or ReadTx function, a handler), which it would wait for, it fails at once
+// with ErrCallInsideTx and closes nothing.
 func (in *Inbox) Close() error {
+	if in.insideCall() {
+		return errCloseInside
+	}
 	in.mu.Lock()
 	if in.closed {
 		in.mu.Unlock()
@@ -359,6 +368,9 @@ func (in *Inbox) writeTxn(ctx context.Context, fn func(t *txn) error) error {
 // read mark it may use just after a WAL restart (SQLITE_READONLY_CANTINIT); it has read nothing then,
 // and the same read again succeeds, so fn runs again, a bounded number of times.
 func (in *Inbox) read(ctx context.Context, fn func() error) error {
+	if in.insideRead() {
+		return errReadInsideRead
+	}
 	return withCtx(ctx, in.readAgain(ctx, fn))
 }
 

@@ -71,8 +71,11 @@ func (in *Inbox) checkNotInsideTx(ctx context.Context) error {
 // of fn sees the same snapshot, whatever commits meanwhile. It never takes the writer, so it never
 // waits for a running Apply nor delays one, and it works inside a WriteTx function or a handler
 // (given another context than the handler's), where it does not see that transaction's uncommitted
-// writes. The transaction is read-only (PRAGMA query_only): a write in it fails. fn's error is
-// returned as it is; if fn panics, the transaction ends and the panic goes on. fn must not keep tx.
+// writes. The transaction is read-only (PRAGMA query_only): a write in it fails. fn holds a
+// connection of the read pool, so the inbox's reads (Position, ReadTx, …) made from inside it fail
+// at once with ErrCallInsideTx rather than wait for another, which may never come: query through tx.
+// fn's error is returned as it is; if fn panics, the transaction ends and the panic goes on. fn must
+// not keep tx.
 // On an inbox opened with OpenReadOnly beside a running consumer, fn may run again when its first
 // read met a commit that it could not wait out (see OpenReadOnly).
 func (in *Inbox) ReadTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
@@ -85,6 +88,77 @@ func (in *Inbox) ReadTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 			return wrapf(err, "begin a read")
 		}
 		defer tx.Rollback() // nothing to commit: the rollback only ends the snapshot
+		defer in.runningRead(goid())()
 		return fn(tx)
 	})
+}
+
+// errCloseInside is Close's error when called from inside a call of the same inbox, which Close would
+// wait for.
+var errCloseInside error = closeInside{}
+
+type closeInside struct{}
+
+func (closeInside) Error() string {
+	return "inbox: Close called from inside a call of the same inbox (a WriteTx or ReadTx function or a handler), which it would wait for: close the inbox once that call has returned"
+}
+
+func (closeInside) Is(target error) bool { return target == ErrCallInsideTx }
+
+// runningRead records that goroutine g runs a ReadTx function, until the function it returns is
+// called.
+func (in *Inbox) runningRead(g int64) func() {
+	in.readersMu.Lock()
+	if in.readersG == nil {
+		in.readersG = map[int64]int{}
+	}
+	in.readersG[g]++
+	in.readersMu.Unlock()
+	return func() {
+		in.readersMu.Lock()
+		if in.readersG[g]--; in.readersG[g] == 0 {
+			delete(in.readersG, g)
+		}
+		in.readersMu.Unlock()
+	}
+}
+
+// insideCall reports whether the calling goroutine runs a function the inbox called, a WriteTx or
+// ReadTx function or a handler: a Close there would wait for the call it is part of.
+func (in *Inbox) insideCall() bool {
+	g := goid()
+	if h := in.writerG.Load(); h != 0 && h == g {
+		return true
+	}
+	in.readersMu.Lock()
+	defer in.readersMu.Unlock()
+	return in.readersG[g] > 0
+}
+
+// errReadInsideRead is the error of a read of the inbox made from inside a ReadTx function: that
+// function holds a connection of the read pool, and the read would wait for another, forever once
+// every one is held so.
+var errReadInsideRead error = readInsideRead{}
+
+type readInsideRead struct{}
+
+func (readInsideRead) Error() string {
+	return "inbox: a read of the inbox from inside a ReadTx function, which holds a connection of the read pool the read would wait for: query through the function's tx instead"
+}
+
+func (readInsideRead) Is(target error) bool { return target == ErrCallInsideTx }
+
+// insideRead reports whether the calling goroutine runs a ReadTx function; it reads no goroutine id
+// while none runs.
+func (in *Inbox) insideRead() bool {
+	in.readersMu.Lock()
+	n := len(in.readersG)
+	in.readersMu.Unlock()
+	if n == 0 {
+		return false
+	}
+	g := goid()
+	in.readersMu.Lock()
+	defer in.readersMu.Unlock()
+	return in.readersG[g] > 0
 }

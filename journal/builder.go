@@ -4,8 +4,10 @@ package journal
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/textmachine/outbox/outbox"
 )
@@ -20,7 +22,8 @@ const TimeFormat = "2006-01-02T15:04:05.000000000Z"
 //
 // for the seq the outbox assigns. The time is taken when the line is rendered, inside the enqueue's
 // transaction, and stored with it: a re-delivery re-sends the same bytes. data is encoded with
-// encoding/json; an encoding error fails the enqueue and stores nothing.
+// encoding/json; an encoding error fails the enqueue and stores nothing, as does an event type that
+// is empty or not valid UTF-8 (ErrEventType).
 //
 // Options add to the line: WithTraceContext writes a W3C trace context as a "trace" member before
 // "data". Without options the line is exactly the one above.
@@ -32,20 +35,36 @@ func Builder(runID, eventType string, data any, opts ...BuilderOption) outbox.Ev
 		}
 	}
 	var trace *TraceContext
-	var bad error
-	if !c.trace.IsZero() {
+	bad := checkEventType(eventType)
+	if bad == nil && !c.trace.IsZero() {
 		trace = &c.trace
 		bad = c.trace.Validate()
 	}
 	return func(seq int64) ([]byte, error) {
 		if bad != nil {
-			return nil, fmt.Errorf("journal: render %s line %d: %w", eventType, seq, bad)
+			return nil, fmt.Errorf("journal: render %.64q line %d: %w", eventType, seq, bad)
 		}
 		if trace == nil {
 			return render(runID, seq, eventType, now(), data)
 		}
 		return renderTraced(runID, seq, eventType, now(), trace, data)
 	}
+}
+
+// ErrEventType is wrapped by the error of a Builder (or Event) given a type a line cannot carry as
+// given: an empty one, which no inbox.Router can register a handler for, or one that is not valid
+// UTF-8, which encoding/json would rewrite (every invalid byte becomes U+FFFD, so distinct types
+// would render alike).
+var ErrEventType = errors.New("journal: invalid event type")
+
+func checkEventType(t string) error {
+	switch {
+	case t == "":
+		return fmt.Errorf("%w: empty", ErrEventType)
+	case !utf8.ValidString(t):
+		return fmt.Errorf("%w: not valid UTF-8", ErrEventType)
+	}
+	return nil
 }
 
 // Handshake is the Builder of a run's first line (seq 1): type "run_started", with Builder's options. Given any other seq it

@@ -5,6 +5,7 @@ package journal
 import (
 	"bytes"
 	"database/sql"
+	"strings"
 	"testing"
 	"time"
 
@@ -114,5 +115,30 @@ func TestAnEventWhoseDataCannotBeEncodedStoresNothing(t *testing.T) {
 	}
 	if lines := outboxtest.AllLines(t, s, "r"); len(lines) != 1 || lines[0].Seq != 1 {
 		t.Fatalf("after the failed enqueue the run holds %v, want seq 1", outboxtest.SeqsOf(lines))
+	}
+}
+
+// A type no consumer could route (empty) or that encoding/json would rewrite (invalid UTF-8, where
+// "a\xff" and "a\xfe" would both become "a\ufffd") is refused with nothing stored, instead of
+// rendering a line whose type is not the one given.
+func TestAnEventOfAnEmptyTypeOrOfATypeThatIsNotUTF8StoresNothing(t *testing.T) {
+	s, _ := outboxtest.Setup(t)
+	ctx := outboxtest.Patient(t)
+	for _, typ := range []string{"", "a\xff", "\xfe", "ok\xed\xa0\x80"} {
+		if _, err := s.EnqueueEvent(ctx, "r", Event(typ, 1)); err == nil {
+			t.Errorf("Event(%q) was stored", typ)
+		}
+		if _, err := s.EnqueueEvent(ctx, "r", Builder("r", typ, 1)); err == nil {
+			t.Errorf("Builder(%q) was stored", typ)
+		}
+	}
+	if used, err := s.EventsUsed(ctx, "r"); err != nil || used {
+		t.Fatalf("EventsUsed = %v, %v after refused enqueues; want false", used, err)
+	}
+	// Control characters and a long type are valid JSON strings, kept as given.
+	for _, typ := range []string{"\x01tab\t", strings.Repeat("x", 1<<20)} {
+		if _, err := s.EnqueueEvent(ctx, "r", Event(typ, 1)); err != nil {
+			t.Errorf("Event of a %d-byte type: %v", len(typ), err)
+		}
 	}
 }
