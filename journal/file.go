@@ -232,19 +232,9 @@ func (j *File) Append(ctx context.Context, runID string, lines []outbox.EventLin
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	n := 0
-	for _, l := range lines {
-		if err := checkLineBytes(runID, l); err != nil {
-			return err
-		}
-		n += len(l.Line) + 1
-	}
-	if n == 0 {
-		return nil
-	}
-	buf := make([]byte, 0, n)
-	for _, l := range lines {
-		buf = append(append(buf, l.Line...), '\n')
+	buf, err := batchBytes(runID, lines)
+	if err != nil || buf == nil {
+		return err
 	}
 
 	j.mu.Lock()
@@ -402,6 +392,26 @@ func (j *appendFile) writeAll(buf []byte, off int64) error {
 		buf, off = buf[n:], off+int64(n)
 	}
 	return nil
+}
+
+// batchBytes checks each line's bytes against runID and joins the lines, each followed by a newline,
+// in the one buffer an append writes: nil for a batch with no line.
+func batchBytes(runID string, lines []outbox.EventLine) ([]byte, error) {
+	n := 0
+	for _, l := range lines {
+		if err := checkLineBytes(runID, l); err != nil {
+			return nil, err
+		}
+		n += len(l.Line) + 1
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	buf := make([]byte, 0, n)
+	for _, l := range lines {
+		buf = append(append(buf, l.Line...), '\n')
+	}
+	return buf, nil
 }
 
 // Close releases the lock and closes the file. Appends after Close fail. A read of the whole file

@@ -276,19 +276,9 @@ func (j *Journal) Append(ctx context.Context, runID string, lines []outbox.Event
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	n := 0
-	for _, l := range lines {
-		if err := checkLineBytes(runID, l); err != nil {
-			return err
-		}
-		n += len(l.Line) + 1
-	}
-	if n == 0 {
-		return nil
-	}
-	buf := make([]byte, 0, n)
-	for _, l := range lines {
-		buf = append(append(buf, l.Line...), '\n')
+	buf, err := batchBytes(runID, lines)
+	if err != nil || buf == nil {
+		return err
 	}
 
 	j.mu.Lock()
