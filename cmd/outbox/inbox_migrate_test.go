@@ -32,7 +32,7 @@ func TestInboxMigrateUpCreatesTheInboxsTables(t *testing.T) {
 	if code, out, _ := cli(t, "inbox", "migrate", "version", "--db", dbPath); code != exitOK || out != "3\n" {
 		t.Errorf("version: exit %d, %q", code, out)
 	}
-	if code, out, _ := cli(t, "inbox", "migrate", "up", "--db", dbPath); code != exitOK || out != "nothing to apply: the database is at version 2, the latest\n" {
+	if code, out, _ := cli(t, "inbox", "migrate", "up", "--db", dbPath); code != exitOK || out != "nothing to apply: the database is at version 3, the latest\n" {
 		t.Errorf("up again: exit %d, %q", code, out)
 	}
 }
@@ -67,7 +67,7 @@ func TestInboxMigrateRefusesBesideARunningConsumer(t *testing.T) {
 	}
 	// Nothing to apply: up has nothing to wait for, and says so.
 	code, out, errOut = runOutbox(t, "inbox", "migrate", "up", "--db", dbPath)
-	if code != exitOK || !strings.HasPrefix(out, "nothing to apply: the database is at version 2") || !strings.Contains(out, "a running consumer has it open") || errOut != "" {
+	if code != exitOK || !strings.HasPrefix(out, "nothing to apply: the database is at version 3") || !strings.Contains(out, "a running consumer has it open") || errOut != "" {
 		t.Errorf("up beside a consumer with nothing to apply: exit %d, %q %q", code, out, errOut)
 	}
 	if code, out, _ := runOutbox(t, "inbox", "migrate", "version", "--db", dbPath); code != exitOK || out != "3\n" {

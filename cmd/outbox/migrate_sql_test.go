@@ -73,7 +73,10 @@ func TestMigrateUpWithNothingToApplySaysNothingToApply(t *testing.T) {
 func applyPrinted(t *testing.T, d *sql.DB, printed string) {
 	t.Helper()
 	var book strings.Builder
-	for _, l := range strings.Split(printed, "\n") {
+	// The version table's statements are the header's indented comments, before its blank line; a
+	// migration's own comments below it are indented too.
+	header, _, _ := strings.Cut(printed, "\n\n")
+	for _, l := range strings.Split(header, "\n") {
 		if stmt, ok := strings.CutPrefix(l, "--   "); ok {
 			book.WriteString(stmt + "\n")
 		}
