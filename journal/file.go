@@ -239,19 +239,7 @@ func (j *File) Append(ctx context.Context, runID string, lines []outbox.EventLin
 
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if err := j.usable(); err != nil {
-		return err
-	}
-	if err := j.checkKeys(runID, lines, buf); err != nil {
-		return err
-	}
-	if err := j.checkUnmodified(); err != nil {
-		return err
-	}
-	if err := j.index(ctx); err != nil {
-		return err
-	}
-	if err := j.checkContinues(ctx, runID, lines); err != nil {
+	if err := checkBatch(ctx, &j.runLog, &j.appendFile, j.index, runID, lines, buf); err != nil {
 		return err
 	}
 	off := j.size
@@ -412,6 +400,25 @@ func batchBytes(runID string, lines []outbox.EventLine) ([]byte, error) {
 		buf = append(append(buf, l.Line...), '\n')
 	}
 	return buf, nil
+}
+
+// checkBatch makes, in their order, the checks an append makes under its lock before it writes: the
+// journal is usable, the batch's keys, nothing written by another program, the runs indexed (index,
+// the File's or the Journal's own), and the batch continuing its run or repeating it byte for byte.
+func checkBatch(ctx context.Context, rl *runLog, af *appendFile, index func(context.Context) error, runID string, lines []outbox.EventLine, buf []byte) error {
+	if err := af.usable(); err != nil {
+		return err
+	}
+	if err := rl.checkKeys(runID, lines, buf); err != nil {
+		return err
+	}
+	if err := af.checkUnmodified(); err != nil {
+		return err
+	}
+	if err := index(ctx); err != nil {
+		return err
+	}
+	return rl.checkContinues(ctx, runID, lines)
 }
 
 // Close releases the lock and closes the file. Appends after Close fail. A read of the whole file

@@ -283,19 +283,7 @@ func (j *Journal) Append(ctx context.Context, runID string, lines []outbox.Event
 
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if err := j.usable(); err != nil {
-		return err
-	}
-	if err := j.checkKeys(runID, lines, buf); err != nil {
-		return err
-	}
-	if err := j.checkUnmodified(); err != nil {
-		return err
-	}
-	if err := j.index(ctx); err != nil {
-		return err
-	}
-	if err := j.checkContinues(ctx, runID, lines); err != nil {
+	if err := checkBatch(ctx, &j.runLog, &j.appendFile, j.index, runID, lines, buf); err != nil {
 		return err
 	}
 	if j.size > 0 && j.size+int64(len(buf)) > j.segSize {
