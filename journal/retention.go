@@ -153,8 +153,17 @@ type planStep struct {
 
 // plan decides, oldest first, which sealed segments go and stops at the first that must stay.
 // readers are read before end was taken, so no reader's position is legitimately past end.
-func (r *retention) plan(dir string, sealed []segment, end int64, readers []ReaderInfo, st *retState) ([]planStep, *Held, int64, error) {
-	total := end - firstBase(sealed, end)
+//
+// The cap counts the last segment as full (the segment size, or the largest segment in the
+// directory when that is smaller, as for a journal written with smaller segments than the options
+// say): a trim runs at each seal, and the last segment grows until the next, so that the journal
+// stays under the cap between seals too.
+func (r *retention) plan(dir string, sealed []segment, end, tailSize, segSize int64, readers []ReaderInfo, st *retState) ([]planStep, *Held, int64, error) {
+	largest := tailSize
+	for _, s := range sealed {
+		largest = max(largest, s.size)
+	}
+	total := end - firstBase(sealed, end-tailSize) - tailSize + max(tailSize, min(segSize, largest))
 	var steps []planStep
 	now := r.now()
 	for _, seg := range sealed {
@@ -201,11 +210,12 @@ func (r *retention) plan(dir string, sealed []segment, end int64, readers []Read
 	return steps, nil, total, nil
 }
 
-func firstBase(sealed []segment, end int64) int64 {
+// firstBase is the position of the first segment: the first sealed one, or the last.
+func firstBase(sealed []segment, tailBase int64) int64 {
 	if len(sealed) > 0 {
 		return sealed[0].base
 	}
-	return end
+	return tailBase
 }
 
 // Trim deletes the sealed segments that retention lets go (see the package's Retention section):
@@ -228,19 +238,18 @@ func (j *Journal) Trim(ctx context.Context) (TrimReport, error) {
 }
 
 // trim runs a trim with j.mu held.
-func (j *Journal) trim(ctx context.Context) (TrimReport, error) {
+func (j *Journal) trim(ctx context.Context) (rep TrimReport, err error) {
 	readers, err := Readers(j.dir)
 	if err != nil {
 		return TrimReport{}, err
 	}
 	end := j.tailBase + j.size
-	steps, held, _, err := j.ret.plan(j.dir, j.sealed, end, readers, j.st)
+	steps, held, _, err := j.ret.plan(j.dir, j.sealed, end, j.size, j.segSize, readers, j.st)
 	if err != nil {
 		return TrimReport{}, err
 	}
-	var rep TrimReport
 	defer func() {
-		rep.Held, rep.Segments, rep.Bytes, rep.First = held, len(j.sealed)+1, end-firstBase(j.sealed, end), firstBase(j.sealed, end)
+		rep.Held, rep.Segments, rep.Bytes, rep.First = held, len(j.sealed)+1, end-firstBase(j.sealed, j.tailBase), firstBase(j.sealed, j.tailBase)
 		rep.OverCap = j.ret.maxBytes > 0 && rep.Bytes > j.ret.maxBytes
 	}()
 	for len(steps) > 0 {
@@ -555,14 +564,20 @@ func Status(ctx context.Context, dir string, opts ...Option) (DirStatus, error) 
 		ds.Readers = append(ds.Readers, lag)
 	}
 	if len(segs) > 1 {
-		steps, held, total, err := ret.plan(dir, segs[:len(segs)-1], ds.End, readers, st)
+		segSize := o.segmentSize
+		if segSize <= 0 {
+			segSize = DefaultSegmentSize
+		}
+		steps, held, _, err := ret.plan(dir, segs[:len(segs)-1], ds.End, segs[len(segs)-1].size, segSize, readers, st)
 		if err != nil {
 			return DirStatus{}, err
 		}
+		after := ds.Bytes
 		for _, s := range steps {
 			ds.WouldDelete = append(ds.WouldDelete, DeletedSegment{Position: s.seg.base, Size: s.seg.size, Reason: s.reason, Behind: s.behind})
+			after -= s.seg.size
 		}
-		ds.Held, ds.OverCap = held, ret.maxBytes > 0 && total > ret.maxBytes
+		ds.Held, ds.OverCap = held, ret.maxBytes > 0 && after > ret.maxBytes
 	} else {
 		ds.OverCap = ret.maxBytes > 0 && ds.Bytes > ret.maxBytes
 	}
