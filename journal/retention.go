@@ -411,7 +411,9 @@ func Trim(ctx context.Context, dir string, opts ...Option) (TrimReport, error) {
 		return TrimReport{}, err
 	}
 	if len(segs) == 0 {
-		return TrimReport{}, nil
+		// Nothing to delete; a reader file that cannot be read is still worth saying.
+		_, err := Readers(dir)
+		return TrimReport{}, err
 	}
 	j, err := Open(dir, opts...)
 	if err != nil {
