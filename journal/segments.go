@@ -111,7 +111,8 @@ func parseBase(name, ext string) (int64, bool) {
 
 // Open opens the journal kept in dir for appending, creating dir (and its first segment) when it is
 // missing or empty. dir holds only the journal's files: segments named by the journal-wide position
-// of their first byte (%020d.jsonl), and the sealed segments' index files (%020d.idx). Anything else
+// of their first byte (%020d.jsonl), the sealed segments' index files (%020d.idx), the registered
+// readers' files (NAME.reader) and the retention record (retention.state). Anything else
 // in it, a path that is not a directory, or a last segment that is not a journal, is ErrNotJournal,
 // left as it was. A sealed segment whose size does not end where the next one's name begins (another
 // program appended to it, or cut it) is ErrModified. Open takes an exclusive lock on dir, failing
