@@ -248,6 +248,15 @@ func (j *Journal) trim(ctx context.Context) (rep TrimReport, err error) {
 	if err != nil {
 		return TrimReport{}, err
 	}
+	// The segments locked for deletion, let go on every way out.
+	var locked []*os.File
+	release := func() {
+		for _, f := range locked {
+			unlock(f)
+		}
+		locked = nil
+	}
+	defer release()
 	defer func() {
 		rep.Held, rep.Segments, rep.Bytes, rep.First = held, len(j.sealed)+1, end-firstBase(j.sealed, j.tailBase), firstBase(j.sealed, j.tailBase)
 		rep.OverCap = j.ret.maxBytes > 0 && rep.Bytes > j.ret.maxBytes
@@ -257,12 +266,6 @@ func (j *Journal) trim(ctx context.Context) (rep TrimReport, err error) {
 			return rep, err
 		}
 		group := steps[:min(trimGroup, len(steps))]
-		var locked []*os.File
-		release := func() {
-			for _, f := range locked {
-				unlock(f)
-			}
-		}
 		for k, s := range group {
 			f, err := os.Open(filepath.Join(j.dir, segmentName(s.seg.base)))
 			if err != nil {
@@ -287,6 +290,9 @@ func (j *Journal) trim(ctx context.Context) (rep TrimReport, err error) {
 		faultpoint.Hit(faultTrimLocked)
 		ns := j.st.clone()
 		for _, s := range group {
+			if s.reason == ReasonRecorded {
+				continue // its runs and its bytes are in the record already
+			}
 			si, err := j.segmentIndex(ctx, s.seg)
 			if err != nil {
 				release()

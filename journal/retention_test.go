@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/textmachine/outbox/internal/faultpoint"
 )
 
 // fillJournal appends n batches of three lines of run r to j and returns the segments after.
@@ -402,4 +404,42 @@ func TestRetentionsRecordStaysSmallWhateverTheRunsItDeleted(t *testing.T) {
 	if st, _ := os.Stat(filepath.Join(dir, stateName)); st.Size() > 64<<10 {
 		t.Fatalf("the record is %d bytes", st.Size())
 	}
+}
+
+// A trim stopped after it recorded its deletes and before it unlinked them leaves segments the
+// record counts as deleted; the next trim deletes them without counting them again.
+func TestSegmentsRecordedAsDeletedBeforeACrashAreDeletedOnceAndCountedOnce(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "j")
+	j, err := Open(dir, WithSegmentSize(500))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fillJournal(t, j, "r", 1, 10)
+	n := len(segmentsOf(t, dir)) - 1
+	faultpoint.Set(func(p string) {
+		if p == faultTrimRecorded {
+			panic(p)
+		}
+	})
+	func() {
+		defer func() { recover() }()
+		j.Trim(context.Background())
+	}()
+	faultpoint.Set(nil)
+	j.Close()
+	if got := len(segmentsOf(t, dir)) - 1; got != n {
+		t.Fatalf("%d sealed segments before the stop, %d after", n, got)
+	}
+	j = openDir(t, dir, WithSegmentSize(500))
+	if last, err := j.LastSeq("r"); err != nil || last != 30 {
+		t.Fatalf("last seq %d, %v", last, err)
+	}
+	rep, err := j.Trim(context.Background())
+	if err != nil || len(rep.Deleted) != n || rep.Deleted[0].Reason != ReasonRecorded {
+		t.Fatalf("%+v, %v", rep, err)
+	}
+	if st := j.Stats(); st.DeletedSegments != int64(n) || st.Segments != 1 {
+		t.Fatalf("stats %+v, %d segments deleted", st, n)
+	}
+	fillJournal(t, j, "r", 31, 3)
 }
