@@ -443,3 +443,23 @@ func TestSegmentsRecordedAsDeletedBeforeACrashAreDeletedOnceAndCountedOnce(t *te
 	}
 	fillJournal(t, j, "r", 31, 3)
 }
+
+func TestANegativeKeepOrANonPositiveCapIsRefusedAndCreatesNothing(t *testing.T) {
+	t.Parallel()
+	for _, opt := range []Option{WithKeep(-time.Second), WithMaxBytes(0), WithMaxBytes(-1)} {
+		dir := filepath.Join(t.TempDir(), "j")
+		if j, err := Open(dir, opt); err == nil {
+			j.Close()
+			t.Errorf("Open took a bad retention option")
+		}
+		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("a refused Open left %s: %v", dir, err)
+		}
+		if _, err := Status(context.Background(), t.TempDir(), opt); err == nil {
+			t.Errorf("Status took a bad retention option")
+		}
+	}
+	if _, err := Retained(filepath.Join(t.TempDir(), "missing")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Retained of a missing directory: %v", err)
+	}
+}
