@@ -484,15 +484,27 @@ type RetainedInfo struct {
 }
 
 // Retained reports where the journal in dir begins and what retention deleted, without the
-// directory's lock: what a reader whose position is below First reports as lost.
+// directory's lock: what a reader whose position is below First reports as lost. A directory whose
+// first or last segments were deleted by another program is ErrModified, as at Open: those lines
+// are not retention's to report.
 func Retained(dir string) (RetainedInfo, error) {
 	segs, err := listSegments(dir)
 	if err != nil {
 		return RetainedInfo{}, err
 	}
-	st, _, err := readState(dir)
+	st, found, err := readState(dir)
 	if err != nil {
 		return RetainedInfo{}, err
+	}
+	if len(segs) > 0 {
+		bases := make([]int64, len(segs))
+		for i, s := range segs {
+			bases[i] = s.base
+		}
+		// Lines deleted by hand are not retention's to report.
+		if err := checkEnds(dir, bases, st, found); err != nil {
+			return RetainedInfo{}, err
+		}
 	}
 	info := RetainedInfo{First: st.deleted, End: st.deleted, Runs: st.runs, RunsDropped: st.dropped,
 		DeletedSegments: st.segments, DeletedBytes: st.bytes, DeletedUnderCap: st.capped}

@@ -293,6 +293,12 @@ func TestSegmentsDeletedByHandAreNoticedAtOpen(t *testing.T) {
 		if _, err := Trim(context.Background(), dir); !errors.Is(err, ErrModified) {
 			t.Errorf("%s segment deleted by hand: Trim %v, want ErrModified", which, err)
 		}
+		if _, err := Retained(dir); !errors.Is(err, ErrModified) {
+			t.Errorf("%s segment deleted by hand: Retained %v, want ErrModified", which, err)
+		}
+		if _, err := Status(context.Background(), dir); !errors.Is(err, ErrModified) {
+			t.Errorf("%s segment deleted by hand: Status %v, want ErrModified", which, err)
+		}
 	}
 }
 
