@@ -528,6 +528,7 @@ type ReaderLag struct {
 type DirStatus struct {
 	Segments    int
 	First, End  int64 // the first retained byte, and the position of the next
+	Last        int64 // the last segment's position: the one appended to
 	Bytes       int64
 	Readers     []ReaderLag
 	Retained    RetainedInfo
@@ -571,6 +572,9 @@ func Status(ctx context.Context, dir string, opts ...Option) (DirStatus, error) 
 		return DirStatus{}, err
 	}
 	ds := DirStatus{Segments: len(segs), First: info.First, End: info.End, Bytes: info.End - info.First, Retained: info}
+	if len(segs) > 0 {
+		ds.Last = segs[len(segs)-1].base
+	}
 	for _, r := range readers {
 		lag := ReaderLag{ReaderInfo: r, Ahead: r.Position > ds.End, Lost: r.Position < ds.First}
 		if !lag.Ahead {

@@ -71,7 +71,12 @@ func journalStatus(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return exitOK
 	}
 	fmt.Fprintf(stdout, "journal %s\n", quote(pos[0]))
-	fmt.Fprintf(stdout, "segments: %d, from byte %d to %d (%d bytes)\n", st.Segments, st.First, st.End, st.Bytes)
+	if st.Segments == 0 {
+		fmt.Fprintln(stdout, "segments: none yet")
+	} else {
+		fmt.Fprintf(stdout, "segments: %d, from byte %d to %d (%d bytes); first %s, last %s\n", st.Segments, st.First, st.End, st.Bytes,
+			segmentFile(st.First), segmentFile(st.Last))
+	}
 	if r := st.Retained; r.DeletedSegments > 0 {
 		fmt.Fprintf(stdout, "retention deleted: %s, %d bytes (%d under the cap); runs it deleted lines of: %d listed",
 			plural(r.DeletedSegments, "segment"), r.DeletedBytes, r.DeletedUnderCap, len(r.Runs))
@@ -268,6 +273,7 @@ type journalStatusReport struct {
 	Segments    int               `json:"segments"`
 	First       int64             `json:"first"`
 	End         int64             `json:"end"`
+	Last        int64             `json:"last_segment"`
 	Bytes       int64             `json:"bytes"`
 	Deleted     deletedJSON       `json:"retention_deleted"`
 	Readers     []readerJSON      `json:"readers"`
@@ -309,7 +315,7 @@ type heldJSON struct {
 }
 
 func statusJSON(dir string, st journal.DirStatus) journalStatusReport {
-	r := journalStatusReport{Dir: dir, Segments: st.Segments, First: st.First, End: st.End, Bytes: st.Bytes, OverCap: st.OverCap,
+	r := journalStatusReport{Dir: dir, Segments: st.Segments, First: st.First, End: st.End, Last: st.Last, Bytes: st.Bytes, OverCap: st.OverCap,
 		Deleted: deletedJSON{Segments: st.Retained.DeletedSegments, Bytes: st.Retained.DeletedBytes,
 			UnderCap: st.Retained.DeletedUnderCap, RunsListed: len(st.Retained.Runs), RunsDropped: st.Retained.RunsDropped},
 		Readers: []readerJSON{}, WouldDelete: []wouldDeleteJSON{}}

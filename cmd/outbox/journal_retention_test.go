@@ -160,3 +160,17 @@ func TestJournalStatusOfADirectoryThatIsNotAJournalFails(t *testing.T) {
 		}
 	}
 }
+
+func TestJournalStatusOfADirectoryWithAReaderAndNoSegmentSaysSo(t *testing.T) {
+	dir := t.TempDir()
+	if err := journal.SetReader(dir, "early", 0); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := cli(t, "journal", "status", dir)
+	if code != exitOK || errOut != "" || !strings.Contains(out, "segments: none yet") || !strings.Contains(out, "early at byte 0") {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if code, out, errOut := cli(t, "journal", "trim", dir); code != exitOK || !strings.Contains(out, "deleted 0 segments") {
+		t.Fatalf("trim: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}
