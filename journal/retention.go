@@ -393,7 +393,9 @@ func (j *Journal) trimAfterSeal(ctx context.Context) {
 	if !j.ret.retain {
 		return
 	}
-	rep, err := j.trim(ctx)
+	// The batch is written whatever its caller's context says now; the trim is short, and Close
+	// still interrupts it.
+	rep, err := j.trim(context.WithoutCancel(ctx))
 	if err != nil {
 		j.ret.log.Error("journal: retention after a seal failed; the next seal or Trim tries again", "dir", j.dir, "err", err)
 		return
