@@ -469,3 +469,22 @@ func TestANegativeKeepOrANonPositiveCapIsRefusedAndCreatesNothing(t *testing.T) 
 		t.Errorf("Retained of a missing directory: %v", err)
 	}
 }
+
+func TestRetentionIsSilentWithoutALogger(t *testing.T) {
+	var logs bytes.Buffer
+	old := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	defer slog.SetDefault(old)
+	dir := filepath.Join(t.TempDir(), "j")
+	j := openDir(t, dir, WithSegmentSize(500), WithMaxBytes(1000))
+	if err := SetReader(dir, "stopped", 0); err != nil {
+		t.Fatal(err)
+	}
+	fillJournal(t, j, "r", 1, 20)
+	if st := j.Stats(); st.DeletedUnderCap == 0 {
+		t.Fatalf("the cap deleted nothing: %+v", st)
+	}
+	if logs.Len() != 0 {
+		t.Fatalf("retention logged without a logger: %s", logs.String())
+	}
+}
