@@ -162,7 +162,8 @@
 // step leaves a journal that opens, appends and reads. Open refuses (ErrModified) a directory whose
 // first segment begins after what the record says retention deleted (segments deleted by hand at
 // the front; without a record, a first segment that is not at byte 0), and one whose last segment
-// begins before where the record says the journal rolled to (a last segment deleted by hand). A
+// begins before where the record says the journal rolled to (a last segment deleted by hand);
+// AcceptMissing records such a loss, under the directory's lock, so that the journal opens again. A
 // run whose lines retention deleted keeps its last seq (LastSeq, the checks of the next batch), and
 // a re-delivery of those lines is taken without a comparison: there is no copy left to compare it
 // with.

@@ -488,3 +488,39 @@ func TestRetentionIsSilentWithoutALogger(t *testing.T) {
 		t.Fatalf("retention logged without a logger: %s", logs.String())
 	}
 }
+
+func TestAJournalWhoseSegmentsWereDeletedByHandOpensOnlyOnceTheLossIsAccepted(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "j")
+	j := openDir(t, dir, WithSegmentSize(500))
+	fillJournal(t, j, "r", 1, 20)
+	if _, err := AcceptMissing(dir); !errors.Is(err, ErrLocked) {
+		t.Fatalf("AcceptMissing beside an open journal: %v", err)
+	}
+	j.Close()
+	segs := segmentsOf(t, dir)
+	for _, name := range []string{segmentName(segs[0].base), indexName(segs[0].base), segmentName(segs[len(segs)-1].base)} {
+		if err := os.Remove(filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if j, err := Open(dir); !errors.Is(err, ErrModified) {
+		if j != nil {
+			j.Close()
+		}
+		t.Fatalf("Open: %v", err)
+	}
+	m, err := AcceptMissing(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.FrontFrom != 0 || m.FrontTo != segs[1].base || m.TailFrom != segs[len(segs)-2].base || m.TailTo != segs[len(segs)-1].base {
+		t.Fatalf("accepted %+v of %v", m, segs)
+	}
+	j = openDir(t, dir, WithSegmentSize(500))
+	last, err := j.LastSeq("r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fillJournal(t, j, "r", last+1, 3)
+}

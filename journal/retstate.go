@@ -192,15 +192,78 @@ func checkEnds(dir string, bases []int64, st *retState, found bool) error {
 	switch {
 	case first > 0 && (!found || first > st.deleted):
 		return fmt.Errorf("%w: %s: the first segment is %s, and retention deleted only what came before byte %d: "+
-			"the segments between were deleted by another program; it was not opened: %w",
+			"the segments between were deleted by another program; it was not opened (AcceptMissing, or outbox journal accept-missing, accepts the loss): %w",
 			ErrModified, dir, segmentName(first), st.deleted, outbox.ErrSinkRefused)
 	case found && first < st.deleted && !slices.Contains(bases, st.deleted):
-		return fmt.Errorf("%w: %s: its retention record says retention deleted what came before byte %d, where no segment begins; it was not opened: %w",
+		return fmt.Errorf("%w: %s: its retention record says retention deleted what came before byte %d, where no segment begins; it was not opened (AcceptMissing, or outbox journal accept-missing, accepts the directory as it is): %w",
 			ErrModified, dir, st.deleted, outbox.ErrSinkRefused)
 	case found && last < st.tail:
 		return fmt.Errorf("%w: %s: the journal's last segment %s is missing (the directory's last is %s): "+
-			"it was deleted by another program; it was not opened: %w",
+			"it was deleted by another program; it was not opened (AcceptMissing, or outbox journal accept-missing, accepts the loss): %w",
 			ErrModified, dir, segmentName(st.tail), segmentName(last), outbox.ErrSinkRefused)
 	}
 	return nil
+}
+
+// Missing is what AcceptMissing accepted as gone: the journal-wide bytes [From, To) at the
+// front and at the end of the journal (empty ranges when nothing was missing there).
+type Missing struct {
+	FrontFrom, FrontTo int64
+	TailFrom, TailTo   int64
+}
+
+// AcceptMissing makes the journal in dir open again after another program deleted segments at its
+// front, or its last segments, which Open refuses (ErrModified), or broke its retention record:
+// under the directory's lock (ErrLocked while a Journal has it open), it records the directory's
+// first segment as where retention's deletes end and its last segment as the one appended to, and
+// returns what it accepted as gone. Nothing says which runs' lines went with them: a reader that
+// had not read them is told it lost lines (its position is below the first segment), and one whose
+// position was in a lost last segment is past the journal's end. A backup that keeps
+// retention.state with the segments needs none of this.
+func AcceptMissing(dir string) (Missing, error) {
+	var m Missing
+	segs, err := listSegments(dir)
+	if err != nil {
+		return m, err
+	}
+	if len(segs) == 0 {
+		return m, fmt.Errorf("journal: %s holds no segment; nothing to accept", dir)
+	}
+	dirf, err := os.Open(dir)
+	if err != nil {
+		return m, fmt.Errorf("journal: %w", err)
+	}
+	if err := lock(dirf); err != nil {
+		dirf.Close()
+		if errors.Is(err, errHeld) {
+			return m, fmt.Errorf("%w: %s", ErrLocked, dir)
+		}
+		return m, fmt.Errorf("journal: lock %s: %w", dir, err)
+	}
+	defer unlock(dirf)
+	// Read again under the lock: a Journal that had it may have rolled.
+	if segs, err = listSegments(dir); err != nil {
+		return m, err
+	}
+	st, _, err := readState(dir)
+	if err != nil {
+		st = &retState{} // a record another program broke is replaced
+	}
+	bases := make([]int64, len(segs))
+	for i, s := range segs {
+		bases[i] = s.base
+	}
+	first, last := bases[0], bases[len(bases)-1]
+	ns := st.clone()
+	if first > st.deleted {
+		m.FrontFrom, m.FrontTo = st.deleted, first
+	}
+	if first > st.deleted || !slices.Contains(bases, st.deleted) {
+		ns.deleted = first
+	}
+	if last < st.tail {
+		m.TailFrom, m.TailTo = last, st.tail
+	}
+	ns.tail = last
+	return m, ns.write(dir)
 }

@@ -35,7 +35,10 @@ Works on a journal kept as a directory of segments.
   readers DIR      lists the registered readers; readers rm NAME DIR removes one that is gone
                    (outbox journal readers --help).
   trim DIR         deletes the sealed segments retention lets go, when the engine does not have
-                   the journal open (outbox journal trim --help).`
+                   the journal open (outbox journal trim --help).
+  accept-missing DIR
+                   lets the engine start on a journal whose segments were deleted by hand,
+                   saying what is gone (outbox journal accept-missing --help).`
 
 func runJournal(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 {
@@ -46,6 +49,8 @@ func runJournal(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			return journalReaders(ctx, args[1:], stdout, stderr)
 		case "trim":
 			return journalTrim(ctx, args[1:], stdout, stderr)
+		case "accept-missing":
+			return journalAcceptMissing(ctx, args[1:], stdout, stderr)
 		}
 	}
 	fs := newFlags("journal", "outbox journal adopt FILE DIR | status DIR | readers DIR | trim DIR", journalAbout)

@@ -43,6 +43,45 @@ a reader is told which lines it lost and the journal tells this from a hand-dele
 takes the journal's lock: while the engine has the journal open it is refused, and the engine
 trims by itself after each seal when it was given a keep duration or a cap.`
 
+const journalAcceptAbout = `
+Makes the journal in DIR open again after segments were deleted from it by hand (at its front, or
+its last segment), which the engine refuses to start on ("deleted by another program"): it records
+DIR's first segment as where deleted lines end and its last segment as the one appended to, and
+says which bytes it accepted as gone. Nothing says which runs' lines went with them: a reader that
+had not read them is told at its next read that it lost lines. Stop the engine first; a journal
+another process has open is refused. Only use it once the segments cannot be restored (with
+retention.state) from a backup.`
+
+func journalAcceptMissing(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	const name = "outbox journal accept-missing"
+	fs := newFlags("journal accept-missing", name+" DIR", journalAcceptAbout)
+	pos, code, done := parseFlags(fs, args, stderr)
+	if done {
+		return code
+	}
+	if len(pos) != 1 {
+		return usageError(stderr, name, "takes one directory: %s DIR", name)
+	}
+	m, err := journal.AcceptMissing(pos[0])
+	if errors.Is(err, journal.ErrLocked) {
+		return fail(stderr, exitUsage, "journal accept-missing: journal %s is open in another process (is the engine running?); nothing was changed", quote(pos[0]))
+	}
+	if err != nil {
+		return failErr(stderr, exitUsage, "journal accept-missing", err)
+	}
+	if m.FrontTo > m.FrontFrom {
+		fmt.Fprintf(stdout, "accepted bytes %d to %d as gone from the front of %s\n", m.FrontFrom, m.FrontTo-1, quote(pos[0]))
+	}
+	if m.TailTo > m.TailFrom {
+		fmt.Fprintf(stdout, "accepted the last segment %s as gone from %s: the journal goes on from segment %s\n",
+			segmentFile(m.TailTo), quote(pos[0]), segmentFile(m.TailFrom))
+	}
+	if m.FrontTo == m.FrontFrom && m.TailTo == m.TailFrom {
+		fmt.Fprintf(stdout, "nothing was missing from %s; its retention record is written again\n", quote(pos[0]))
+	}
+	return exitOK
+}
+
 func journalStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	const name = "outbox journal status"
 	fs := newFlags("journal status", name+" DIR [--keep D] [--max-bytes N] [--json]", journalStatusAbout)

@@ -174,3 +174,24 @@ func TestJournalStatusOfADirectoryWithAReaderAndNoSegmentSaysSo(t *testing.T) {
 		t.Fatalf("trim: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 }
+
+func TestJournalAcceptMissingLetsTheEngineStartOnAJournalWhoseFirstSegmentsWereDeletedByHand(t *testing.T) {
+	dir, bases := segmentedJournal(t)
+	for _, b := range bases[:2] {
+		os.Remove(filepath.Join(dir, fmt.Sprintf("%020d.jsonl", b)))
+		os.Remove(filepath.Join(dir, fmt.Sprintf("%020d.idx", b)))
+	}
+	if j, err := journal.Open(dir); err == nil {
+		j.Close()
+		t.Fatal("a journal whose first segments were deleted by hand opened")
+	}
+	code, out, errOut := cli(t, "journal", "accept-missing", dir)
+	if code != exitOK || errOut != "" || !strings.Contains(out, fmt.Sprintf("accepted bytes 0 to %d as gone", bases[2]-1)) {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	j, err := journal.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+}
