@@ -129,7 +129,7 @@
 // per reader, NAME.reader, holding one checksummed line, written to a temporary name
 // (NAME.reader.tmp.DIGITS), synced, renamed and the directory synced, so that it holds the old
 // position or the new one. A torn or foreign reader file is an error naming it, never a position:
-// a trim with one deletes nothing. A reader's file may lag what the reader applied (retention keeps
+// a trim with one deletes only what the cap takes, and returns that error. A reader's file may lag what the reader applied (retention keeps
 // more); it must never run ahead. A reader name is 1 to 64 bytes of [A-Za-z0-9._-], not starting
 // with '.' (ErrReaderName), so that it names nothing but its file. RemoveReader refuses a reader
 // that has not applied the whole journal unless forced (ErrReaderBehind).

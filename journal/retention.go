@@ -37,10 +37,11 @@ const (
 
 // Why a segment stays.
 const (
-	HeldUnread = "a reader has not read it"
-	HeldKeep   = "it is younger than the keep duration"
-	HeldOpen   = "a reader holds it open"
-	HeldAhead  = "a reader's position is past the journal's end, so it says nothing about what the reader has read"
+	HeldUnread  = "a reader has not read it"
+	HeldKeep    = "it is younger than the keep duration"
+	HeldOpen    = "a reader holds it open"
+	HeldAhead   = "a reader's position is past the journal's end, so it says nothing about what the reader has read"
+	HeldBadFile = "a reader's file cannot be read, so what that reader has read is unknown"
 )
 
 // WithKeep keeps a sealed segment at least d after it was sealed (its modification time), even once
@@ -158,7 +159,7 @@ type planStep struct {
 // directory when that is smaller, as for a journal written with smaller segments than the options
 // say): a trim runs at each seal, and the last segment grows until the next, so that the journal
 // stays under the cap between seals too.
-func (r *retention) plan(dir string, sealed []segment, end, tailSize, segSize int64, readers []ReaderInfo, st *retState) ([]planStep, *Held, int64, error) {
+func (r *retention) plan(dir string, sealed []segment, end, tailSize, segSize int64, readers []ReaderInfo, bad []string, st *retState) ([]planStep, *Held, int64, error) {
 	largest := tailSize
 	for _, s := range sealed {
 		largest = max(largest, s.size)
@@ -184,6 +185,8 @@ func (r *retention) plan(dir string, sealed []segment, end, tailSize, segSize in
 		}
 		held := &Held{Position: seg.base, Size: seg.size}
 		switch {
+		case len(bad) > 0:
+			held.Reason, held.Readers = HeldBadFile, bad
 		case len(ahead) > 0:
 			held.Reason, held.Readers = HeldAhead, ahead
 		case len(behind) > 0:
@@ -201,7 +204,7 @@ func (r *retention) plan(dir string, sealed []segment, end, tailSize, segSize in
 		case held.Reason == "":
 			steps = append(steps, planStep{seg: seg, reason: ReasonRead})
 		case r.maxBytes > 0 && total > r.maxBytes:
-			steps = append(steps, planStep{seg: seg, reason: ReasonCap, behind: append(behind, ahead...)})
+			steps = append(steps, planStep{seg: seg, reason: ReasonCap, behind: append(append(behind, ahead...), bad...)})
 		default:
 			return steps, held, total, nil
 		}
@@ -222,7 +225,8 @@ func firstBase(sealed []segment, tailBase int64) int64 {
 // oldest first, each only when every registered reader's position is at or past its end and it is
 // older than WithKeep, or the journal is over WithMaxBytes; it stops at the first segment that must
 // stay, and never deletes the last segment or one a reader holds open. A reader file that cannot be
-// read is an error, and nothing is deleted. A done ctx stops it before the next group of segments;
+// read holds every segment but what the cap deletes, and is returned as the error, naming the file,
+// with the report of what the cap deleted. A done ctx stops it before the next group of segments;
 // the report says what it deleted until then. A Journal given WithKeep or WithMaxBytes trims after
 // each seal by itself.
 func (j *Journal) Trim(ctx context.Context) (TrimReport, error) {
@@ -239,15 +243,22 @@ func (j *Journal) Trim(ctx context.Context) (TrimReport, error) {
 
 // trim runs a trim with j.mu held.
 func (j *Journal) trim(ctx context.Context) (rep TrimReport, err error) {
-	readers, err := Readers(j.dir)
-	if err != nil {
-		return TrimReport{}, err
+	readers, bad, badErr := readReaders(j.dir)
+	if badErr != nil && len(bad) == 0 {
+		return TrimReport{}, badErr // the directory itself
 	}
 	end := j.tailBase + j.size
-	steps, held, _, err := j.ret.plan(j.dir, j.sealed, end, j.size, j.segSize, readers, j.st)
+	steps, held, _, err := j.ret.plan(j.dir, j.sealed, end, j.size, j.segSize, readers, bad, j.st)
 	if err != nil {
 		return TrimReport{}, err
 	}
+	// A reader file that cannot be read holds every segment but what the cap takes, and is the
+	// trim's error once the cap has been kept.
+	defer func() {
+		if err == nil {
+			err = badErr
+		}
+	}()
 	// The segments locked for deletion, let go on every way out.
 	var locked []*os.File
 	release := func() {
@@ -594,7 +605,7 @@ func Status(ctx context.Context, dir string, opts ...Option) (DirStatus, error) 
 		if segSize <= 0 {
 			segSize = DefaultSegmentSize
 		}
-		steps, held, _, err := ret.plan(dir, segs[:len(segs)-1], ds.End, segs[len(segs)-1].size, segSize, readers, st)
+		steps, held, _, err := ret.plan(dir, segs[:len(segs)-1], ds.End, segs[len(segs)-1].size, segSize, readers, nil, st)
 		if err != nil {
 			return DirStatus{}, err
 		}

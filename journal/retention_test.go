@@ -524,3 +524,27 @@ func TestAJournalWhoseSegmentsWereDeletedByHandOpensOnlyOnceTheLossIsAccepted(t 
 	}
 	fillJournal(t, j, "r", last+1, 3)
 }
+
+func TestATornReaderFileHoldsEverySegmentButWhatTheCapTakesAndIsTheTrimsError(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "j")
+	j := openDir(t, dir, WithSegmentSize(500))
+	fillJournal(t, j, "r", 1, 20)
+	torn := filepath.Join(dir, "torn.reader")
+	if err := os.WriteFile(torn, []byte("outbox journal reader 1 torn 12"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n := len(segmentsOf(t, dir))
+	rep, err := j.Trim(context.Background())
+	if err == nil || !strings.Contains(err.Error(), torn) || len(rep.Deleted) != 0 || rep.Held == nil || rep.Held.Reason != HeldBadFile {
+		t.Fatalf("%+v, %v", rep, err)
+	}
+	if got := len(segmentsOf(t, dir)); got != n {
+		t.Fatalf("%d segments, %d before", got, n)
+	}
+	j.Close()
+	rep, err = Trim(context.Background(), dir, WithMaxBytes(1200))
+	if err == nil || !strings.Contains(err.Error(), torn) || rep.UnderCap == 0 || rep.LeftBehind[0] != "torn" || rep.OverCap {
+		t.Fatalf("under the cap: %+v, %v", rep, err)
+	}
+}
