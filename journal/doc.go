@@ -129,10 +129,12 @@
 // per reader, NAME.reader, holding one checksummed line, written to a temporary name
 // (NAME.reader.tmp.DIGITS), synced, renamed and the directory synced, so that it holds the old
 // position or the new one. A torn or foreign reader file is an error naming it, never a position:
-// a trim with one deletes only what the cap takes, and returns that error. A reader's file may lag what the reader applied (retention keeps
-// more); it must never run ahead. A reader name is 1 to 64 bytes of [A-Za-z0-9._-], not starting
-// with '.' (ErrReaderName), so that it names nothing but its file. RemoveReader refuses a reader
-// that has not applied the whole journal unless forced (ErrReaderBehind).
+// a trim with one deletes only what the cap takes, and returns that error. A reader's file may lag
+// what the reader applied (retention keeps more); it must never run ahead. A reader name is 1 to
+// 64 bytes of [A-Za-z0-9._-], not starting with '.' (ErrReaderName), so that it names nothing but
+// its file. RemoveReader refuses a reader that has not applied the whole journal unless forced
+// (ErrReaderBehind). Status reports the segments, each reader's lag and what a trim would delete
+// and why not yet; Stats gives a Journal's figures for metrics.
 //
 // Retention is off unless WithKeep or WithMaxBytes is given; then the Journal trims after each
 // seal, and Trim (a Journal's, or the package's, which takes the directory's lock and is ErrLocked
@@ -147,8 +149,8 @@
 // at Error with the readers left behind and counted (TrimReport.UnderCap, Stats.DeletedUnderCap).
 // No segment a reader holds open is ever deleted: a reader holds flock(LOCK_SH) on every segment
 // it has open, and a trim takes flock(LOCK_EX|LOCK_NB) on each segment before unlinking it and
-// keeps it, and every later one, when that is refused. On systems without flock, Open and Trim
-// are refused, as Open is.
+// keeps it, and every later one, when that is refused. On systems without flock, Open, and so
+// Trim, are refused.
 //
 // The directory's retention record (retention.state, one checksummed file written as an index is)
 // says where the last segment began when the journal last rolled to it, what retention deleted
