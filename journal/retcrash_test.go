@@ -128,7 +128,7 @@ func TestAJournalKilledAtEveryStepOfARetentionDeleteOpensAppendsAndReads(t *test
 	points := []string{faultTrimLocked, faultTrimRecorded, faultTrimSegment, faultTrimIndex, faultStateTmp}
 	for _, capBytes := range []int64{0, 1200} {
 		for _, point := range points {
-			for _, at := range []int{1, 2, 3} {
+			for _, at := range []int{1, 2} {
 				dir := filepath.Join(t.TempDir(), "j")
 				if capBytes > 0 {
 					// A stopped reader: only the cap deletes what it has not read.
