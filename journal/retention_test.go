@@ -548,3 +548,30 @@ func TestATornReaderFileHoldsEverySegmentButWhatTheCapTakesAndIsTheTrimsError(t 
 		t.Fatalf("under the cap: %+v, %v", rep, err)
 	}
 }
+
+func TestTheCapNeverDeletesASegmentAReaderHoldsOpen(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "j")
+	j := openDir(t, dir, WithSegmentSize(500))
+	fillJournal(t, j, "r", 1, 20)
+	j.Close()
+	if err := SetReader(dir, "slow", 0); err != nil {
+		t.Fatal(err)
+	}
+	segs := segmentsOf(t, dir)
+	f, err := os.Open(filepath.Join(dir, segmentName(segs[0].base)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Trim(context.Background(), dir, WithMaxBytes(1))
+	if err != nil || len(rep.Deleted) != 0 || rep.Held == nil || rep.Held.Reason != HeldOpen || !rep.OverCap {
+		t.Fatalf("%+v, %v", rep, err)
+	}
+	if got := segmentsOf(t, dir); len(got) != len(segs) {
+		t.Fatalf("segments %v, before %v", got, segs)
+	}
+}
