@@ -32,6 +32,17 @@ const (
 	faultAfterRoll   = "journal.after_roll"   // the next segment is created; the batch is not written
 )
 
+// The fault points of a checkpoint of the last segment, in the order it passes them.
+const (
+	faultBeforeCheckpoint = "journal.before_checkpoint" // a batch is appended; the checkpoint is not begun
+	faultCheckpointTmp    = "journal.checkpoint_tmp"    // the checkpoint is written and synced under its temporary name
+	faultAfterCheckpoint  = "journal.after_checkpoint"  // the checkpoint is renamed into place and the directory synced
+)
+
+// checkpointEvery is how many bytes may be appended to the last segment after its checkpoint
+// before the next is written: what a start reads of lines at most, whatever the segment size.
+const checkpointEvery = 16 << 20
+
 // faultBeforeMkdir: Open found no directory and has not created it yet.
 const faultBeforeMkdir = "journal.before_mkdir"
 
@@ -46,14 +57,18 @@ const (
 type Option func(*options)
 
 type options struct {
-	segmentSize int64
-	ops         fileOps
+	segmentSize     int64
+	checkpointEvery int64
+	ops             fileOps
 }
 
 // WithSegmentSize sets the size a segment is sealed at (DefaultSegmentSize by default): a batch that
 // would take the last segment past n bytes goes to a new one. A batch is never split, so a segment
 // exceeds n only when it holds a single batch larger than n. n must be positive.
 func WithSegmentSize(n int64) Option { return func(o *options) { o.segmentSize = n } }
+
+// withCheckpointEvery sets how far the last segment grows between its checkpoints, for tests.
+func withCheckpointEvery(n int64) Option { return func(o *options) { o.checkpointEvery = n } }
 
 // withOps replaces the file system calls of appends, for tests.
 func withOps(ops fileOps) Option { return func(o *options) { o.ops = ops } }
@@ -67,9 +82,11 @@ type Journal struct {
 	mu sync.Mutex
 	appendFile
 
-	dir     string
-	dirf    *os.File // the directory, locked
-	segSize int64
+	dir       string
+	dirf      *os.File // the directory, locked
+	segSize   int64
+	ckptEvery int64
+	ckptEnd   int64 // the position the last segment's checkpoint covers up to (tailBase without one)
 
 	sealed   []segment // in order; the last segment (the tail) follows them
 	tailBase int64
@@ -106,7 +123,7 @@ func parseBase(name, ext string) (int64, bool) {
 // with ErrLocked when another Journal, in this process or another, has it open, and cuts the last
 // segment's torn tail. It reads no sealed segment: the first Append or LastSeq reads their indexes.
 func Open(dir string, opts ...Option) (*Journal, error) {
-	o := options{segmentSize: DefaultSegmentSize, ops: osOps{}}
+	o := options{segmentSize: DefaultSegmentSize, checkpointEvery: checkpointEvery, ops: osOps{}}
 	for _, opt := range opts {
 		if opt == nil {
 			return nil, errors.New("journal: Open: a nil Option")
@@ -152,7 +169,7 @@ func Open(dir string, opts ...Option) (*Journal, error) {
 		}
 		return nil, fmt.Errorf("journal: lock %s: %w", dir, err)
 	}
-	j := &Journal{dir: dir, dirf: dirf, segSize: o.segmentSize, rdIdx: -1}
+	j := &Journal{dir: dir, dirf: dirf, segSize: o.segmentSize, ckptEvery: o.checkpointEvery, rdIdx: -1}
 	j.name, j.src, j.ops = dir, j, o.ops
 	if err := j.open(); err != nil {
 		if j.f != nil {
@@ -217,9 +234,10 @@ func (j *Journal) open() error {
 		segs[b] = true
 	}
 	for base := range indexes {
-		// The last segment's index is stale by definition (it was written before a crash stopped a
-		// roll, and the segment may have grown since); one without its segment is an orphan.
-		if base >= j.tailBase || !segs[base] {
+		// The last segment's .idx can only be its checkpoint, judged once the segment is open
+		// below: a seal index there was written before a crash stopped a roll, and the segment may
+		// have grown since. One without its segment is an orphan.
+		if base > j.tailBase || !segs[base] {
 			remove = append(remove, indexName(base))
 		}
 	}
@@ -242,6 +260,19 @@ func (j *Journal) open() error {
 		}
 	}
 	j.size, j.tail, j.lastLine = end.complete, end.tail, j.tailBase+end.lastStart
+	j.runs.init(0)
+	j.tailRuns.init(j.size)
+	j.tailRuns.scanned = j.tailBase
+	j.ckptEnd = j.tailBase
+	if indexes[j.tailBase] {
+		ok, err := j.loadCheckpoint()
+		if err != nil {
+			return err
+		}
+		if !ok {
+			remove = append(remove, indexName(j.tailBase))
+		}
+	}
 	for _, name := range remove {
 		if err := os.Remove(filepath.Join(j.dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("journal: %w", err)
@@ -252,10 +283,75 @@ func (j *Journal) open() error {
 			return err
 		}
 	}
-	j.runs.init(0)
-	j.tailRuns.init(j.size)
-	j.tailRuns.scanned = j.tailBase
 	return nil
+}
+
+// loadCheckpoint reads the checkpoint beside the last segment and trusts it only when it is a
+// checkpoint of that segment's file as it is now: its checksum holds, it names the segment's
+// position and file (its inode: a copy of the directory is other files), it covers no more than the
+// segment's complete lines, and the line it says its part ends with, read alone, has the digest it
+// records. Then the first read of the last segment starts where it ends. Any other (torn, another
+// segment's or journal's, a copy's, or one whose part a crash or a program cut back and rewrote)
+// is not trusted: ok is false, and the segment is read whole.
+func (j *Journal) loadCheckpoint() (ok bool, err error) {
+	b, err := os.ReadFile(filepath.Join(j.dir, indexName(j.tailBase)))
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("journal: %w", err)
+	}
+	ck, err := parseCheckpoint(b)
+	if err != nil || ck.base != j.tailBase || ck.size > j.size {
+		return false, nil
+	}
+	st, err := j.f.Stat()
+	if err != nil {
+		return false, fmt.Errorf("journal: %w", err)
+	}
+	if id := fileID(st); id == 0 || id != ck.ino {
+		return false, nil
+	}
+	sum, ok, err := j.lineSum(ck.base+ck.lastStart, ck.base+ck.size)
+	if err != nil || !ok || sum != ck.lastSum {
+		return false, err
+	}
+	ck.mergeInto(&j.tailRuns)
+	j.tailRuns.scanned = ck.base + ck.size
+	j.ckptEnd = ck.base + ck.size
+	return true, nil
+}
+
+// checkpoint writes the last segment's index as it is now beside it (as its .idx, which sealing
+// replaces by the seal index), so that the next start reads only the lines after it. It is an aid,
+// never a record the journal needs: a failure leaves the last checkpoint (still a true account of a
+// shorter part) or none, and does not fail the append whose batch is already durable. The next try
+// comes a checkpoint's interval later, not at the next append.
+func (j *Journal) checkpoint() {
+	end := j.tailBase + j.size
+	j.ckptEnd = end
+	if j.size == 0 || !j.tailRuns.built {
+		return
+	}
+	faultpoint.Hit(faultBeforeCheckpoint)
+	sum, ok, err := j.lineSum(j.lastLine, end)
+	if err != nil || !ok {
+		return
+	}
+	st, err := j.f.Stat()
+	if err != nil || fileID(st) == 0 {
+		return
+	}
+	si := segIndexOf(&j.tailRuns, j.tailBase, j.size, 0, j.lastLine, sum)
+	si.checkpoint, si.ino = true, fileID(st)
+	if j.writeIndex(si) == nil {
+		faultpoint.Hit(faultAfterCheckpoint)
+	}
+}
+
+// checkpointDue tells whether the last segment has grown a checkpoint's interval past its last one.
+func (j *Journal) checkpointDue() bool {
+	return j.ckptEvery > 0 && j.tailBase+j.size-j.ckptEnd >= j.ckptEvery
 }
 
 // Dir returns the journal's directory.
@@ -299,6 +395,9 @@ func (j *Journal) Append(ctx context.Context, runID string, lines []outbox.Event
 	j.tailRuns.noteAppended(runID, lines, off)
 	j.tailRuns.scanned = j.tailBase + j.size
 	j.lastLine = off + int64(len(buf)-len(lines[len(lines)-1].Line)-1)
+	if j.checkpointDue() {
+		j.checkpoint()
+	}
 	return nil
 }
 
@@ -356,6 +455,10 @@ func (j *Journal) index(ctx context.Context) error {
 		}
 	}
 	j.runs.built, j.merged = true, true
+	if j.checkpointDue() {
+		// The segment was read whole (no checkpoint, or one not trusted): the next start need not.
+		j.checkpoint()
+	}
 	return nil
 }
 
@@ -454,7 +557,11 @@ func (j *Journal) writeIndex(si *segIndex) error {
 		err = cerr
 	}
 	if err == nil {
-		faultpoint.Hit(faultIndexTmp)
+		if si.checkpoint {
+			faultpoint.Hit(faultCheckpointTmp)
+		} else {
+			faultpoint.Hit(faultIndexTmp)
+		}
 		err = os.Rename(tmp, final)
 	}
 	if err != nil {
@@ -502,6 +609,7 @@ func (j *Journal) roll() error {
 	j.tailBase, j.path, j.f, j.size, j.tail, j.lastLine = end, path, f, 0, j.tail[:0], end
 	j.tailRuns.init(0)
 	j.tailRuns.scanned = end
+	j.ckptEnd = end
 	return nil
 }
 
