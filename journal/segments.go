@@ -75,8 +75,9 @@ func withOps(ops fileOps) Option { return func(o *options) { o.ops = ops } }
 
 // Journal is a journal kept as a directory of segment files, for appending. It is the outbox's
 // segmented sink, with every check File makes (see Append); a start reads the sealed segments'
-// index files and the last segment, not the journal's history. A Journal holds an exclusive lock on
-// its directory while open. Its methods are safe for concurrent use.
+// index files, the last segment's checkpoint and the lines after it, not the journal's history.
+// A Journal holds an exclusive lock on its directory while open. Its methods are safe for
+// concurrent use.
 type Journal struct {
 	runLog
 	mu sync.Mutex
@@ -121,7 +122,8 @@ func parseBase(name, ext string) (int64, bool) {
 // left as it was. A sealed segment whose size does not end where the next one's name begins (another
 // program appended to it, or cut it) is ErrModified. Open takes an exclusive lock on dir, failing
 // with ErrLocked when another Journal, in this process or another, has it open, and cuts the last
-// segment's torn tail. It reads no sealed segment: the first Append or LastSeq reads their indexes.
+// segment's torn tail, and reads the last segment's checkpoint (see the package's doc), removing one
+// it does not trust. It reads no sealed segment: the first Append or LastSeq reads their indexes.
 func Open(dir string, opts ...Option) (*Journal, error) {
 	o := options{segmentSize: DefaultSegmentSize, checkpointEvery: checkpointEvery, ops: osOps{}}
 	for _, opt := range opts {
@@ -409,7 +411,7 @@ func (j *Journal) LastSeq(runID string) (int64, error) {
 // LastSeqContext returns the highest seq of runID's lines in the journal, or 0 when it holds none.
 // The first call after Open (or the first Append) reads the sealed segments' indexes, rebuilding
 // one that is missing or does not match its segment from that segment alone, and reads the last
-// segment; it stops with ctx's error when ctx is done, or when Close is called, and the next call
+// segment from its checkpoint on (writing a checkpoint when it had to read more than 16 MiB); it stops with ctx's error when ctx is done, or when Close is called, and the next call
 // takes it up where it stopped.
 func (j *Journal) LastSeqContext(ctx context.Context, runID string) (int64, error) {
 	j.mu.Lock()
