@@ -236,3 +236,30 @@ func TestACheckpointIsReplacedByTheSealIndexWhenItsSegmentIsSealed(t *testing.T)
 		t.Fatal(err)
 	}
 }
+
+// TestAnAppendWhoseCheckpointCannotBeWrittenSucceeds: the batch is durable before the checkpoint
+// is tried, and a checkpoint is an aid; the next is tried an interval later and then written.
+func TestAnAppendWhoseCheckpointCannotBeWrittenSucceeds(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "j")
+	j := openDir(t, dir, withCheckpointEvery(200))
+	// A directory where the checkpoint's temporary file goes: its create fails.
+	block := filepath.Join(dir, indexName(0)+".tmp")
+	if err := os.Mkdir(block, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(block, "keep"), nil, 0o644)
+	mustAppend(t, j, "r", runBatch("r", 1, 6, "w"))
+	if _, err := os.Stat(filepath.Join(dir, indexName(0))); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a checkpoint was written through the blocked name: %v", err)
+	}
+	os.RemoveAll(block)
+	mustAppend(t, j, "r", runBatch("r", 7, 6, "w"))
+	b, err := os.ReadFile(filepath.Join(dir, indexName(0)))
+	if err != nil {
+		t.Fatalf("no checkpoint once its name was free: %v", err)
+	}
+	if ck, err := parseCheckpoint(b); err != nil || ck.size != segmentsOf(t, dir)[0].size {
+		t.Fatalf("the checkpoint: %+v, %v", ck, err)
+	}
+}
