@@ -296,32 +296,46 @@ func (j *Journal) open() error {
 // segment's or journal's, a copy's, or one whose part a crash or a program cut back and rewrote)
 // is not trusted: ok is false, and the segment is read whole.
 func (j *Journal) loadCheckpoint() (ok bool, err error) {
-	b, err := os.ReadFile(filepath.Join(j.dir, indexName(j.tailBase)))
-	if errors.Is(err, os.ErrNotExist) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("journal: %w", err)
-	}
-	ck, err := parseCheckpoint(b)
-	if err != nil || ck.base != j.tailBase || ck.size > j.size {
-		return false, nil
-	}
-	st, err := j.f.Stat()
-	if err != nil {
-		return false, fmt.Errorf("journal: %w", err)
-	}
-	if id := fileID(st); id == 0 || id != ck.ino {
-		return false, nil
-	}
-	sum, ok, err := j.lineSum(ck.base+ck.lastStart, ck.base+ck.size)
-	if err != nil || !ok || sum != ck.lastSum {
+	ck, err := readCheckpoint(j.dir, j.tailBase, j.f, j.size)
+	if ck == nil || err != nil {
 		return false, err
 	}
 	ck.mergeInto(&j.tailRuns)
 	j.tailRuns.scanned = ck.base + ck.size
 	j.ckptEnd = ck.base + ck.size
 	return true, nil
+}
+
+// readCheckpoint returns the checkpoint beside the segment at base in dir, open as f with size bytes
+// of complete lines, when it is to be trusted by loadCheckpoint's rules, or nil. A reader of the
+// journal that reads its last segment can start after it too.
+func readCheckpoint(dir string, base int64, f *os.File, size int64) (*segIndex, error) {
+	b, err := os.ReadFile(filepath.Join(dir, indexName(base)))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("journal: %w", err)
+	}
+	ck, err := parseCheckpoint(b)
+	if err != nil || ck.base != base || ck.size > size {
+		return nil, nil
+	}
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("journal: %w", err)
+	}
+	if id := fileID(st); id == 0 || id != ck.ino {
+		return nil, nil
+	}
+	line := make([]byte, ck.size-ck.lastStart)
+	if err := readAt(f, line, ck.lastStart); err != nil {
+		return nil, fmt.Errorf("journal: read %s at byte %d: %w", f.Name(), ck.lastStart, err)
+	}
+	if line[len(line)-1] != '\n' || sha256.Sum256(line) != ck.lastSum {
+		return nil, nil
+	}
+	return ck, nil
 }
 
 // checkpoint writes the last segment's index as it is now beside it (as its .idx, which sealing
