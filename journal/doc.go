@@ -108,9 +108,26 @@
 // the segment's last line, read alone, is the one it records. Any other (missing, torn, another
 // segment's, another journal's segment's of the same position, size and last line, left by a crash
 // before a segment grew, or after a copy that did not keep the files' times) is rebuilt from that segment alone, read once, and written again;
-// an index beside the last segment (a crash came between writing it and starting the next segment)
-// is removed at Open, since that segment is appended to. Then it reads the last segment. A start
-// therefore reads the indexes and at most a segment of lines, whatever the journal's length.
+// then it reads the last segment, from its checkpoint on.
+//
+// The last segment is checkpointed as it grows: once 16 MiB have been appended to it since its last
+// checkpoint (or since it was started), the append that passed the mark writes the segment's index
+// as it is then beside it, under the segment's .idx name, as durably as a seal index (temporary
+// name, synced, renamed, the directory synced), with its own header line ("outbox journal tail
+// checkpoint 1") and, in the modification time's place, the segment file's inode number (unsigned; a growing
+// segment's time moves with every append). Sealing the segment replaces it with the seal index. A
+// checkpoint is an aid, never a record: a failure to write one does not fail the append, whose batch
+// is already durable, and is tried again 16 MiB later. Open trusts the checkpoint beside the last
+// segment only when its checksum holds, it names the segment's position and file (the inode: a copy
+// of the directory, with or without its times, is new files), it covers no more than the segment's
+// complete lines, and the line it says its part ends with, read alone, has the digest it records.
+// Any other (torn, a seal index left by a crash between sealing and starting the next segment,
+// another segment's or journal's, a copy's, one whose part was cut back below it or rewritten) is
+// removed and the segment read whole, after which a new checkpoint is written. A start therefore
+// reads the indexes, the checkpoint and at most 16 MiB of lines, whatever the journal's and the
+// segment's length; a start after a copy or a crash that left no checkpoint reads at most a segment.
+// Like a seal index, a checkpoint cannot tell a program that rewrote the lines before its end in
+// place, keeping the line it ends with: never write to a journal's files.
 //
 // A Journal makes every check a File makes, against the whole retained journal (a re-delivery is
 // compared with its copies in whichever segments hold them), with the same failure model: a batch
@@ -118,8 +135,9 @@
 // last segment's torn tail cut at Open, an exclusive flock on the directory (ErrLocked), and
 // another program's write to the last segment refused before each append (ErrModified); a write to
 // a sealed segment is found when the journal is opened or the segment read. A directory that holds
-// anything but segments, their indexes, readers' files, the retention record (see Retention) and
-// the temporary files of their writes is ErrNotJournal, and so is a path that is not a directory (a single-file journal is carried over
+// anything but segments, their indexes (the last segment's checkpoint among them), readers' files,
+// the retention record (see Retention) and the temporary files of their writes is ErrNotJournal,
+// and so is a path that is not a directory (a single-file journal is carried over
 // by `outbox journal adopt FILE DIR`). The run index in memory costs what File's costs for the same
 // lines.
 //

@@ -27,9 +27,11 @@ Works on a journal kept as a directory of segments.
                    (00000000000000000000.jsonl), moved by a rename, so every line keeps its byte
                    position; it is read once, to write its index, and an empty segment is started
                    after it, so that a start reads the index, not the file. Stop the engine first:
-                   a journal another writer has open is refused. Nothing is changed when it is
-                   refused. FILE is no longer at its path afterwards: an inbox that reads it
-                   (ApplyFile, FollowFile) must be moved to the directory too.
+                   a journal another writer has open is refused, and so is a FILE with other names
+                   (hard links) or one that changes while it is adopted (a program writing to it
+                   without its lock). Nothing is changed when it is refused. FILE is no longer at
+                   its path afterwards: an inbox that reads it (ApplyFile, FollowFile) must be
+                   moved to the directory too.
   status DIR       reports the segments, the readers and their lag, and what a trim would delete
                    and why not yet (outbox journal status --help).
   readers DIR      lists the registered readers; readers rm NAME DIR removes one that is gone
