@@ -45,6 +45,43 @@ func VerifyDir(ctx context.Context, dir string, opts ...VerifyOption) (Report, e
 	return rep, err
 }
 
+// SegmentFile is one segment of a journal directory: its path and the journal-wide position of its
+// first byte (its name).
+type SegmentFile struct {
+	Path     string
+	Position int64
+}
+
+// SegmentsOf lists the segments of the journal directory dir in order, for a reader that streams
+// the journal (cat DIR/*.jsonl reads the same); other files in dir are not listed. A path that is
+// not a directory, or a directory without a segment, is ErrNotJournal.
+func SegmentsOf(dir string) ([]SegmentFile, error) {
+	bases, err := segmentBases(dir)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]SegmentFile, len(bases))
+	for i, b := range bases {
+		out[i] = SegmentFile{Path: filepath.Join(dir, segmentName(b)), Position: b}
+	}
+	return out, nil
+}
+
+// OpenSegmentForReading opens a segment (a regular file; a FIFO is refused without being opened)
+// and holds a shared lock on it until it is closed, as a reader of a journal directory does:
+// retention deletes no segment a reader holds.
+func OpenSegmentForReading(path string) (*os.File, error) {
+	f, err := openRegularForReading(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := holdForReading(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("journal: lock %s for reading: %w", path, err)
+	}
+	return f, nil
+}
+
 // segmentBases lists the positions of dir's segments, in order; dir must hold at least one.
 func segmentBases(dir string) ([]int64, error) {
 	st, err := os.Stat(dir)
@@ -105,14 +142,11 @@ func (v *Verifier) runSegments(ctx context.Context, dir string, bases []int64) e
 
 // runSegment verifies one segment and returns how many bytes it read.
 func (v *Verifier) runSegment(ctx context.Context, path string) (int64, error) {
-	f, err := openRegularForReading(path)
+	f, err := OpenSegmentForReading(path)
 	if err != nil {
 		return 0, err
 	}
 	defer f.Close()
-	if err := holdForReading(f); err != nil {
-		return 0, fmt.Errorf("journal: lock %s for reading: %w", path, err)
-	}
 	r := &countingReader{r: f}
 	err = v.run(ctx, r)
 	return r.n, err
