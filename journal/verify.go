@@ -4,9 +4,9 @@ package journal
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"runtime"
 	"sync"
@@ -94,8 +94,8 @@ func (e *Error) Unwrap() error { return e.Err }
 // transport (a broker's stream) feeds its lines to Check. Use NewVerifier.
 //
 // Its memory is bounded per run, not per line: each run keeps its counts, and the runs appended to
-// most recently (windowRuns of them) keep the SHA-256 of their last lines (the repeat window), to
-// which a re-delivery is compared. The relay re-sends at most the lines it had in flight when it
+// most recently (windowRuns of them) keep a 64-bit hash of each of their last lines (the repeat
+// window), to which a re-delivery is compared. The relay re-sends at most the lines it had in flight when it
 // stopped, two batches, so a legitimate re-delivery repeats a run's last lines; an older repeat is
 // accepted by its key alone and counted as Unchecked.
 type Verifier struct {
@@ -112,6 +112,8 @@ type Verifier struct {
 	runs      map[string]*runState
 	scan      scanner
 
+	seed maphash.Seed // of the lines' hashes in the windows: chosen at random, unknown to any writer
+
 	// The runs holding a window, most recently appended to first.
 	head, tail *runState
 	windows    int
@@ -122,7 +124,7 @@ type Verifier struct {
 type runState struct {
 	first, last            int64
 	lines, dups, unchecked int
-	win                    [][sha256.Size]byte
+	win                    []uint64
 	winFrom                int64
 	prev, next             *runState
 }
@@ -135,7 +137,7 @@ const DefaultRepeatWindow = 2 * outbox.DefaultBatchSize
 // windowRuns is how many runs hold a repeat window at once: the runs appended to most recently. An
 // engine appends to one run at a time and recovers earlier ones one after another, so a re-delivery
 // follows its first copy within a few runs; this bounds the windows to windowRuns*DefaultRepeatWindow
-// digests (4 MiB) however many runs the journal holds.
+// hashes (1 MiB) however many runs the journal holds.
 const windowRuns = 256
 
 // firstWindow is the size a run's window starts at; it doubles up to the repeat window, so that a
@@ -143,9 +145,9 @@ const windowRuns = 256
 const firstWindow = 8
 
 // remember records the digest of seq, the run's new last seq, in its window.
-func (v *Verifier) remember(st *runState, seq int64, d *[sha256.Size]byte) {
+func (v *Verifier) remember(st *runState, seq int64, d *uint64) {
 	if st.winFrom == 0 {
-		st.win, st.winFrom = make([][sha256.Size]byte, min(firstWindow, v.window)), seq
+		st.win, st.winFrom = make([]uint64, min(firstWindow, v.window)), seq
 		v.windows++
 		if v.windows > windowRuns {
 			v.drop(v.tail)
@@ -153,7 +155,7 @@ func (v *Verifier) remember(st *runState, seq int64, d *[sha256.Size]byte) {
 	} else {
 		v.unlink(st)
 		if n := int64(len(st.win)); seq-st.winFrom >= n && int(n) < v.window {
-			grown := make([][sha256.Size]byte, min(2*int(n), v.window))
+			grown := make([]uint64, min(2*int(n), v.window))
 			for s := max(st.winFrom, st.last-n+1); s <= st.last; s++ {
 				grown[(s-1)%int64(len(grown))] = st.win[(s-1)%n]
 			}
@@ -173,7 +175,7 @@ func (v *Verifier) remember(st *runState, seq int64, d *[sha256.Size]byte) {
 }
 
 // held returns the digest the window holds for seq, or nil.
-func (st *runState) held(seq int64) *[sha256.Size]byte {
+func (st *runState) held(seq int64) *uint64 {
 	n := int64(len(st.win))
 	if st.winFrom == 0 || seq < st.winFrom || seq <= st.last-n {
 		return nil
@@ -245,12 +247,12 @@ func WithMaxLineSize(n int) VerifyOption {
 	}
 }
 
-// maxRepeatWindow bounds WithRepeatWindow: the windows of windowRuns runs at this size take 2 GiB.
+// maxRepeatWindow bounds WithRepeatWindow: the windows of windowRuns runs at this size take 512 MiB.
 const maxRepeatWindow = 1 << 18
 
 // WithRepeatWindow sets how many of a run's last seqs a re-delivery is compared with byte for byte
-// (by SHA-256): DefaultRepeatWindow unless set; n must be from 1 to 262,144. A repeat of an older
-// seq is accepted by its key alone and counted in Report.Unchecked. Memory grows with n: 32 bytes
+// (by hash): DefaultRepeatWindow unless set; n must be from 1 to 262,144. A repeat of an older
+// seq is accepted by its key alone and counted in Report.Unchecked. Memory grows with n: 8 bytes
 // a seq for each of the 256 runs appended to most recently.
 func WithRepeatWindow(n int) VerifyOption {
 	return func(c *verifyConfig) error {
@@ -282,7 +284,7 @@ func NewVerifier(opts ...VerifyOption) *Verifier {
 			err = o(&c)
 		}
 	}
-	return &Verifier{maxLine: c.maxLine, window: c.window, partial: c.partial, err: err, runs: map[string]*runState{}}
+	return &Verifier{maxLine: c.maxLine, window: c.window, partial: c.partial, err: err, runs: map[string]*runState{}, seed: maphash.MakeSeed()}
 }
 
 // Check checks the next complete line (without its newline). It returns an *Error for a gap, a
@@ -296,15 +298,15 @@ func (v *Verifier) Check(line []byte) error {
 		return v.accept(line, nil, 0, whyTooLong, nil)
 	}
 	run, seq, w := v.scan.parseShaped(line)
-	var digest [sha256.Size]byte
+	var digest uint64
 	if w == whyNone {
-		digest = sha256.Sum256(line)
+		digest = maphash.Bytes(v.seed, line)
 	}
 	return v.accept(line, run, seq, w, &digest)
 }
 
-// accept applies the reader's rules to the next line, in input order; digest is its SHA-256.
-func (v *Verifier) accept(line []byte, run []byte, seq int64, w why, digest *[sha256.Size]byte) error {
+// accept applies the reader's rules to the next line, in input order; digest is its hash.
+func (v *Verifier) accept(line []byte, run []byte, seq int64, w why, digest *uint64) error {
 	v.line++
 	if w == whyTooLong {
 		return &Error{Line: v.line, Reason: w.String(), Length: int64(len(line)), Limit: v.maxLine, Err: ErrMalformed}
@@ -364,7 +366,9 @@ func (v *Verifier) Report() Report {
 // freely. A last line without its newline is a torn tail, reported but not an error. On an error, the
 // Report covers the lines before it.
 //
-// A repeat is compared with the first copy by SHA-256 while the first copy is one of the run's last
+// A repeat is compared with the first copy by a 64-bit hash (hash/maphash, its seed chosen at random
+// for each Verifier, so that no writer can aim a conflicting line at the hash of its first copy: two
+// lines differ and pass as the same with a chance of one in 2^64) while the first copy is one of the run's last
 // seqs (the repeat window: DefaultRepeatWindow, two relay batches, or WithRepeatWindow), and the run
 // is among the 256 appended to most recently: the relay re-sends only what it had in flight. An older
 // repeat has its key checked (it is a seq the run already has) and is counted in Report.Unchecked,
@@ -380,7 +384,7 @@ func (v *Verifier) Report() Report {
 // block of input.
 //
 // Memory does not grow with the journal's lines: each run costs a small constant, about 200 bytes
-// (BenchmarkVerifyManyRuns), and the repeat windows at most 4 MiB by default.
+// (BenchmarkVerifyManyRuns), and the repeat windows at most 1 MiB by default.
 func Verify(r io.Reader, opts ...VerifyOption) (Report, error) {
 	v := NewVerifier(opts...)
 	if v.err != nil {
@@ -414,7 +418,7 @@ func (v *Verifier) run(ctx context.Context, r io.Reader) error {
 			defer wg.Done()
 			var s scanner
 			for b := range jobs {
-				parseBlock(&s, b, true, v.maxLine)
+				parseBlock(&s, b, &v.seed, v.maxLine)
 				close(b.done)
 			}
 		}()
