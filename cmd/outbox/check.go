@@ -204,6 +204,9 @@ func crossCheck(ctx context.Context, dbPath string, read func(*checker) error, r
 	if err := read(c); err != nil {
 		return err
 	}
+	if c.err != nil { // a read of the book at the journal's last line
+		return c.err
+	}
 	findings, err := c.findings(ctx)
 	if err != nil {
 		return err
