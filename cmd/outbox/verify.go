@@ -77,11 +77,13 @@ segment and its line there), one segment or a single-file journal; - reads the j
 standard input. A directory whose first segments retention removed, or a segment after the
 first, begins mid-way: its runs may begin at any seq.
 
-Memory stays bounded whatever the journal's length: a repeat is compared byte for byte (by
-SHA-256) when it repeats one of its run's last 512 seqs, what a relay re-sends after a crash (two
-batches); an older repeat has its key checked and is counted as unchecked, not compared. With --nats URL or --context NAME it checks the
-stream NAME instead, read from its first message to its last, every message's subject under
---subject-prefix.
+Memory stays bounded whatever the journal's length: a repeat is compared with its first copy (by
+a 64-bit hash under a seed chosen at random) when it repeats one of its run's last 512 seqs, what a
+relay re-sends after a crash (two batches); an older repeat has its key checked and is counted as
+unchecked, not compared.
+
+With --nats URL or --context NAME it checks the stream NAME instead, read from its first message to
+its last, every message's subject under --subject-prefix.
 
 Prints a per-run summary, the journal's lines counted as check counts them (unique lines, once
 per run and seq, and lines in all, repeats included), and ends with a one-line verdict, "OK" or
