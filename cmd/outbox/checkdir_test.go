@@ -198,3 +198,20 @@ func TestCheckHoldsPagesOfStoredRowsForAFewRunsOnly(t *testing.T) {
 		t.Errorf("%d reads of stored rows, want %d: one a run, and the long run a page at a time", reads, want)
 	}
 }
+
+func TestVerifyOfASegmentAfterTheFirstLetsItsRunsBeginMidway(t *testing.T) {
+	_, jDir := checkedDirBook(t)
+	segs, _ := journal.SegmentsOf(jDir)
+	code, out, errOut := cli(t, "verify", "--json", segs[1].Path)
+	var rep verifyReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	begun := false
+	for _, r := range rep.Runs {
+		begun = begun || r.First > 1
+	}
+	if code != exitOK || !begun {
+		t.Errorf("verify of the second segment: exit %d, %q, runs %+v; want OK with a run begun mid-way", code, errOut, rep.Runs)
+	}
+}
