@@ -4,7 +4,7 @@ package journal
 
 import (
 	"bytes"
-	"crypto/sha256"
+	"hash/maphash"
 	"io"
 )
 
@@ -18,9 +18,9 @@ type block struct {
 	data    []byte // complete lines, each ending in a newline: a prefix of buf
 	off     int64  // offset of data in src, or -1
 	lines   []parsed
-	escaped [][]byte            // decoded run ids of lines whose run id holds an escape
-	digests [][sha256.Size]byte // by line, when there is no src
-	tooLong int64               // after the lines: a line of at least this many bytes, over the limit
+	escaped [][]byte // decoded run ids of lines whose run id holds an escape
+	digests []uint64 // by line: its hash under the Verifier's seed
+	tooLong int64    // after the lines: a line of at least this many bytes, over the limit
 	done    chan struct{}
 }
 
@@ -117,7 +117,7 @@ func readLong(r io.Reader, head []byte, maxLine, most int) ([]byte, int, error) 
 	return joined, total, err
 }
 
-func parseBlock(s *scanner, b *block, digests bool, maxLine int) {
+func parseBlock(s *scanner, b *block, seed *maphash.Seed, maxLine int) {
 	b.lines, b.escaped, b.digests = b.lines[:0], b.escaped[:0], b.digests[:0]
 	data := b.data
 	for start := 0; start < len(data); {
@@ -136,16 +136,16 @@ func parseBlock(s *scanner, b *block, digests bool, maxLine int) {
 			p.runAt = int32(start + s.runAt)
 		}
 		b.lines = append(b.lines, p)
-		if digests {
-			var d [sha256.Size]byte
+		if seed != nil {
+			var d uint64
 			if w == whyNone {
-				d = sha256.Sum256(line)
+				d = maphash.Bytes(*seed, line)
 			}
 			b.digests = append(b.digests, d)
 		}
 		start = i + 1
 	}
-	if !digests {
+	if seed == nil {
 		b.digests = nil
 	}
 }

@@ -190,9 +190,18 @@
 //
 // # Verify
 //
-// Verify checks a journal against the reader's rules and reports what it accepted. A line longer than
-// the limit (WithMaxLineSize, outbox.DefaultMaxLineSize by default, at most MaxLineSizeLimit) is
-// ErrMalformed "line too long", found while reading, without holding more of it than the limit. Its
-// memory is bounded by the journal's lines and runs: 8 bytes per line read from a file (32 from a
-// stream that cannot be read back) and about 200 bytes per run.
+// Verify checks a journal against the reader's rules and reports what it accepted; VerifyDir reads a
+// journal directory's segments in the order of their names, as one journal, and names the segment
+// and its line with a finding. A line longer than the limit (WithMaxLineSize,
+// outbox.DefaultMaxLineSize by default, at most MaxLineSizeLimit) is ErrMalformed "line too long",
+// found while reading, without holding more of it than the limit.
+//
+// Its memory is bounded per run, not per line: a run costs about 200 bytes, and the 256 runs
+// appended to most recently keep a 64-bit hash of the line of each of their last seqs (the repeat
+// window, DefaultRepeatWindow: two relay batches), at most 1 MiB; the hash is hash/maphash's under a
+// seed chosen at random for each Verifier, so that no writer can aim a conflicting line at it. A
+// re-delivery of a seq within the window is compared with the first copy by that hash; the relay re-sends only the batches it had in flight, so that is
+// where a legitimate one lies. An older repeat is checked by its key (the run already has that seq)
+// and counted in Report.Unchecked, its bytes not compared. Every other rule (each run from seq 1 up
+// by one, every line well formed) holds for the whole journal.
 package journal

@@ -46,7 +46,7 @@ func retainedPerRun(tb testing.TB, in []byte, runs int, stream bool) float64 {
 }
 
 // TestVerifyKeepsASmallConstantPerRun: a journal of single-line runs costs Verify a small constant per
-// run plus the line's record (8 bytes from a file, 32 from a stream), not a chunk of records per run.
+// run, not a window of digests per run: only the most recent runs keep one.
 // OUTBOX_VERIFY_RUNS sets the count (make reliability: a million).
 func TestVerifyKeepsASmallConstantPerRun(t *testing.T) {
 	runs := 100_000

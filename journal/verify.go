@@ -3,10 +3,10 @@
 package journal
 
 import (
-	"bytes"
-	"crypto/sha256"
+	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"runtime"
 	"sync"
@@ -32,103 +32,177 @@ var (
 
 // Report is what Verify found.
 type Report struct {
-	Lines      int  // distinct lines accepted
-	Duplicates int  // byte-identical re-deliveries of an accepted (run, seq), skipped
-	TornTail   bool // the input ended in a line without its newline (not an error)
-	Runs       map[string]RunReport
+	Lines      int // distinct lines accepted
+	Duplicates int // re-deliveries of an accepted (run, seq), skipped: byte-identical, or Unchecked
+	// Unchecked counts the Duplicates that repeat a seq older than the run's repeat window
+	// (WithRepeatWindow): their key is checked, their bytes are not compared with the first copy.
+	Unchecked int
+	TornTail  bool // the input ended in a line without its newline (not an error)
+	// Start is the journal-wide position of the first byte read: not 0 for a journal directory
+	// whose first segments retention removed. Runs may then begin at any seq (RunReport.First).
+	Start int64
+	Runs  map[string]RunReport
 }
 
 // RunReport is one run's part of a Report.
 type RunReport struct {
-	Last       int64 // the highest seq accepted; the run's lines are 1..Last
+	// First is, when the input is a part of a journal (WithPartial, a trimmed directory), the run's
+	// first seq read; 0 otherwise, where every run begins at seq 1.
+	First      int64
+	Last       int64 // the highest seq accepted
 	Lines      int
 	Duplicates int
+	Unchecked  int // Duplicates older than the repeat window, not compared byte for byte
 }
 
 // Error locates a problem Verify found. It wraps ErrStreamGap, ErrPayloadConflict or ErrMalformed.
 type Error struct {
-	Line     int    // 1-based line number in the input
-	Run      string // the line's run, when it could be read
-	Seq      int64  // the line's seq, when it could be read
-	Expected int64  // for a gap: the seq that should have come
-	Reason   string // for a malformed line: what is wrong with it
-	Length   int64  // for a line too long: its length, or as much of it as was read before Verify stopped
-	Limit    int    // for a line too long: the longest line allowed (WithMaxLineSize)
-	Err      error
+	Line int // 1-based line number in the input (in a directory: in the journal, across segments)
+	// Segment names the segment file that holds the line, and SegmentLine its 1-based number there,
+	// when the input is a journal directory (VerifyDir).
+	Segment     string
+	SegmentLine int
+	Run         string // the line's run, when it could be read
+	Seq         int64  // the line's seq, when it could be read
+	Expected    int64  // for a gap: the seq that should have come
+	Reason      string // for a malformed line: what is wrong with it
+	Length      int64  // for a line too long: its length, or as much of it as was read before Verify stopped
+	Limit       int    // for a line too long: the longest line allowed (WithMaxLineSize)
+	Err         error
 }
 
 func (e *Error) Error() string {
+	at := fmt.Sprintf("line %d", e.Line)
+	if e.Segment != "" {
+		at = fmt.Sprintf("segment %s line %d (journal line %d)", e.Segment, e.SegmentLine, e.Line)
+	}
 	switch e.Err {
 	case ErrStreamGap:
-		return fmt.Sprintf("journal: line %d: stream gap in run %q: expected seq %d, found %d", e.Line, e.Run, e.Expected, e.Seq)
+		return fmt.Sprintf("journal: %s: stream gap in run %q: expected seq %d, found %d", at, e.Run, e.Expected, e.Seq)
 	case ErrPayloadConflict:
-		return fmt.Sprintf("journal: line %d: payload conflict in run %q at seq %d: same seq, other bytes", e.Line, e.Run, e.Seq)
+		return fmt.Sprintf("journal: %s: payload conflict in run %q at seq %d: same seq, other bytes", at, e.Run, e.Seq)
 	}
 	if e.Limit > 0 {
-		return fmt.Sprintf("journal: line %d: malformed line: %s (at least %d bytes; the limit is %d)", e.Line, e.Reason, e.Length, e.Limit)
+		return fmt.Sprintf("journal: %s: malformed line: %s (at least %d bytes; the limit is %d)", at, e.Reason, e.Length, e.Limit)
 	}
-	return fmt.Sprintf("journal: line %d: malformed line: %s", e.Line, e.Reason)
+	return fmt.Sprintf("journal: %s: malformed line: %s", at, e.Reason)
 }
 
 func (e *Error) Unwrap() error { return e.Err }
 
 // Verifier checks a journal line by line. Verify reads a whole stream with one; a reader of another
 // transport (a broker's stream) feeds its lines to Check. Use NewVerifier.
+//
+// Its memory is bounded per run, not per line: each run keeps its counts, and the runs appended to
+// most recently (windowRuns of them) keep a 64-bit hash of each of their last lines (the repeat
+// window), to which a re-delivery is compared. The relay re-sends at most the lines it had in flight when it
+// stopped, two batches, so a legitimate re-delivery repeats a run's last lines; an older repeat is
+// accepted by its key alone and counted as Unchecked.
 type Verifier struct {
 	maxLine int
+	window  int   // seqs per run in the repeat window
+	partial bool  // runs may begin at any seq
 	err     error // an invalid option
 
-	line  int
-	lines int
-	dups  int
-	torn  bool
-	runs  map[string]*runState
-	scan  scanner
+	line      int
+	lines     int
+	dups      int
+	unchecked int
+	torn      bool
+	runs      map[string]*runState
+	scan      scanner
 
-	// src, when set, holds the input: a re-delivery is compared with the first copy by reading it
-	// back, byte for byte, and nothing is hashed. Without it, each accepted line is kept as a SHA-256
-	// digest, so no collision short of breaking SHA-256 lets a conflict pass as a duplicate, at 32
-	// bytes per line instead of the line.
-	src    io.ReaderAt
-	cmpBuf []byte
+	seed maphash.Seed // of the lines' hashes in the windows: chosen at random, unknown to any writer
+
+	// The runs holding a window, most recently appended to first.
+	head, tail *runState
+	windows    int
 }
 
+// runState is what a Verifier keeps of a run. win holds the digest of seq s at (s-1)%len(win) for
+// the seqs from max(winFrom, last-len(win)+1) to last; a run without a window has winFrom 0.
 type runState struct {
-	digests chunked[[sha256.Size]byte] // by seq-1, without src
-	offs    chunked[int64]             // by seq-1, with src: where the line starts
-	last    int64
-	lines   int
-	dups    int
+	first, last            int64
+	lines, dups, unchecked int
+	win                    []uint64
+	winFrom                int64
+	prev, next             *runState
 }
 
-// chunked is an append-only list kept in chunks: a run that grows to millions of lines never copies
-// more than a chunk, and each chunk is a small allocation. The first chunk starts with room for one
-// entry and doubles up to chunkLen, so that a journal of many short runs costs a few bytes per run
-// rather than a chunk (16 KiB of offsets, 64 KiB of digests) each.
-type chunked[T any] struct {
-	chunks [][]T
-}
+// DefaultRepeatWindow is how many of each run's last seqs a Verifier compares a re-delivery with,
+// unless WithRepeatWindow says otherwise: two relay batches of the default size
+// (outbox.DefaultBatchSize).
+const DefaultRepeatWindow = 2 * outbox.DefaultBatchSize
 
-const chunkLen = 2048
+// windowRuns is how many runs hold a repeat window at once: the runs appended to most recently. An
+// engine appends to one run at a time and recovers earlier ones one after another, so a re-delivery
+// follows its first copy within a few runs; this bounds the windows to windowRuns*DefaultRepeatWindow
+// hashes (1 MiB) however many runs the journal holds.
+const windowRuns = 256
 
-func (c *chunked[T]) add(v T) {
-	n := len(c.chunks)
-	switch {
-	case n == 0:
-		c.chunks = [][]T{make([]T, 0, 1)}
-		n = 1
-	case len(c.chunks[n-1]) == chunkLen:
-		c.chunks = append(c.chunks, make([]T, 0, chunkLen))
-		n++
-	case len(c.chunks[n-1]) == cap(c.chunks[n-1]):
-		grown := make([]T, len(c.chunks[n-1]), min(2*cap(c.chunks[n-1]), chunkLen))
-		copy(grown, c.chunks[n-1])
-		c.chunks[n-1] = grown
+// firstWindow is the size a run's window starts at; it doubles up to the repeat window, so that a
+// short run costs a few digests.
+const firstWindow = 8
+
+// remember records the digest of seq, the run's new last seq, in its window.
+func (v *Verifier) remember(st *runState, seq int64, d *uint64) {
+	if st.winFrom == 0 {
+		st.win, st.winFrom = make([]uint64, min(firstWindow, v.window)), seq
+		v.windows++
+		if v.windows > windowRuns {
+			v.drop(v.tail)
+		}
+	} else {
+		v.unlink(st)
+		if n := int64(len(st.win)); seq-st.winFrom >= n && int(n) < v.window {
+			grown := make([]uint64, min(2*int(n), v.window))
+			for s := max(st.winFrom, st.last-n+1); s <= st.last; s++ {
+				grown[(s-1)%int64(len(grown))] = st.win[(s-1)%n]
+			}
+			st.win = grown
+		}
 	}
-	c.chunks[n-1] = append(c.chunks[n-1], v)
+	st.win[(seq-1)%int64(len(st.win))] = *d
+	// To the front of the list.
+	st.prev, st.next = nil, v.head
+	if v.head != nil {
+		v.head.prev = st
+	}
+	v.head = st
+	if v.tail == nil {
+		v.tail = st
+	}
 }
 
-func (c *chunked[T]) at(i int64) *T { return &c.chunks[i/chunkLen][i%chunkLen] }
+// held returns the digest the window holds for seq, or nil.
+func (st *runState) held(seq int64) *uint64 {
+	n := int64(len(st.win))
+	if st.winFrom == 0 || seq < st.winFrom || seq <= st.last-n {
+		return nil
+	}
+	return &st.win[(seq-1)%n]
+}
+
+func (v *Verifier) unlink(st *runState) {
+	if st.prev != nil {
+		st.prev.next = st.next
+	} else {
+		v.head = st.next
+	}
+	if st.next != nil {
+		st.next.prev = st.prev
+	} else {
+		v.tail = st.prev
+	}
+	st.prev, st.next = nil, nil
+}
+
+// drop takes st's window away: its older repeats are then checked by key only.
+func (v *Verifier) drop(st *runState) {
+	v.unlink(st)
+	st.win, st.winFrom = nil, 0
+	v.windows--
+}
 
 // parsed is one line of a block after parsing, as offsets into the block: it holds no pointer, so a
 // block's worth of them costs the garbage collector nothing to scan.
@@ -141,11 +215,13 @@ type parsed struct {
 	runEsc     bool
 }
 
-// VerifyOption configures Verify and NewVerifier.
+// VerifyOption configures Verify, VerifyDir and NewVerifier.
 type VerifyOption func(*verifyConfig) error
 
 type verifyConfig struct {
 	maxLine int
+	window  int
+	partial bool
 }
 
 // MaxLineSizeLimit is the largest limit WithMaxLineSize takes: the verifier holds a line whole to
@@ -171,16 +247,44 @@ func WithMaxLineSize(n int) VerifyOption {
 	}
 }
 
+// maxRepeatWindow bounds WithRepeatWindow: the windows of windowRuns runs at this size take 512 MiB.
+const maxRepeatWindow = 1 << 18
+
+// WithRepeatWindow sets how many of a run's last seqs a re-delivery is compared with byte for byte
+// (by hash): DefaultRepeatWindow unless set; n must be from 1 to 262,144. A repeat of an older
+// seq is accepted by its key alone and counted in Report.Unchecked. Memory grows with n: 8 bytes
+// a seq for each of the 256 runs appended to most recently.
+func WithRepeatWindow(n int) VerifyOption {
+	return func(c *verifyConfig) error {
+		if n < 1 || n > maxRepeatWindow {
+			return fmt.Errorf("journal: WithRepeatWindow(%d): the window must be from 1 to %d", n, maxRepeatWindow)
+		}
+		c.window = n
+		return nil
+	}
+}
+
+// WithPartial says the input is a part of a journal that may begin after some runs' first lines (a
+// segment file other than the first, or what retention left of a journal): a run's first line may
+// have any seq, which its RunReport's First records; from it on, the rules are the same. VerifyDir
+// sets it by itself when the directory's first segment does not begin at position 0.
+func WithPartial() VerifyOption {
+	return func(c *verifyConfig) error {
+		c.partial = true
+		return nil
+	}
+}
+
 // NewVerifier returns a Verifier with nothing seen.
 func NewVerifier(opts ...VerifyOption) *Verifier {
-	c := verifyConfig{maxLine: outbox.DefaultMaxLineSize}
+	c := verifyConfig{maxLine: outbox.DefaultMaxLineSize, window: DefaultRepeatWindow}
 	var err error
 	for _, o := range opts {
 		if err == nil && o != nil {
 			err = o(&c)
 		}
 	}
-	return &Verifier{maxLine: c.maxLine, err: err, runs: map[string]*runState{}}
+	return &Verifier{maxLine: c.maxLine, window: c.window, partial: c.partial, err: err, runs: map[string]*runState{}, seed: maphash.MakeSeed()}
 }
 
 // Check checks the next complete line (without its newline). It returns an *Error for a gap, a
@@ -191,19 +295,18 @@ func (v *Verifier) Check(line []byte) error {
 		return v.err
 	}
 	if len(line) > v.maxLine {
-		return v.accept(line, -1, nil, 0, whyTooLong, nil)
+		return v.accept(line, nil, 0, whyTooLong, nil)
 	}
 	run, seq, w := v.scan.parseShaped(line)
-	var digest [sha256.Size]byte
+	var digest uint64
 	if w == whyNone {
-		digest = sha256.Sum256(line)
+		digest = maphash.Bytes(v.seed, line)
 	}
-	return v.accept(line, -1, run, seq, w, &digest)
+	return v.accept(line, run, seq, w, &digest)
 }
 
-// accept applies the reader's rules to the next line, in input order. off is the line's offset in
-// v.src (-1 without one); digest is its SHA-256 when there is no src.
-func (v *Verifier) accept(line []byte, off int64, run []byte, seq int64, w why, digest *[sha256.Size]byte) error {
+// accept applies the reader's rules to the next line, in input order; digest is its hash.
+func (v *Verifier) accept(line []byte, run []byte, seq int64, w why, digest *uint64) error {
 	v.line++
 	if w == whyTooLong {
 		return &Error{Line: v.line, Reason: w.String(), Length: int64(len(line)), Limit: v.maxLine, Err: ErrMalformed}
@@ -213,30 +316,33 @@ func (v *Verifier) accept(line []byte, off int64, run []byte, seq int64, w why, 
 	}
 	st := v.runs[string(run)] // no allocation: the compiler looks up by the bytes
 	var last int64
-	if st != nil {
+	switch {
+	case st != nil:
 		last = st.last
+	case v.partial:
+		last = seq - 1
 	}
 	switch {
 	case seq == last+1:
 		if st == nil {
 			st = &runState{}
+			if v.partial {
+				st.first = seq
+			}
 			v.runs[string(run)] = st
 		}
-		if off >= 0 {
-			st.offs.add(off)
-		} else {
-			st.digests.add(*digest)
-		}
+		v.remember(st, seq, digest)
 		st.last = seq
 		st.lines++
 		v.lines++
 	case seq <= last:
-		same, err := v.sameAsFirst(st, seq, line, digest)
-		if err != nil {
-			return err
-		}
-		if !same {
+		first := st.held(seq)
+		if first != nil && *first != *digest {
 			return &Error{Line: v.line, Run: string(run), Seq: seq, Err: ErrPayloadConflict}
+		}
+		if first == nil {
+			st.unchecked++
+			v.unchecked++
 		}
 		st.dups++
 		v.dups++
@@ -246,29 +352,11 @@ func (v *Verifier) accept(line []byte, off int64, run []byte, seq int64, w why, 
 	return nil
 }
 
-func (v *Verifier) sameAsFirst(st *runState, seq int64, line []byte, digest *[sha256.Size]byte) (bool, error) {
-	if v.src == nil {
-		return *digest == *st.digests.at(seq - 1), nil
-	}
-	// Only where the first copy starts is kept. It is a whole line, so it is the same as line when
-	// its first len(line) bytes are and a newline follows them.
-	n := len(line) + 1
-	if cap(v.cmpBuf) < n {
-		v.cmpBuf = make([]byte, n)
-	}
-	first := v.cmpBuf[:n]
-	got, err := v.src.ReadAt(first, *st.offs.at(seq - 1))
-	if err != nil && err != io.EOF { // at the end of src, the first copy is shorter than line
-		return false, fmt.Errorf("journal: read back the line of seq %d: %w", seq, err)
-	}
-	return got == n && first[n-1] == '\n' && bytes.Equal(first[:n-1], line), nil
-}
-
 // Report returns what the Verifier has accepted so far.
 func (v *Verifier) Report() Report {
-	r := Report{Lines: v.lines, Duplicates: v.dups, TornTail: v.torn, Runs: make(map[string]RunReport, len(v.runs))}
+	r := Report{Lines: v.lines, Duplicates: v.dups, Unchecked: v.unchecked, TornTail: v.torn, Runs: make(map[string]RunReport, len(v.runs))}
 	for id, st := range v.runs {
-		r.Runs[id] = RunReport{Last: st.last, Lines: st.lines, Duplicates: st.dups}
+		r.Runs[id] = RunReport{First: st.first, Last: st.last, Lines: st.lines, Duplicates: st.dups, Unchecked: st.unchecked}
 	}
 	return r
 }
@@ -277,6 +365,14 @@ func (v *Verifier) Report() Report {
 // seen before is a duplicate when its bytes are identical and a conflict when not; runs interleave
 // freely. A last line without its newline is a torn tail, reported but not an error. On an error, the
 // Report covers the lines before it.
+//
+// A repeat is compared with the first copy by a 64-bit hash (hash/maphash, its seed chosen at random
+// for each Verifier, so that no writer can aim a conflicting line at the hash of its first copy: two
+// lines differ and pass as the same with a chance of one in 2^64) while the first copy is one of the run's last
+// seqs (the repeat window: DefaultRepeatWindow, two relay batches, or WithRepeatWindow), and the run
+// is among the 256 appended to most recently: the relay re-sends only what it had in flight. An older
+// repeat has its key checked (it is a seq the run already has) and is counted in Report.Unchecked,
+// not compared.
 //
 // Parsing is spread over the available cores, block by block; the rules are applied to the lines in
 // input order by one goroutine, so the result is the same as checking line by line. A line with the
@@ -287,12 +383,14 @@ func (v *Verifier) Report() Report {
 // ErrMalformed "line too long", found while reading: Verify holds no more of it than the limit and a
 // block of input.
 //
-// Memory grows with the journal: when r is also an io.ReaderAt and an io.Seeker (an *os.File), a
-// re-delivery is compared with the first copy by reading it back, and Verify keeps 8 bytes per
-// accepted line (its offset); otherwise it keeps each line's SHA-256, 32 bytes. Each run costs a
-// small constant besides, about 200 bytes (BenchmarkVerifyManyRuns).
+// Memory does not grow with the journal's lines: each run costs a small constant, about 200 bytes
+// (BenchmarkVerifyManyRuns), and the repeat windows at most 1 MiB by default.
 func Verify(r io.Reader, opts ...VerifyOption) (Report, error) {
-	v, err := verify(r, opts)
+	v := NewVerifier(opts...)
+	if v.err != nil {
+		return v.Report(), v.err
+	}
+	err := v.run(context.Background(), r)
 	return v.Report(), err
 }
 
@@ -302,20 +400,12 @@ func verify(r io.Reader, opts []VerifyOption) (*Verifier, error) {
 	if v.err != nil {
 		return v, v.err
 	}
-	off := int64(-1)
-	// A file can be read back: re-deliveries are then compared byte for byte and nothing is hashed.
-	if ra, ok := r.(io.ReaderAt); ok {
-		if sk, ok := r.(io.Seeker); ok {
-			if pos, err := sk.Seek(0, io.SeekCurrent); err == nil {
-				v.src, off = ra, pos
-			}
-		}
-	}
-	return v, v.run(r, off)
+	return v, v.run(context.Background(), r)
 }
 
-// run is the pipeline: read blocks of whole lines, parse them in parallel, accept them in order.
-func (v *Verifier) run(r io.Reader, off int64) error {
+// run is the pipeline: read blocks of whole lines, parse them in parallel, accept them in order. It
+// stops at the block after ctx is done.
+func (v *Verifier) run(ctx context.Context, r io.Reader) error {
 	workers := max(1, runtime.GOMAXPROCS(0))
 	jobs := make(chan *block, workers)
 	ordered := make(chan *block, workers+1)
@@ -328,7 +418,7 @@ func (v *Verifier) run(r io.Reader, off int64) error {
 			defer wg.Done()
 			var s scanner
 			for b := range jobs {
-				parseBlock(&s, b, v.src == nil, v.maxLine)
+				parseBlock(&s, b, &v.seed, v.maxLine)
 				close(b.done)
 			}
 		}()
@@ -337,7 +427,7 @@ func (v *Verifier) run(r io.Reader, off int64) error {
 	go func() {
 		defer close(ordered)
 		defer close(jobs)
-		readErr <- readBlocks(r, off, v.maxLine, free, func(b *block) bool {
+		readErr <- readBlocks(r, -1, v.maxLine, free, func(b *block) bool {
 			select {
 			case ordered <- b:
 			case <-quit:
@@ -351,6 +441,11 @@ func (v *Verifier) run(r io.Reader, off int64) error {
 	var err error
 	for b := range ordered {
 		<-b.done
+		if err == nil {
+			if err = ctx.Err(); err != nil {
+				close(quit)
+			}
+		}
 		for i := 0; err == nil && i < len(b.lines); i++ {
 			p := &b.lines[i]
 			line := b.data[p.start:p.end]
@@ -358,15 +453,7 @@ func (v *Verifier) run(r io.Reader, off int64) error {
 			if p.runEsc {
 				run = b.escaped[p.runAt]
 			}
-			var digest *[sha256.Size]byte
-			if b.digests != nil {
-				digest = &b.digests[i]
-			}
-			lineOff := int64(-1)
-			if b.off >= 0 {
-				lineOff = b.off + int64(p.start)
-			}
-			if err = v.accept(line, lineOff, run, p.seq, p.why, digest); err != nil {
+			if err = v.accept(line, run, p.seq, p.why, &b.digests[i]); err != nil {
 				close(quit)
 			}
 		}

@@ -5,12 +5,9 @@ package main
 import (
 	"cmp"
 	"context"
-	"database/sql"
 	"fmt"
 	"io"
 	"slices"
-
-	"github.com/textmachine/outbox/outbox"
 )
 
 func init() {
@@ -21,8 +18,9 @@ func init() {
 }
 
 const checkAbout = `
-Cross-checks a book against its journal (a file, standard input with --journal -, as verify -
-reads it, or a JetStream stream with --nats and --stream) and reports what one says and the other
+Cross-checks a book against its journal (a journal directory, its segments read in order as one
+journal; one segment or a single-file journal; standard input with --journal -, as verify -
+reads it; or a JetStream stream with --nats and --stream) and reports what one says and the other
 does not:
 
   - lines the book records as projected that the journal lacks: for every run the book knows,
@@ -39,15 +37,24 @@ seqs; up to 10 of them); outbox verify checks the journal fully, duplicates incl
 of a stream that is not one journal line, or not its subject's run's, ends the read of the stream
 and is named.
 
-It writes nothing and creates no file: the book is opened read-only, as stats opens it, and read
-in one snapshot; the journal file is only read (no lock, and a torn last line is left where it is
-and not counted). Beside a running engine the book is read first and the journal after it, and
-what the journal holds beyond the book, and a line that differs (an engine may have retired it and
-projected its tombstone meanwhile), is looked up again in the book before it is reported, so an
-engine that goes on enqueueing, retiring and projecting meanwhile causes no finding. The book's stored
-lines are kept as SHA-256 digests while the journal is read: about 48 bytes a line. A once-keyed
-line the relay has projected is kept in the book as its digest only (the first 8 bytes of its
-SHA-256), and compared by it; one whose digest a rollback of the schema dropped is not compared.
+It writes nothing and creates no file: the book is opened read-only, as stats opens it; the
+journal is only read (no lock but a reader's shared one on the segment it reads, which retention
+respects; a torn last line is left where it is and not counted). The book's per-run figures are
+read first, then the journal, a line at a time, each line compared with the book's stored row of
+its run and seq, read a page of a run's rows at a time as the journal reaches them. Memory is held
+per run (a few hundred bytes, and pages of stored rows for the 64 runs met last), never per line
+or per stored row, whatever the journal's and the book's size. Beside a running engine, what the
+journal holds beyond the book's first read, and a line that differs (an engine may have retired
+it and projected its tombstone meanwhile), is looked up again in the book before it is reported,
+so an engine that goes on enqueueing, retiring and projecting meanwhile causes no finding. A
+once-keyed line the relay has projected is kept in the book as its digest only (the first 8 bytes
+of its SHA-256), and compared by it; one whose digest a rollback of the schema dropped is not
+compared.
+
+A journal directory whose first segments retention removed begins mid-way: a run may begin there
+at any seq, and a run the book knows that it does not hold at all is not reported missing (its
+lines may have gone with those segments). A sealed segment that ends within a line, or does not
+end where the next one begins, is the journal's problem, named with its segment.
 
 A journal that several books write to (a stream shared by engines of different books) holds runs
 this book does not know, and check reports them.
@@ -76,13 +83,16 @@ type checkReport struct {
 	BookRuns       int    `json:"book_runs"` // runs the book knows: with rows, projected, or forgotten
 	// JournalRuns and JournalLines count the journal's runs and complete lines, duplicates included;
 	// JournalUniqueLines counts its lines once per (run, seq), as verify's "lines" does.
-	JournalRuns        int            `json:"journal_runs"`
-	JournalLines       int64          `json:"journal_lines"`
-	JournalUniqueLines int64          `json:"journal_unique_lines"`
-	Compared           int64          `json:"compared_lines"` // journal lines compared with a line the book stores
-	TornTail           bool           `json:"torn_tail"`
-	Findings           []checkFinding `json:"findings"`
-	Error              string         `json:"error,omitempty"` // set when the input could not be read
+	JournalRuns        int   `json:"journal_runs"`
+	JournalLines       int64 `json:"journal_lines"`
+	JournalUniqueLines int64 `json:"journal_unique_lines"`
+	Compared           int64 `json:"compared_lines"` // journal lines compared with a line the book stores
+	TornTail           bool  `json:"torn_tail"`
+	// JournalStart is the position a journal directory begins at: not 0 when retention removed its
+	// first segments. Runs the book knows that it does not hold are then not checked.
+	JournalStart int64          `json:"journal_start,omitempty"`
+	Findings     []checkFinding `json:"findings"`
+	Error        string         `json:"error,omitempty"` // set when the input could not be read
 }
 
 // checkFinding is one finding. Kind is one of the checkKinds.
@@ -95,7 +105,9 @@ type checkFinding struct {
 	ToSeq      int64  `json:"to_seq,omitempty"`
 	Lines      int64  `json:"lines,omitempty"` // differ: how many lines differ; unknown_run: the run's lines
 	Line       int64  `json:"line,omitempty"`  // the journal line it was found at (the first, for differ)
-	Message    string `json:"message"`
+	// Segment names, in a journal directory, the segment of Line and its line there.
+	Segment string `json:"segment,omitempty"`
+	Message string `json:"message"`
 }
 
 // checkKinds are the findings' kinds, in the order they are listed.
@@ -106,9 +118,9 @@ var checkKinds = []string{"journal", "missing", "unknown_run", "unknown_lines", 
 const maxJournalProblems = 10
 
 func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("check", "outbox check --db FILE (--journal FILE | --journal - | (--nats URL | --context NAME) --stream NAME) [--json]", checkAbout)
+	fs := newFlags("check", "outbox check --db FILE (--journal JOURNAL | --journal - | (--nats URL | --context NAME) --stream NAME) [--json]", checkAbout)
 	dbPath := fs.String("db", "", "the book's database `file`")
-	jPath := fs.String("journal", "", "the journal `file` (- for standard input)")
+	jPath := fs.String("journal", "", "the journal: a `directory` of segments, or a file (- for standard input)")
 	streamName := fs.String("stream", "", "the JetStream stream's `name` (with --nats or --context)")
 	nf := addNATSFlags(fs, "check against a stream on the NATS server at `url` instead of a file")
 	asJSON := fs.Bool("json", false, "print one JSON object")
@@ -119,14 +131,14 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fileMode := *jPath != "" && !nf.chosen() && *streamName == ""
 	streamMode := *jPath == "" && nf.chosen() && *streamName != ""
 	if len(pos) != 0 || *dbPath == "" || (!fileMode && !streamMode) {
-		return usageError(stderr, "outbox check", "need --db FILE and either --journal FILE or --nats URL (or --context NAME) --stream NAME")
+		return usageError(stderr, "outbox check", "need --db FILE and either --journal JOURNAL or --nats URL (or --context NAME) --stream NAME")
 	}
 	if p := nf.problem(); p != "" {
 		return usageError(stderr, "outbox check", "%s", p)
 	}
 	rep := checkReport{DB: redact(*dbPath), Journal: redact(*jPath), Stream: *streamName, Findings: []checkFinding{}}
 	rep.DBEscaped, rep.JournalEscaped = escapedIfInvalid(rep.DB), escapedIfInvalid(rep.Journal)
-	read := func(c *checker) error { return c.readFile(ctx, *jPath) }
+	read := func(c *checker) error { return c.readJournal(ctx, *jPath) }
 	if *jPath == "-" {
 		read = func(c *checker) error {
 			if err := c.readLines(ctx, stdinOf(stderr)); err != nil {
@@ -164,26 +176,26 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	return status
 }
 
+// checked, when set, is given the checker after a check: a test looks at what it held.
+var checked func(*checker)
+
 // betweenCheckReads, when set, runs between the read of the book and the read of the journal: a test
 // places an engine's work there.
 var betweenCheckReads func()
 
-// crossCheck reads the book, then the journal, then looks up again in the book what the journal
-// holds beyond it and the lines that differ, and fills rep.
+// crossCheck reads the book's per-run figures, then the journal, comparing each journal line with
+// the book's stored row as it goes (the rows read a page of a run at a time), then looks up again in
+// the book what the journal holds beyond it and the lines that differed, and fills rep. It holds
+// memory per run, never per line or per stored row.
 func crossCheck(ctx context.Context, dbPath string, read func(*checker) error, rep *checkReport) error {
-	// Opening it as a Store first refuses what is not a book of this version, as stats does.
+	// Opening it as a Store refuses what is not a book of this version, as stats does.
 	s, err := openReadOnly(ctx, dbPath)
 	if err != nil {
 		return err
 	}
-	s.Close()
-	d, err := outbox.OpenReadOnlyDB(ctx, dbPath)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	c := &checker{runs: map[string]*journalRun{}}
-	if err := readAgainIfMet(func() (err error) { c.book, err = readBook(ctx, d); return err }); err != nil {
+	defer s.Close()
+	c := &checker{store: s, runs: map[string]*journalRun{}, pages: map[string]*rowPage{}}
+	if err := readAgainIfMet(func() (err error) { c.book, err = readBook(ctx, s); return err }); err != nil {
 		return fmt.Errorf("read the book: %w", err)
 	}
 	if betweenCheckReads != nil {
@@ -192,29 +204,38 @@ func crossCheck(ctx context.Context, dbPath string, read func(*checker) error, r
 	if err := read(c); err != nil {
 		return err
 	}
-	findings, err := c.findings(ctx, d)
+	if c.err != nil { // a read of the book at the journal's last line
+		return c.err
+	}
+	findings, err := c.findings(ctx)
 	if err != nil {
 		return err
 	}
 	rep.BookRuns, rep.JournalRuns, rep.JournalLines = len(c.book), len(c.runs), c.lines
 	rep.JournalUniqueLines = c.lines - c.repeats
-	rep.Compared, rep.TornTail = c.compared, c.torn
+	rep.Compared, rep.TornTail, rep.JournalStart = c.compared, c.torn, c.start
 	rep.Findings = append(rep.Findings, findings...) // [] in the JSON when there are none, never null
+	if checked != nil {
+		checked(c)
+	}
 	return nil
 }
 
 // findings compares what the journal holds with the book, looking up again in the book each run the
 // journal holds more of than the first read showed, and each line that differed from it: an engine
 // that enqueued, retired and projected meanwhile is not a finding.
-func (c *checker) findings(ctx context.Context, d *sql.DB) ([]checkFinding, error) {
+func (c *checker) findings(ctx context.Context) ([]checkFinding, error) {
 	out := slices.Clone(c.problems)
 	if c.more > 0 {
 		out = append(out, checkFinding{Kind: "journal", Message: fmt.Sprintf("and %s more in the journal (outbox verify names them)", counted(int64(c.more), "problem"))})
 	}
 	for id, b := range c.book {
 		have := int64(0)
-		if r := c.runs[id]; r != nil {
+		r := c.runs[id]
+		if r != nil {
 			have = r.last
+		} else if c.start > 0 {
+			continue // its lines may all lie in the segments retention removed
 		}
 		if b.projected > have {
 			out = append(out, checkFinding{Kind: "missing", Run: id, RunEscaped: escapedIfInvalid(id), FromSeq: have + 1, ToSeq: b.projected,
@@ -222,18 +243,25 @@ func (c *checker) findings(ctx context.Context, d *sql.DB) ([]checkFinding, erro
 		}
 	}
 	var differ map[string][]differLine
-	if err := readAgainIfMet(func() (err error) { differ, err = c.stillDiffer(ctx, d); return err }); err != nil {
+	if err := readAgainIfMet(func() (err error) { differ, err = c.stillDiffer(ctx); return err }); err != nil {
 		return nil, fmt.Errorf("read the book again: %w", err)
 	}
 	for id, lines := range differ {
 		f := checkFinding{Kind: "differ", Run: id, RunEscaped: escapedIfInvalid(id), FromSeq: lines[0].seq, ToSeq: lines[0].seq,
-			Lines: int64(len(lines)), Line: lines[0].line}
+			Lines: int64(len(lines)), Line: lines[0].line, Segment: lines[0].at}
 		for _, l := range lines {
 			f.FromSeq, f.ToSeq = min(f.FromSeq, l.seq), max(f.ToSeq, l.seq)
 		}
-		f.Message = fmt.Sprintf("run %s: %s differs between the book and the journal (journal line %d)", quote(id), seqs(f.FromSeq, f.FromSeq), f.Line)
+		where := fmt.Sprintf("journal line %d", f.Line)
+		if f.Segment != "" {
+			where += ", " + f.Segment
+		}
+		f.Message = fmt.Sprintf("run %s: %s differs between the book and the journal (%s)", quote(id), seqs(f.FromSeq, f.FromSeq), where)
 		if f.Lines > 1 {
 			f.Message += fmt.Sprintf("; %d lines differ, between seqs %d and %d", f.Lines, f.FromSeq, f.ToSeq)
+		}
+		if more := c.runs[id].differAfter; more > 0 {
+			f.Message += fmt.Sprintf("; %d more differed when read, not looked up again", more)
 		}
 		out = append(out, f)
 	}
@@ -244,20 +272,29 @@ func (c *checker) findings(ctx context.Context, d *sql.DB) ([]checkFinding, erro
 		}
 	}
 	var known map[string]int64
-	if err := readAgainIfMet(func() (err error) { known, err = lastSeqs(ctx, d, beyond); return err }); err != nil {
+	if err := readAgainIfMet(func() (err error) { known, err = c.lastSeqs(ctx, beyond); return err }); err != nil {
 		return nil, fmt.Errorf("read the book again: %w", err)
 	}
 	for _, id := range beyond {
 		r := c.runs[id]
 		last, ok := known[id]
+		var f checkFinding
 		switch {
 		case !ok:
-			out = append(out, checkFinding{Kind: "unknown_run", Run: id, RunEscaped: escapedIfInvalid(id), FromSeq: 1, ToSeq: r.max, Lines: r.lines,
-				Message: fmt.Sprintf("run %s: the journal holds %s of a run the book does not know", quote(id), seqs(1, r.max))})
+			f = checkFinding{Kind: "unknown_run", Run: id, RunEscaped: escapedIfInvalid(id), FromSeq: 1, ToSeq: r.max, Lines: r.lines,
+				Message: fmt.Sprintf("run %s: the journal holds %s of a run the book does not know", quote(id), seqs(1, r.max))}
 		case r.max > last:
-			out = append(out, checkFinding{Kind: "unknown_lines", Run: id, RunEscaped: escapedIfInvalid(id), FromSeq: last + 1, ToSeq: r.max,
-				Message: fmt.Sprintf("run %s: the journal holds %s, beyond the highest seq the book gave the run (%d)", quote(id), seqs(last+1, r.max), last)})
+			f = checkFinding{Kind: "unknown_lines", Run: id, RunEscaped: escapedIfInvalid(id), FromSeq: last + 1, ToSeq: r.max,
+				Message: fmt.Sprintf("run %s: the journal holds %s, beyond the highest seq the book gave the run (%d)", quote(id), seqs(last+1, r.max), last)}
+		default:
+			continue
 		}
+		if r.beyondAt != "" {
+			// In a journal directory, where the journal first held more than the book's first read.
+			f.Line, f.Segment = r.beyond, r.beyondAt
+			f.Message += fmt.Sprintf(" (from journal line %d, %s)", r.beyond, r.beyondAt)
+		}
+		out = append(out, f)
 	}
 	slices.SortStableFunc(out, func(a, b checkFinding) int {
 		return cmp.Or(cmp.Compare(slices.Index(checkKinds, a.Kind), slices.Index(checkKinds, b.Kind)),

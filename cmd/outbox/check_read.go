@@ -4,20 +4,19 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"cmp"
 	"context"
 	"crypto/sha256"
-	"database/sql"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
+	"path/filepath"
 	"slices"
 
 	"github.com/ncruces/go-sqlite3"
 
-	"github.com/textmachine/outbox/db"
 	ojs "github.com/textmachine/outbox/jetstream"
 	"github.com/textmachine/outbox/journal"
 	"github.com/textmachine/outbox/outbox"
@@ -37,153 +36,140 @@ func readAgainIfMet(fn func() error) error {
 	return err
 }
 
-// bookRun is what the book knows of a run.
+// bookRun is what the book knows of a run, from its per-run figures: a few bytes a run, whatever
+// the rows it stores.
 type bookRun struct {
-	projected int64       // every seq up to this one is in the journal
-	last      int64       // the highest seq the run was ever given, forgotten lines included
-	rows      []rowDigest // the lines it still stores, in seq order
+	projected int64 // every seq up to this one is in the journal
+	last      int64 // the highest seq the run was ever given, forgotten lines included
 }
 
-// rowDigest is a stored line as check compares it: the SHA-256 of a line the book stores, or the
-// digest a projected ledger row keeps in its place (outbox.LineDigest, in sum's first bytes).
-type rowDigest struct {
-	seq  int64
-	sum  [sha256.Size]byte
-	kind uint8
-}
-
-// The kinds of rowDigest.
-const (
-	lineSum      = iota // sum is the SHA-256 of the line the book stores
-	ledgerDigest        // sum[:outbox.LineDigestSize] is the line's digest
-	noDigest            // a ledger row whose digest a rollback dropped: nothing to compare
-)
-
-// bookPage is how many runs, and how many lines of a run, one query reads.
+// bookPage is how many of a run's stored rows one read brings in.
 const bookPage = 512
 
-// readBook reads, in one read transaction, every run the book knows and the digest of every line
-// it stores.
-func readBook(ctx context.Context, d *sql.DB) (map[string]*bookRun, error) {
-	tx, err := d.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
-	if err != nil {
-		return nil, err
-	}
-	defer tx.Rollback()
+// maxPages is how many runs' pages of stored rows the checker keeps at once: the runs the journal
+// met most recently. The journal holds a run's lines in seq order, a few runs interleaved, so a page
+// serves its run's next lines; a run met again after its page went is read again from its seq.
+const maxPages = 64
+
+// rowPage is a page of a run's stored rows: every row the book stored with a seq in (after, upTo]
+// when it was read.
+type rowPage struct {
+	after, upTo int64
+	rows        []outbox.StoredDigest
+	used        int64 // the journal line that used it last
+}
+
+// readBook reads every run the book knows, from its per-run figures, a page of runs at a time.
+func readBook(ctx context.Context, s *outbox.Store) (map[string]*bookRun, error) {
 	runs := map[string]*bookRun{}
-	// The positions of every run ever projected or forgotten, whose lines may all be gone, a page at
-	// a time.
-	q := db.New()
-	for after := ""; ; {
-		page, err := q.ProgressPage(ctx, tx, db.ProgressPageParams{AfterRun: after, MaxRuns: bookPage})
+	for r, err := range s.EveryRun(ctx) {
 		if err != nil {
 			return nil, err
 		}
-		for _, p := range page {
-			runs[p.EngineRunID] = &bookRun{projected: p.Projected, last: p.LastSeq}
-		}
-		if len(page) < bookPage {
-			break
-		}
-		after = page[len(page)-1].EngineRunID
+		runs[r.RunID] = &bookRun{projected: r.Projected, last: r.LastSeq}
 	}
-	for after := ""; ; {
-		page, err := q.EventsRuns(ctx, tx, db.EventsRunsParams{AfterRun: after, MaxRuns: bookPage})
-		if err != nil {
-			return nil, err
+	return runs, nil
+}
+
+// storedRow returns the book's stored row of run at seq, reading the run's page from seq on when the
+// page it has does not cover seq; ok is false when the book stores no such row.
+func (c *checker) storedRow(ctx context.Context, run string, seq int64) (d outbox.StoredDigest, ok bool, err error) {
+	p := c.pages[run]
+	if p == nil || seq <= p.after || seq > p.upTo {
+		var rows []outbox.StoredDigest
+		if err := readAgainIfMet(func() (err error) {
+			rows, err = c.store.StoredDigests(ctx, run, seq-1, bookPage)
+			return err
+		}); err != nil {
+			return d, false, err
 		}
-		for _, p := range page {
-			r := runs[p.EngineRunID]
-			if r == nil {
-				r = &bookRun{}
-				runs[p.EngineRunID] = r
+		if p == nil {
+			if len(c.pages) == maxPages {
+				c.dropPage()
 			}
-			r.projected, r.last = max(r.projected, p.Projected), max(r.last, p.LastSeq, p.ForgottenLastSeq)
-			if r.rows, err = readRows(ctx, q, tx, p.EngineRunID); err != nil {
-				return nil, err
-			}
+			p = &rowPage{}
+			c.pages[run] = p
 		}
-		if len(page) < bookPage {
-			return runs, nil
+		p.after, p.upTo, p.rows = seq-1, math.MaxInt64, rows
+		if len(rows) == bookPage {
+			p.upTo = rows[len(rows)-1].Seq
 		}
-		after = page[len(page)-1].EngineRunID
+		c.pageReads++
 	}
+	p.used = c.line
+	i, found := slices.BinarySearchFunc(p.rows, seq, func(d outbox.StoredDigest, seq int64) int { return cmp.Compare(d.Seq, seq) })
+	if !found {
+		return d, false, nil
+	}
+	return p.rows[i], true, nil
 }
 
-// readRows reads the digests of a run's stored lines, a page at a time, a large line read from where
-// it is stored as the relay reads it, and a projected ledger row's digest as the row keeps it.
-func readRows(ctx context.Context, q *db.Queries, tx *sql.Tx, runID string) ([]rowDigest, error) {
-	var out []rowDigest
-	for after := int64(0); ; {
-		page, err := q.LedgerRunRows(ctx, tx, db.LedgerRunRowsParams{EngineRunID: runID, AfterSeq: after, MaxRows: bookPage})
-		if err != nil {
-			return nil, err
-		}
-		for _, l := range page {
-			out = append(out, storedDigest(l.Seq, l.Line, l.Emptied != 0, l.Digest))
-			after = l.Seq
-		}
-		if len(page) < bookPage {
-			return out, nil
+// dropPage forgets the page used least recently.
+func (c *checker) dropPage() {
+	var oldest string
+	for run, p := range c.pages {
+		if oldest == "" || p.used < c.pages[oldest].used {
+			oldest = run
 		}
 	}
-}
-
-// storedDigest is what check compares of a stored row: its line's SHA-256, or, for a ledger row whose
-// line the book no longer keeps (emptied), the digest it keeps. An empty line, which no enqueue
-// stores, is a ledger row whose line and digest a rollback of the schema dropped: nothing to compare.
-func storedDigest(seq int64, line []byte, emptied bool, digest []byte) rowDigest {
-	d := rowDigest{seq: seq}
-	switch {
-	case !emptied && len(line) > 0:
-		d.sum = sha256.Sum256(line)
-	case len(digest) == outbox.LineDigestSize:
-		d.kind = ledgerDigest
-		copy(d.sum[:], digest)
-	default:
-		d.kind = noDigest
-	}
-	return d
-}
-
-// matches reports whether a journal line, whose SHA-256 is sum, is the stored row's.
-func (d rowDigest) matches(line []byte, sum [sha256.Size]byte) bool {
-	if d.kind == ledgerDigest {
-		return bytes.Equal(outbox.LineDigest(line), d.sum[:outbox.LineDigestSize])
-	}
-	return sum == d.sum
+	delete(c.pages, oldest)
 }
 
 // journalRun is what the journal holds of a run.
 type journalRun struct {
-	last   int64 // seqs 1..last are all in the journal
-	max    int64 // the highest seq seen
-	gap    bool  // a seq came after a hole: last stays before it
-	lines  int64
-	differ []differLine // in the order the journal holds them
+	last  int64 // seqs 1..last are all in the journal
+	max   int64 // the highest seq seen
+	gap   bool  // a seq came after a hole: last stays before it
+	lines int64
+	// beyond is where the journal first held a seq beyond the book's last seq of the first read (0:
+	// nowhere), for the finding that names it.
+	beyond      int64
+	beyondAt    string
+	differ      []differLine // in the order the journal holds them, up to maxDiffer
+	differAfter int64        // lines that differed after the first maxDiffer, not looked up again
 }
+
+// maxDiffer bounds the lines of a run check keeps to look up again, so that a journal that differs
+// from its book throughout costs a few kilobytes a run, not a record a line.
+const maxDiffer = 64
 
 // differLine is a journal line whose bytes were not those of the book's line of the same seq when
 // the book was read. It is only a candidate: an engine may have retired the line and projected its
 // tombstone since.
 type differLine struct {
-	seq    int64
-	line   int64 // the journal line, 1-based
-	sum    [sha256.Size]byte
-	digest []byte // outbox.LineDigest of the line, to compare with a ledger row
+	seq  int64
+	line int64  // the journal line, 1-based
+	at   string // where: its segment and line there, for a journal directory
+	sum  [sha256.Size]byte
 }
 
-// checker holds the book and what reading the journal found.
+// checker holds the book's per-run figures, a few pages of stored rows, and what reading the journal
+// found, per run.
 type checker struct {
-	book     map[string]*bookRun
-	runs     map[string]*journalRun
-	line     int64 // the journal line being read, 1-based
-	lines    int64 // complete journal lines of a run, repeats included
-	repeats  int64 // lines whose seq the run already had: duplicates, or conflicts verify names
-	compared int64
-	torn     bool
-	problems []checkFinding // the journal's own
-	more     int            // problems beyond maxJournalProblems
+	store     *outbox.Store
+	book      map[string]*bookRun
+	pages     map[string]*rowPage
+	pageReads int64
+	runs      map[string]*journalRun
+	line      int64  // the journal line being read, 1-based
+	segment   string // the segment being read, in a journal directory
+	segLine   int64  // c.line at the segment's start
+	start     int64  // the position of a journal directory's first segment: not 0 when trimmed
+	lines     int64  // complete journal lines of a run, repeats included
+	repeats   int64  // lines whose seq the run already had: duplicates, or conflicts verify names
+	compared  int64
+	torn      bool
+	problems  []checkFinding // the journal's own
+	more      int            // problems beyond maxJournalProblems
+	err       error          // a read of the book that failed while the journal was read
+}
+
+// at names where the current line is: in a directory, its segment and its line there.
+func (c *checker) at() string {
+	if c.segment == "" {
+		return ""
+	}
+	return fmt.Sprintf("segment %s line %d", c.segment, c.line-c.segLine)
 }
 
 func (c *checker) problem(f checkFinding) {
@@ -191,15 +177,19 @@ func (c *checker) problem(f checkFinding) {
 		c.more++
 		return
 	}
-	f.Kind, f.Line = "journal", c.line
+	f.Kind, f.Line, f.Segment = "journal", c.line, c.at()
 	f.RunEscaped = escapedIfInvalid(f.Run)
-	f.Message = fmt.Sprintf("journal line %d: %s", c.line, f.Message)
+	where := fmt.Sprintf("journal line %d", c.line)
+	if f.Segment != "" {
+		where += " (" + f.Segment + ")"
+	}
+	f.Message = fmt.Sprintf("%s: %s", where, f.Message)
 	c.problems = append(c.problems, f)
 }
 
 // add takes one complete journal line (without its newline); tooLong is its length when it is
 // longer than a journal line may be, and line is then nil.
-func (c *checker) add(line []byte, tooLong int64) {
+func (c *checker) add(ctx context.Context, line []byte, tooLong int64) {
 	c.line++
 	if tooLong > 0 {
 		c.problem(checkFinding{Message: fmt.Sprintf("a line of %d bytes, longer than the limit of %d", tooLong, outbox.DefaultMaxLineSize)})
@@ -214,6 +204,9 @@ func (c *checker) add(line []byte, tooLong int64) {
 	r := c.runs[run]
 	if r == nil {
 		r = &journalRun{}
+		if c.start > 0 {
+			r.last = seq - 1
+		}
 		c.runs[run] = r
 	}
 	r.lines++
@@ -230,59 +223,119 @@ func (c *checker) add(line []byte, tooLong int64) {
 	}
 	r.max = max(r.max, seq)
 	b := c.book[run]
-	if b == nil {
+	if (b == nil || seq > b.last) && r.beyond == 0 {
+		r.beyond, r.beyondAt = c.line, c.at()
+	}
+	if b == nil || seq > b.last || c.err != nil {
 		return
 	}
-	i, found := slices.BinarySearchFunc(b.rows, seq, func(d rowDigest, seq int64) int { return cmp.Compare(d.seq, seq) })
-	if !found || b.rows[i].kind == noDigest {
+	d, ok, err := c.storedRow(ctx, run, seq)
+	if err != nil {
+		c.err = fmt.Errorf("read the book: %w", err)
+		return
+	}
+	if !ok {
+		return
+	}
+	sum := sha256.Sum256(line)
+	same, compared := d.Compare(line, sum)
+	if !compared {
 		return
 	}
 	c.compared++
-	if sum := sha256.Sum256(line); !b.rows[i].matches(line, sum) {
-		r.differ = append(r.differ, differLine{seq: seq, line: c.line, sum: sum, digest: outbox.LineDigest(line)})
+	switch {
+	case same:
+	case len(r.differ) < maxDiffer:
+		r.differ = append(r.differ, differLine{seq: seq, line: c.line, at: c.at(), sum: sum})
+	default:
+		r.differAfter++
 	}
 }
 
-// stillDiffer reads again, in one read transaction, the book's line of every seq the journal held
-// other bytes of, and returns, by run, those that still differ. An engine that retires a pending line
-// between the read of the book and the read of the journal projects a tombstone of the same key: the
-// book then stores the journal's bytes, or, once a later start forgot the run's lines, nothing. A
-// line gone from the book is kept only when the first read had it projected: a projected line is
-// never retired, so its bytes were in the journal when the book said otherwise.
-func (c *checker) stillDiffer(ctx context.Context, d *sql.DB) (map[string][]differLine, error) {
+// stillDiffer reads again the book's line of every seq the journal held other bytes of, and
+// returns, by run, those that still differ. An engine that retires a pending line between the read
+// of the book and the read of the journal projects a tombstone of the same key: the book then stores
+// the journal's bytes, or, once a later start forgot the run's lines, nothing. A line gone from the
+// book is kept only when the first read had it projected: a projected line is never retired, so its
+// bytes were in the journal when the book said otherwise.
+func (c *checker) stillDiffer(ctx context.Context) (map[string][]differLine, error) {
 	out := map[string][]differLine{}
-	n := 0
-	for _, r := range c.runs {
-		n += len(r.differ)
-	}
-	if n == 0 {
-		return out, nil
-	}
-	tx, err := d.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
-	if err != nil {
-		return nil, err
-	}
-	defer tx.Rollback()
-	q := db.New()
 	for id, r := range c.runs {
 		for _, dl := range r.differ {
-			row, err := q.LedgerRowGet(ctx, tx, db.LedgerRowGetParams{EngineRunID: id, Seq: dl.seq})
+			d, ok, err := c.store.StoredDigestAt(ctx, id, dl.seq)
 			switch {
-			case errors.Is(err, sql.ErrNoRows):
+			case err != nil:
+				return nil, err
+			case !ok:
 				if dl.seq > c.book[id].projected {
 					continue
 				}
-			case err != nil:
-				return nil, err
-			case row.Emptied != 0 && (len(row.Digest) != outbox.LineDigestSize || bytes.Equal(row.Digest, dl.digest)):
-				continue
-			case row.Emptied == 0 && (len(row.Line) == 0 || sha256.Sum256(row.Line) == dl.sum):
-				continue
+			default:
+				if same, compared := d.Compare(nil, dl.sum); same || !compared {
+					continue
+				}
 			}
 			out[id] = append(out[id], dl)
 		}
 	}
 	return out, nil
+}
+
+// readJournal reads the journal at path, a directory of segments or one file, and nothing else: no
+// lock but a reader's shared one on each segment, no cut of a torn last line.
+func (c *checker) readJournal(ctx context.Context, path string) error {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return c.readDir(ctx, path)
+	}
+	return c.readFile(ctx, path)
+}
+
+// readDir reads the segments of the journal directory dir in order, as one journal. A sealed
+// segment that ends within a line, or that does not end where the next one begins, is the journal's
+// problem, named.
+func (c *checker) readDir(ctx context.Context, dir string) error {
+	segs, err := journal.SegmentsOf(dir)
+	if err != nil {
+		return err
+	}
+	// What retention left of a journal begins mid-way: a run may begin at any seq there.
+	c.start = segs[0].Position
+	for i, sg := range segs {
+		c.segment, c.segLine = filepath.Base(sg.Path), c.line
+		f, err := journal.OpenSegmentForReading(sg.Path)
+		if err != nil {
+			return err
+		}
+		cr := &countReader{r: f}
+		err = c.readLines(ctx, cr)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("read the journal segment %s: %w", quote(sg.Path), err)
+		}
+		if i == len(segs)-1 {
+			break
+		}
+		if c.torn {
+			c.torn = false
+			c.problem(checkFinding{Message: "a sealed segment ends without a newline (its last line is torn, or bytes were added to it)"})
+		}
+		if end := sg.Position + cr.n; end != segs[i+1].Position {
+			c.problem(checkFinding{Message: fmt.Sprintf("the segment ends at position %d, but the next one begins at %d: bytes were cut from it, added to it, or lie in a segment that is gone",
+				end, segs[i+1].Position)})
+		}
+	}
+	return nil
+}
+
+type countReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // readFile reads the journal file at path, and nothing else: no lock, no cut of a torn last line.
@@ -344,6 +397,9 @@ func (c *checker) readLines(ctx context.Context, r io.Reader) error {
 	var buf []byte
 	var long int64 // bytes of a line past the limit so far
 	for n := 0; ; n++ {
+		if c.err != nil {
+			return c.err
+		}
 		if n%4096 == 0 && ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -357,9 +413,9 @@ func (c *checker) readLines(ctx context.Context, r io.Reader) error {
 			}
 			switch size := long + int64(len(line)); {
 			case long > 0 || size > outbox.DefaultMaxLineSize:
-				c.add(nil, size)
+				c.add(ctx, nil, size)
 			default:
-				c.add(line, 0)
+				c.add(ctx, line, 0)
 			}
 			buf, long = buf[:0], 0
 		case errors.Is(err, bufio.ErrBufferFull):
@@ -378,29 +434,17 @@ func (c *checker) readLines(ctx context.Context, r io.Reader) error {
 	}
 }
 
-// lastSeqs reads, in one read transaction, the highest seq the book gave each of the runs it knows
-// among ids; a run it does not know is absent.
-func lastSeqs(ctx context.Context, d *sql.DB, ids []string) (map[string]int64, error) {
+// lastSeqs reads the highest seq the book gave each of the runs it knows among ids; a run it does
+// not know is absent.
+func (c *checker) lastSeqs(ctx context.Context, ids []string) (map[string]int64, error) {
 	out := map[string]int64{}
-	if len(ids) == 0 {
-		return out, nil
-	}
-	tx, err := d.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
-	if err != nil {
-		return nil, err
-	}
-	defer tx.Rollback()
-	q := db.New()
 	for _, id := range ids {
-		used, err := q.EventsRunUsed(ctx, tx, id)
+		st, ok, err := c.store.RunOf(ctx, id)
 		if err != nil {
 			return nil, err
 		}
-		if used == 0 {
-			continue
-		}
-		if out[id], err = q.EventLastSeq(ctx, tx, id); err != nil {
-			return nil, err
+		if ok {
+			out[id] = st.LastSeq
 		}
 	}
 	return out, nil

@@ -392,7 +392,7 @@ func TestCheckJSON(t *testing.T) {
 	for _, tc := range []struct{ journal, says string }{
 		{dbPath, "not a journal"},
 		{fifo, "not a regular file"},
-		{filepath.Dir(jPath), "is a directory"},
+		{filepath.Dir(jPath), "holds no segment"},
 	} {
 		if code, _, errOut := cli(t, "check", "--db", dbPath, "--journal", tc.journal); code != exitUsage || !strings.Contains(errOut, tc.says) {
 			t.Errorf("--journal %s: exit %d, %q; want 2 saying %q", tc.journal, code, errOut, tc.says)

@@ -334,7 +334,7 @@ func TestScriptsGetAnAnswerEveryTime(t *testing.T) {
 		{"a clean journal", clean, exitOK, "OK", false},
 		{"a journal with a gap", gap, exitFindings, "FAILED: line 2: stream gap", false},
 		{"a missing file", filepath.Join(dir, "missing"), exitUsage, "FAILED: journal", true},
-		{"a directory", dir, exitUsage, "FAILED: journal", true},
+		{"a directory that holds no segment", dir, exitUsage, "FAILED: not a journal", true},
 	} {
 		code, out, _ := runOutbox(t, "verify", "--json", tc.path)
 		dec := json.NewDecoder(strings.NewReader(out))

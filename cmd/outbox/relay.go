@@ -28,18 +28,24 @@ lack, in order and byte for byte, records them, and forgets the projected rows, 
 next start would. Takes the database's writer lock and the journal's lock, so it refuses to run
 beside an engine.
 
+--journal names a journal directory (segments, as journal.Open keeps them: the engine's kind) or
+a single-file journal. An existing directory is appended to as segments, an existing file as one
+file. A missing path is created as a journal directory, unless its name ends in ".jsonl": then it
+is created as a single file, as before segments.
+
 It writes only into a journal that continues this database: before writing anything it checks
-that the file is a journal (not a database, a text file or anything else) and that it holds every
-run up to the seq the database records as projected. Otherwise it exits with status 2, naming the
-problem, and leaves the journal and the database as they were.
+that the path is a journal (not a database, a text file or anything else) and that it holds every
+run up to the seq the database records as projected (a directory's seal indexes and last segment
+say so without reading its history). Otherwise it exits with status 2, naming the problem, and
+leaves the journal and the database as they were.
 
 With --nats URL or --context NAME (and the other connection flags) it projects into the JetStream
 stream NAME instead, under --subject-prefix, which must be the prefix the stream was created with.`
 
 func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("relay", "outbox relay --db FILE (--journal FILE | (--nats URL | --context NAME) --stream NAME [--subject-prefix PREFIX])", relayAbout)
+	fs := newFlags("relay", "outbox relay --db FILE (--journal JOURNAL | (--nats URL | --context NAME) --stream NAME [--subject-prefix PREFIX])", relayAbout)
 	dbPath := fs.String("db", "", "the database `file`")
-	jPath := fs.String("journal", "", "the journal `file` (created if missing)")
+	jPath := fs.String("journal", "", "the journal: a `directory` of segments or a single file (created if missing; see above)")
 	streamName := fs.String("stream", "", "the JetStream stream's `name` (with --nats or --context)")
 	nf := addNATSFlags(fs, "project to the NATS server at `url` instead of a journal")
 	pos, code, done := parseFlags(fs, args, stderr)
@@ -47,7 +53,7 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return code
 	}
 	if len(pos) != 0 || *dbPath == "" || (*jPath == "") == !nf.chosen() || nf.chosen() != (*streamName != "") {
-		return usageError(stderr, "outbox relay", "need --db FILE and either --journal FILE or --nats URL (or --context NAME) --stream NAME")
+		return usageError(stderr, "outbox relay", "need --db FILE and either --journal JOURNAL or --nats URL (or --context NAME) --stream NAME")
 	}
 	if p := nf.problem(); p != "" {
 		return usageError(stderr, "outbox relay", "%s", p)
@@ -112,14 +118,23 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	return exitOK
 }
 
+// journalSink is what the relay needs of a journal, a directory (journal.Journal) or a file
+// (journal.File).
+type journalSink interface {
+	outbox.Sink
+	LastSeqContext(ctx context.Context, runID string) (int64, error)
+	Close() error
+}
+
 // openContinuing opens the journal at path for the relay, refusing one that does not continue the
-// database: a file that is not a journal at all (journal.OpenFile refuses it and leaves it as it was),
-// or one that lacks lines the database records as projected (a new or emptied file, another book's
-// journal). Appending to either would corrupt a file that is not ours, or start runs mid-way, and the
-// relay would then forget rows whose lines no journal holds. A missing file continues only a database
-// that has projected nothing, and is refused before OpenFile would create it. Reading the journal
-// stops when ctx is done (a signal), leaving it as it was.
-func openContinuing(ctx context.Context, path string, runs []outbox.RunStats) (*journal.File, error) {
+// database: a path that is not a journal at all (journal.Open and journal.OpenFile refuse it and
+// leave it as it was), or one that lacks lines the database records as projected (a new or emptied
+// journal, another book's journal). Appending to either would corrupt what is not ours, or start
+// runs mid-way, and the relay would then forget rows whose lines no journal holds. A missing path
+// continues only a database that has projected nothing, and is refused before anything is created.
+// Reading the journal stops when ctx is done (a signal), leaving it as it was.
+func openContinuing(ctx context.Context, path string, runs []outbox.RunStats) (journalSink, error) {
+	dir := !strings.HasSuffix(path, ".jsonl")
 	switch st, err := os.Stat(path); {
 	case errors.Is(err, os.ErrNotExist):
 		for _, r := range runs {
@@ -130,11 +145,29 @@ func openContinuing(ctx context.Context, path string, runs []outbox.RunStats) (*
 	case err != nil:
 		return nil, err
 	case st.IsDir():
-		return nil, fmt.Errorf("journal %s is a directory", quote(path))
+		dir = true
+		if _, err := journal.SegmentsOf(path); errors.Is(err, journal.ErrNotJournal) {
+			// An empty directory is a new journal: Open would create its first segment in it.
+			if entries, err := os.ReadDir(path); err == nil && len(entries) == 0 {
+				for _, r := range runs {
+					if r.Projected > 0 {
+						return nil, notContinued(path, r, 0)
+					}
+				}
+			}
+		}
 	case !st.Mode().IsRegular():
 		return nil, fmt.Errorf("journal %s is not a regular file", quote(path))
+	default:
+		dir = false
 	}
-	j, err := journal.OpenFile(path)
+	var j journalSink
+	var err error
+	if dir {
+		j, err = openDir(path)
+	} else {
+		j, err = openFile(path)
+	}
 	if errors.Is(err, journal.ErrNotJournal) {
 		return nil, fmt.Errorf("%w; nothing was written", err)
 	}
@@ -153,6 +186,23 @@ func openContinuing(ctx context.Context, path string, runs []outbox.RunStats) (*
 			j.Close()
 			return nil, err
 		}
+	}
+	return j, nil
+}
+
+// openDir and openFile return a nil interface, not a nil pointer in one, on an error.
+func openDir(path string) (journalSink, error) {
+	j, err := journal.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	return j, nil
+}
+
+func openFile(path string) (journalSink, error) {
+	j, err := journal.OpenFile(path)
+	if err != nil {
+		return nil, err
 	}
 	return j, nil
 }

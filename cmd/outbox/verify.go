@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
+	"strings"
 	"text/tabwriter"
 
 	ojs "github.com/textmachine/outbox/jetstream"
@@ -25,7 +27,7 @@ func init() {
 // verifyReport is the --json output, one object on every outcome. Field names are part of the
 // command's interface.
 type verifyReport struct {
-	File string `json:"file,omitempty"` // the journal file checked ("-": standard input)
+	File string `json:"file,omitempty"` // the journal checked: a directory, a file, "-" (standard input)
 	// FileEscaped is the path quoted as Go's %q does, given only when it is not valid UTF-8.
 	FileEscaped string               `json:"file_escaped,omitempty"`
 	Stream      string               `json:"stream,omitempty"` // or the stream checked,
@@ -33,6 +35,8 @@ type verifyReport struct {
 	OK          bool                 `json:"ok"`
 	Lines       int                  `json:"lines"` // unique lines: once per (run, seq)
 	Duplicates  int                  `json:"duplicates"`
+	Unchecked   int                  `json:"unchecked"`   // duplicates older than the repeat window, not compared
+	Start       int64                `json:"start"`       // a trimmed directory's first position
 	TotalLines  int                  `json:"total_lines"` // lines in all: Lines + Duplicates
 	TornTail    bool                 `json:"torn_tail"`
 	Runs        map[string]verifyRun `json:"runs"`
@@ -44,16 +48,22 @@ type verifyRun struct {
 	Last       int64 `json:"last_seq"`
 	Lines      int   `json:"lines"`
 	Duplicates int   `json:"duplicates"`
+	Unchecked  int   `json:"unchecked"`
+	First      int64 `json:"first_seq,omitempty"` // in a part of a journal, where the run begins
 }
 
 type verifyFinding struct {
-	Kind     string `json:"kind"` // "gap", "conflict" or "malformed"
-	Line     int    `json:"line"`
-	Run      string `json:"run,omitempty"`
-	Seq      int64  `json:"seq,omitempty"`
-	Expected int64  `json:"expected,omitempty"`
-	Reason   string `json:"reason,omitempty"`
-	Message  string `json:"message"`
+	Kind string `json:"kind"` // "gap", "conflict" or "malformed"
+	Line int    `json:"line"`
+	// Segment and SegmentLine locate the line in a journal directory: its segment file and its line
+	// there.
+	Segment     string `json:"segment,omitempty"`
+	SegmentLine int    `json:"segment_line,omitempty"`
+	Run         string `json:"run,omitempty"`
+	Seq         int64  `json:"seq,omitempty"`
+	Expected    int64  `json:"expected,omitempty"`
+	Reason      string `json:"reason,omitempty"`
+	Message     string `json:"message"`
 }
 
 const verifyAbout = `
@@ -62,9 +72,18 @@ carries the same bytes (a duplicate, skipped) or is a conflict; every complete l
 object with a string "engine_run_id" and an integer "seq". A last line without its newline is a
 torn tail, reported, not an error.
 
-FILE - reads the journal from standard input. With --nats URL or --context NAME it checks the
-stream NAME instead, read from its first message to its last, every message's subject under
---subject-prefix.
+JOURNAL is a journal directory (its segments read in order, as one journal; a finding names its
+segment and its line there), one segment or a single-file journal; - reads the journal from
+standard input. A directory whose first segments retention removed, or a segment after the
+first, begins mid-way: its runs may begin at any seq.
+
+Memory stays bounded whatever the journal's length: a repeat is compared with its first copy (by
+a 64-bit hash under a seed chosen at random) when it repeats one of its run's last 512 seqs, what a
+relay re-sends after a crash (two batches); an older repeat has its key checked and is counted as
+unchecked, not compared.
+
+With --nats URL or --context NAME it checks the stream NAME instead, read from its first message to
+its last, every message's subject under --subject-prefix.
 
 Prints a per-run summary, the journal's lines counted as check counts them (unique lines, once
 per run and seq, and lines in all, repeats included), and ends with a one-line verdict, "OK" or
@@ -76,7 +95,7 @@ be read, its "error" member says why.
 Exit status: 0 clean, 1 a gap, a conflict or a malformed line, 2 a usage or I/O error.`
 
 func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("verify", "outbox verify [--json] (FILE | - | (--nats URL | --context NAME) --stream NAME)", verifyAbout)
+	fs := newFlags("verify", "outbox verify [--json] (JOURNAL | - | (--nats URL | --context NAME) --stream NAME)", verifyAbout)
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	streamName := fs.String("stream", "", "the JetStream stream's `name` (with --nats or --context)")
 	nf := addNATSFlags(fs, "check a stream on the NATS server at `url` instead of a file")
@@ -103,9 +122,9 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	case !nf.chosen() && *streamName == "" && len(pos) == 1:
 		out.File = redact(pos[0])
 		out.FileEscaped = escapedIfInvalid(out.File)
-		check = func() (journal.Report, error) { return verifyFile(pos[0]) }
+		check = func() (journal.Report, error) { return verifyPath(ctx, pos[0]) }
 	default:
-		return usageError(stderr, "outbox verify", "need exactly one journal FILE (- for standard input), or --nats URL (or --context NAME) --stream NAME")
+		return usageError(stderr, "outbox verify", "need exactly one JOURNAL, a directory or a file (- for standard input), or --nats URL (or --context NAME) --stream NAME")
 	}
 	if p := nf.problem(); p != "" {
 		return usageError(stderr, "outbox verify", "%s", p)
@@ -115,16 +134,17 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		out.Server = nf.server()
 	}
 	out.OK, out.Lines, out.Duplicates, out.TornTail, out.Runs = verr == nil, rep.Lines, rep.Duplicates, rep.TornTail, map[string]verifyRun{}
+	out.Unchecked, out.Start = rep.Unchecked, rep.Start
 	out.TotalLines = rep.Lines + rep.Duplicates
 	for id, r := range rep.Runs {
-		out.Runs[id] = verifyRun{Last: r.Last, Lines: r.Lines, Duplicates: r.Duplicates}
+		out.Runs[id] = verifyRun{Last: r.Last, Lines: r.Lines, Duplicates: r.Duplicates, Unchecked: r.Unchecked, First: r.First}
 	}
 	status := exitOK
 	var finding *journal.Error
 	switch {
 	case errors.As(verr, &finding):
 		kind := map[error]string{journal.ErrStreamGap: "gap", journal.ErrPayloadConflict: "conflict", journal.ErrMalformed: "malformed"}[finding.Err]
-		out.Finding = &verifyFinding{Kind: kind, Line: finding.Line, Run: finding.Run, Seq: finding.Seq,
+		out.Finding = &verifyFinding{Kind: kind, Line: finding.Line, Segment: finding.Segment, SegmentLine: finding.SegmentLine, Run: finding.Run, Seq: finding.Seq,
 			Expected: finding.Expected, Reason: finding.Reason, Message: message(finding)}
 		status = exitFindings
 	case verr != nil:
@@ -146,8 +166,12 @@ func runVerify(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	return status
 }
 
-// verifyFile verifies the journal at path, refusing a directory or a missing file by name.
-func verifyFile(path string) (journal.Report, error) {
+// verifyPath verifies the journal at path: a journal directory, or one file (a single-file journal or
+// a segment; a segment after the first begins mid-way), refusing a missing one by name.
+func verifyPath(ctx context.Context, path string) (journal.Report, error) {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return journal.VerifyDir(ctx, path)
+	}
 	if err := checkFile(path, "journal"); err != nil {
 		return journal.Report{}, err
 	}
@@ -156,7 +180,18 @@ func verifyFile(path string) (journal.Report, error) {
 		return journal.Report{}, err
 	}
 	defer f.Close()
-	return journal.Verify(f)
+	return journal.Verify(f, segmentOptions(path)...)
+}
+
+// segmentOptions are the options that read the file at path as what it is: a segment that does not
+// begin a journal (its name is a position other than 0) holds runs from mid-way.
+func segmentOptions(path string) []journal.VerifyOption {
+	name := filepath.Base(path)
+	digits, ok := strings.CutSuffix(name, ".jsonl")
+	if !ok || len(digits) != 20 || strings.Trim(digits, "0123456789") != "" || strings.Trim(digits, "0") == "" {
+		return nil
+	}
+	return []journal.VerifyOption{journal.WithPartial()}
 }
 
 // printVerify prints the per-run table, the totals, and the verdict as the last line.
@@ -179,6 +214,9 @@ func printVerify(w io.Writer, out verifyReport) {
 	if out.Error == "" {
 		fmt.Fprintf(w, "%s, %s, %s skipped", counted(int64(len(ids)), "run"), lineCounts(int64(out.Lines), int64(out.TotalLines)),
 			counted(int64(out.Duplicates), "duplicate"))
+		if out.Unchecked > 0 {
+			fmt.Fprintf(w, " (%d older than the repeat window, key checked, bytes not compared)", out.Unchecked)
+		}
 		if out.TornTail {
 			fmt.Fprint(w, ", torn last line")
 		}
