@@ -80,7 +80,7 @@ test-warm:
 ## -race, and without the -short skips (the sink's server clusters and its 82 MB stream): those run
 ## under the race detector with the current Go above. The library's pass, without the race
 ## detector, is also where make test runs the hundred-thousand-line tests (HundredThousand), which
-## outboxtest.RaceEnabled skips under it. About a minute and a half with a warm build cache; the
+## outboxtest.RaceEnabled skips under it. About a minute with a warm build cache; the
 ## first run downloads the toolchain and builds everything again with it (about 3 more minutes on 2
 ## shared cores, which make test's test-warm does while the race detector runs).
 test-min-go:
