@@ -29,8 +29,8 @@ INDEX_FUZZTIME ?= 10000x
 ## each benchmark once (-short, small prefills) so that none of them rots. docs/TESTING.md holds
 ## what each step costs. While the race detector runs, test-warm builds, at the lowest priority,
 ## what later steps need (the arm64 vet's standard library, sqlc under CI, the oldest Go's build of
-## the modules, the older nats-server): the cores the tests leave idle do the builds the later steps
-## would wait for. It only fills the build cache: each step runs in full after it and reports its
+## the modules, the older nats-server, the fuzzer's instrumented builds): the cores the tests leave
+## idle do the builds the later steps would wait for. It only fills the build cache: each step runs in full after it and reports its
 ## own failures.
 ##
 ## The race detector's processes exit at once (GORACE=atexit_sleep_ms=0): by default each one
@@ -59,7 +59,8 @@ test-race:
 
 ## test-warm: the builds of the steps after the race detector's, into the build cache, at the lowest
 ## priority (nice), their output dropped: a failure here shows again, in full, in its own step. The
-## oldest Go's test binaries are built and linked, not run (-exec true).
+## oldest Go's test binaries are built and linked, not run (-exec true); the fuzzer's instrumented
+## build of each fuzzed package is made by one input of one of its targets (-fuzztime 1x).
 test-warm:
 	@echo "make: test: building what the later steps need in the background, at the lowest priority"
 	-@GOARCH=arm64 nice -n 19 go vet ./journal/ >/dev/null 2>&1
@@ -70,6 +71,8 @@ test-warm:
 	-@GOTOOLCHAIN=go$(MIN_GO) nice -n 19 go build ./cmd/outbox/... ./bench/... ./examples/... >/dev/null 2>&1
 	-@bin=$$(mktemp -d) && trap 'rm -rf "$$bin"' EXIT && \
 		GOWORK=off GOBIN="$$bin" nice -n 19 go install github.com/nats-io/nats-server/v2@$(OLD_NATS) >/dev/null 2>&1
+	-@for t in journal:FuzzParseSegmentIndex cmd/outbox:FuzzTerminalSafeText jetstream:FuzzToken inbox:FuzzParseFilePosition; do \
+		nice -n 19 go test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime 1x "./$${t%%:*}/" >/dev/null 2>&1; done
 	@echo "make: test: the background builds are done"
 
 ## test-min-go: the go line is a claim, so CI builds and tests with that Go (go$(MIN_GO), fetched from
