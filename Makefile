@@ -13,7 +13,7 @@ MIN_GO := $(shell sed -n 's/^go //p' go.mod)
 # has no silent stretch, even while a cold build compiles for minutes without a word.
 STEP := sh tools/step.sh
 
-.PHONY: test test-race test-warm vet-native vet-arm64 test-min-go test-old-nats fmt-check vet generate check-generated check-generated-sqlc check-license fix-license migrate bench fuzz reliability release-check check-sums
+.PHONY: test test-race test-warm test-warm-builds vet-native vet-arm64 test-min-go test-old-nats fmt-check vet generate check-generated check-generated-sqlc check-license fix-license migrate bench fuzz reliability release-check check-sums
 
 # Fuzzing is bounded by a count of inputs, not a duration: with a duration, Go 1.26's fuzzing
 # coordinator can report its own deadline as a failure ("context deadline exceeded", no failing
@@ -62,7 +62,11 @@ test-race:
 ## oldest Go's test binaries are built and linked, not run (-exec true); the fuzzer's instrumented
 ## build of each fuzzed package is made by one input of one of its targets (-fuzztime 1x).
 test-warm:
-	@echo "make: test: building what the later steps need in the background, at the lowest priority"
+	@$(STEP) "test-warm: building what the later steps need, beside the race detector, at the lowest priority" \
+		$(MAKE) --no-print-directory test-warm-builds
+	@echo "make: test-warm: the builds are done"
+
+test-warm-builds:
 	-@GOARCH=arm64 nice -n 19 go vet ./journal/ >/dev/null 2>&1
 	-@if [ "$$CI" = "true" ] || ! (cd tools && GOWORK=off go run ./gendigest .. >/dev/null 2>&1); then \
 		cd tools && GOWORK=off nice -n 19 go tool -n sqlc >/dev/null 2>&1; fi
@@ -73,7 +77,6 @@ test-warm:
 		GOWORK=off GOBIN="$$bin" nice -n 19 go install github.com/nats-io/nats-server/v2@$(OLD_NATS) >/dev/null 2>&1
 	-@for t in journal:FuzzParseSegmentIndex cmd/outbox:FuzzTerminalSafeText jetstream:FuzzToken inbox:FuzzParseFilePosition; do \
 		nice -n 19 go test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime 1x "./$${t%%:*}/" >/dev/null 2>&1; done
-	@echo "make: test: the background builds are done"
 
 ## test-min-go: the go line is a claim, so CI builds and tests with that Go (go$(MIN_GO), fetched from
 ## the module proxy as golang.org/toolchain on first use) beside the current one. The library alone
