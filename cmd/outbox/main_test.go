@@ -418,9 +418,7 @@ func TestRelayInterruptedBySIGINTReSendsNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Enough that three interrupts, each as soon as the journal grows, find the relay mid-drain: the
-	// backlog is enqueued and drained under the race detector, which makes it the test's cost.
-	const backlog = 10000
+	const backlog = 30000
 	for i := 0; i < backlog; i += 1000 {
 		builds := make([]outbox.EventBuilder, 1000)
 		for k := range builds {
