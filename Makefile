@@ -30,8 +30,9 @@ INDEX_FUZZTIME ?= 10000x
 ## what each step costs. While the race detector runs, test-warm builds, at the lowest priority,
 ## what later steps need (the arm64 vet's standard library, sqlc under CI, the oldest Go's build of
 ## the modules, the older nats-server, the fuzzer's instrumented builds): the cores the tests leave
-## idle do the builds the later steps would wait for. It only fills the build cache: each step runs in full after it and reports its
-## own failures.
+## idle do the builds the later steps would wait for. It only fills the build cache: each step
+## runs in full after it and reports its own failures; the arm64 vet and check-generated come after
+## the race detector's step so that they find their builds made.
 ##
 ## The race detector's processes exit at once (GORACE=atexit_sleep_ms=0): by default each one
 ## sleeps a second at exit, for goroutines still running to race, and the tests start hundreds of
