@@ -13,7 +13,7 @@ MIN_GO := $(shell sed -n 's/^go //p' go.mod)
 # has no silent stretch, even while a cold build compiles for minutes without a word.
 STEP := sh tools/step.sh
 
-.PHONY: test test-min-go test-old-nats fmt-check vet generate check-generated check-generated-sqlc check-license fix-license migrate bench fuzz reliability release-check check-sums
+.PHONY: test test-race test-warm test-warm-builds vet-native vet-arm64 test-min-go test-old-nats fmt-check vet generate check-generated check-generated-sqlc check-license fix-license migrate bench fuzz reliability release-check check-sums
 
 # Fuzzing is bounded by a count of inputs, not a duration: with a duration, Go 1.26's fuzzing
 # coordinator can report its own deadline as a failure ("context deadline exceeded", no failing
@@ -24,13 +24,25 @@ INDEX_FUZZTIME ?= 10000x
 
 ## test: everything CI runs: formatting, vet, generated code, the licence lines, the tests under the
 ## race detector, the journal's tests again without its assembly (-tags purego, what other
-## processors run), the tests again with the oldest Go the go.mod files allow, and each benchmark
-## once (-short, small prefills) so that none of them rots.
-test: fmt-check vet check-generated check-license
-	@$(STEP) "test: every module's tests under the race detector (each package prints ok as it ends)" \
-		go test -race -count=1 $(MODULES)
-	@$(STEP) "test: the hundred-thousand-line tests without the race detector" \
-		go test -count=1 -run 'HundredThousand' ./outbox/ ./inbox/
+## processors run), the tests again with the oldest Go the go.mod files allow (the hundred-thousand-
+## line tests among them, which the race detector makes about 15 times slower and so skips), and
+## each benchmark once (-short, small prefills) so that none of them rots. docs/TESTING.md holds
+## what each step costs. While the race detector runs, test-warm builds, at the lowest priority,
+## what later steps need (the arm64 vet's standard library, sqlc under CI, the oldest Go's build of
+## the modules, the older nats-server, the fuzzer's instrumented builds): the cores the tests leave
+## idle do the builds the later steps would wait for. It only fills the build cache: each step
+## runs in full after it and reports its own failures; the arm64 vet and check-generated come after
+## the race detector's step so that they find their builds made.
+##
+## The race detector's processes exit at once (GORACE=atexit_sleep_ms=0): by default each one
+## sleeps a second at exit, for goroutines still running to race, and the tests start hundreds of
+## processes (the command, children that play engines and consumers), which made most of the race
+## step's wall time. A race any process had is still reported and still fails it (exit status 66).
+## A GORACE of your own is kept, after this setting. make reliability keeps the default.
+test: fmt-check vet-native check-license
+	@$(MAKE) --no-print-directory -j2 test-race test-warm
+	@$(MAKE) --no-print-directory vet-arm64
+	@$(MAKE) --no-print-directory check-generated
 	@$(STEP) "test: the journal's tests without its assembly (-tags purego)" \
 		go test -count=1 -tags purego ./journal/
 	@$(MAKE) --no-print-directory test-min-go
@@ -42,15 +54,42 @@ test: fmt-check vet check-generated check-license
 	@$(MAKE) --no-print-directory check-sums
 	@echo "make test: everything passed"
 
+test-race:
+	@GORACE="atexit_sleep_ms=0 $$GORACE" $(STEP) "test: every module's tests under the race detector (each package prints ok as it ends)" \
+		go test -race -count=1 $(MODULES)
+
+## test-warm: the builds of the steps after the race detector's, into the build cache, at the lowest
+## priority (nice), their output dropped: a failure here shows again, in full, in its own step. The
+## oldest Go's test binaries are built and linked, not run (-exec true); the fuzzer's instrumented
+## build of each fuzzed package is made by one input of one of its targets (-fuzztime 1x).
+test-warm:
+	@$(STEP) "test-warm: building what the later steps need, beside the race detector, at the lowest priority" \
+		$(MAKE) --no-print-directory test-warm-builds
+	@echo "make: test-warm: the builds are done"
+
+test-warm-builds:
+	-@GOARCH=arm64 nice -n 19 go vet ./journal/ >/dev/null 2>&1
+	-@if [ "$$CI" = "true" ] || ! (cd tools && GOWORK=off go run ./gendigest .. >/dev/null 2>&1); then \
+		cd tools && GOWORK=off nice -n 19 go tool -n sqlc >/dev/null 2>&1; fi
+	-@GOTOOLCHAIN=go$(MIN_GO) GOWORK=off nice -n 19 go test -count=1 -exec true ./... >/dev/null 2>&1
+	-@GOTOOLCHAIN=go$(MIN_GO) nice -n 19 go test -count=1 -exec true ./jetstream/... ./otel/... >/dev/null 2>&1
+	-@GOTOOLCHAIN=go$(MIN_GO) nice -n 19 go build ./cmd/outbox/... ./bench/... ./examples/... >/dev/null 2>&1
+	-@bin=$$(mktemp -d) && trap 'rm -rf "$$bin"' EXIT && \
+		GOWORK=off GOBIN="$$bin" nice -n 19 go install github.com/nats-io/nats-server/v2@$(OLD_NATS) >/dev/null 2>&1
+	-@for t in journal:FuzzParseSegmentIndex cmd/outbox:FuzzTerminalSafeText jetstream:FuzzToken inbox:FuzzParseFilePosition; do \
+		nice -n 19 go test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime 1x "./$${t%%:*}/" >/dev/null 2>&1; done
+
 ## test-min-go: the go line is a claim, so CI builds and tests with that Go (go$(MIN_GO), fetched from
 ## the module proxy as golang.org/toolchain on first use) beside the current one. The library alone
 ## (GOWORK=off), as a user's build resolves it from its go.mod; the JetStream sink inside the
 ## workspace, which stands in for the library release it requires until the tag exists, and the
 ## OpenTelemetry module's likewise; the command, the benchmarks and the examples built. Without
 ## -race, and without the -short skips (the sink's server clusters and its 82 MB stream): those run
-## under the race detector with the current Go above. About a minute with a warm build cache; the
+## under the race detector with the current Go above. The library's pass, without the race
+## detector, is also where make test runs the hundred-thousand-line tests (HundredThousand), which
+## outboxtest.RaceEnabled skips under it. About a minute with a warm build cache; the
 ## first run downloads the toolchain and builds everything again with it (about 3 more minutes on 2
-## shared cores).
+## shared cores, which make test's test-warm does while the race detector runs).
 test-min-go:
 	@GOTOOLCHAIN=go$(MIN_GO) GOWORK=off $(STEP) "test-min-go: the library's tests with go$(MIN_GO), the go line of go.mod" \
 		go test -count=1 ./...
@@ -110,9 +149,13 @@ fmt-check:
 	@echo "make: fmt-check: gofmt -l"
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-vet:
+vet: vet-native vet-arm64
+
+vet-native:
 	@$(STEP) "vet: go vet of every module (builds every dependency on first use)" go vet $(MODULES)
 	@$(STEP) "vet: the journal without its assembly (-tags purego)" go vet -tags purego ./journal/
+
+vet-arm64:
 	@GOARCH=arm64 $(STEP) "vet: the journal for arm64" go vet ./journal/
 
 ## generate: regenerate db/ and inbox/db/ from queries/, migrations/ and their inbox/ counterparts with

@@ -3,11 +3,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"errors"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,25 +12,15 @@ import (
 	njs "github.com/nats-io/nats.go/jetstream"
 )
 
-// builtCommand builds the command into a temporary directory and returns a function that runs it as
-// a process, returning its exit status, standard output and standard error.
+// builtCommand returns a function that runs the command as a process of its own, returning its exit
+// status, standard output and standard error. The process is this test binary (see asOutbox), built
+// with the flags of the test run: a go build of its own would link the whole command again, seconds
+// each time, and without the race detector.
 func builtCommand(t *testing.T) func(args ...string) (int, string, string) {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "outbox")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
 	return func(args ...string) (int, string, string) {
 		t.Helper()
-		var out, errOut bytes.Buffer
-		cmd := exec.Command(bin, args...)
-		cmd.Stdout, cmd.Stderr = &out, &errOut
-		err := cmd.Run()
-		var exit *exec.ExitError
-		if err != nil && !errors.As(err, &exit) {
-			t.Fatalf("%v: %v", args, err)
-		}
-		return cmd.ProcessState.ExitCode(), out.String(), errOut.String()
+		return runOutbox(t, args...)
 	}
 }
 
