@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/textmachine/outbox/internal/faultpoint"
 	"github.com/textmachine/outbox/outbox"
@@ -188,6 +189,16 @@ func (j *Journal) open() error {
 		}
 		if _, ok := parseBase(name, tmpExt); ok && e.Type().IsRegular() {
 			remove = append(remove, name) // an index whose write a crash interrupted
+			continue
+		}
+		if _, ok := parseReaderFileName(name); ok && e.Type().IsRegular() {
+			continue // a registered reader's position, written by the reader
+		}
+		if parseReaderTmpName(name) && e.Type().IsRegular() {
+			// A reader's write under way, or one a crash interrupted: only an old one is left over.
+			if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > staleReaderTmp {
+				remove = append(remove, name)
+			}
 			continue
 		}
 		return fmt.Errorf("%w: %s holds %q, which is not a file of a journal; it was not opened", ErrNotJournal, j.dir, name)
