@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -41,8 +42,8 @@ type RunLocator struct {
 	runs      map[string][]locSeg
 }
 
-// locSeg: a run's highest seq in the sealed segment at base.
-type locSeg struct{ base, last int64 }
+// locSeg: a run's lowest and highest seq in the sealed segment at base.
+type locSeg struct{ base, first, last int64 }
 
 // NewRunLocator reads the seal indexes of the journal in dir (see LocateRun).
 func NewRunLocator(ctx context.Context, dir string) (*RunLocator, error) {
@@ -66,8 +67,7 @@ func NewRunLocator(ctx context.Context, dir string) (*RunLocator, error) {
 			continue
 		}
 		for _, r := range si.runs {
-			last := r.spans[len(r.spans)-1].last()
-			l.runs[r.id] = append(l.runs[r.id], locSeg{base, last})
+			l.runs[r.id] = append(l.runs[r.id], locSeg{base, r.spans[0].seq, r.spans[len(r.spans)-1].last()})
 		}
 	}
 	return l, nil
@@ -92,6 +92,25 @@ func (l *RunLocator) Locate(runID string, seq int64) int64 {
 
 // First returns the position of the journal's first retained segment.
 func (l *RunLocator) First() int64 { return l.bases[0] }
+
+// Last returns the position of the segment appended to, which no index describes yet.
+func (l *RunLocator) Last() int64 { return l.bases[len(l.bases)-1] }
+
+// Runs returns the ids of the runs the trusted indexes name, sorted.
+func (l *RunLocator) Runs() []string {
+	return slices.Sorted(maps.Keys(l.runs))
+}
+
+// FirstSeq returns the lowest seq of runID that the sealed segments with a trusted index hold, and
+// false when they hold none (its lines may still be in the last segment, or in a segment whose
+// index is not trusted).
+func (l *RunLocator) FirstSeq(runID string) (int64, bool) {
+	segs := l.runs[runID]
+	if len(segs) == 0 {
+		return 0, false
+	}
+	return segs[0].first, true
+}
 
 // locateSegments lists the positions of dir's segments, in order, ignoring every other name (a
 // reader reads beside whatever else the directory holds).
