@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/textmachine/outbox/inbox/db"
@@ -453,12 +454,14 @@ func (s *journalSource) rewind(ctx context.Context, jp JournalPosition, bases []
 	}
 	target := min(jp.Position, loc.Last())
 	if target > bases[0] {
-		hwm, err := s.marks(ctx)
+		hwm, parked, err := s.marks(ctx)
 		if err != nil {
 			return err
 		}
 		for _, run := range loc.Runs() {
-			target = min(target, loc.Locate(run, hwm[run]+1))
+			if !parked[run] {
+				target = min(target, loc.Locate(run, hwm[run]+1))
+			}
 		}
 	}
 	target = max(target, bases[0])
@@ -469,17 +472,26 @@ func (s *journalSource) rewind(ctx context.Context, jp JournalPosition, bases []
 	return s.at(target)
 }
 
-// marks reads every run's high-water mark.
-func (s *journalSource) marks(ctx context.Context) (map[string]int64, error) {
+// marks reads every run's high-water mark, and which runs are quarantined (their lines are not
+// applied, so none needs reading again).
+func (s *journalSource) marks(ctx context.Context) (hwm map[string]int64, parked map[string]bool, err error) {
 	runs, err := s.in.Runs(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	hwm := make(map[string]int64, len(runs))
+	hwm = make(map[string]int64, len(runs))
 	for _, r := range runs {
 		hwm[r.RunID] = r.Position
 	}
-	return hwm, nil
+	qs, err := s.in.Quarantined(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	parked = make(map[string]bool, len(qs))
+	for _, q := range qs {
+		parked[q.RunID] = true
+	}
+	return hwm, parked, nil
 }
 
 // fresh places a reader with no position: on from a file source the journal's first segment was
@@ -551,7 +563,7 @@ func (s *journalSource) adopted(ctx context.Context) (FilePosition, bool, error)
 func (s *journalSource) gap(ctx context.Context, pos, first int64) error {
 	e := &JournalGapError{Dir: s.dir, Position: pos, First: first}
 	if loc, err := journal.NewRunLocator(ctx, s.dir); err == nil {
-		if hwm, err := s.marks(ctx); err == nil {
+		if hwm, _, err := s.marks(ctx); err == nil {
 			for _, run := range loc.Runs() {
 				f, ok := loc.FirstSeq(run)
 				if !ok || f <= hwm[run]+1 {
@@ -690,12 +702,11 @@ func (s *journalSource) commit(ctx context.Context, to FilePosition, lines [][]b
 				if perr != nil {
 					return perr
 				}
-				at := s.pos
 				if perr := s.commit(ctx, before, lines[:le.Index]); perr != nil {
 					return perr
 				}
-				if s.pos != before || at == before {
-					return nil
+				if s.pos != before {
+					return nil // the position moved meanwhile and was read again: read on from it
 				}
 			}
 			return wrapf(le, "journal %s, the line at byte %d", quotePath(s.dir), s.base+s.pos.Offset)
@@ -733,4 +744,58 @@ func (s *journalSource) look(ctx context.Context) error {
 // directory created later is seen.
 func newDirWaker(dir string, poll time.Duration, log *slog.Logger) *waker {
 	return newWakerFor(dir, true, poll, log)
+}
+
+// lowerJournalReaders is what a Release or AcceptGap of runID does first for the journals this
+// inbox reads: the position each registered with the journal is lowered to the first segment that
+// can hold the run's next line, before the sources are rewound, so that retention cannot remove
+// those segments between the rewind and the next read. Only a reader file of this inbox's name that
+// exists is lowered (a name no reader uses would hold retention back for ever). Lowering first is
+// safe whatever follows: a registration behind the database only keeps more. A failure is logged,
+// and the next read registers its position again.
+func (in *Inbox) lowerJournalReaders(ctx context.Context, runID string) {
+	sources, err := in.Sources(ctx)
+	if err != nil {
+		in.logger().Warn("inbox: the journal readers were not lowered before a rewind", "run", runID, "err", err)
+		return
+	}
+	var hwm int64 = -1
+	name := in.readerName()
+	for _, src := range sources {
+		dir, ok := strings.CutPrefix(src.Name, JournalSourcePrefix)
+		if !ok || src.Position == nil {
+			continue // a rewound source registered where it reads again when it did
+		}
+		jp, err := ParseJournalPosition(src.Position)
+		if err != nil {
+			continue
+		}
+		if hwm < 0 {
+			if hwm, err = in.Position(ctx, runID); err != nil {
+				in.logger().Warn("inbox: the journal readers were not lowered before a rewind", "run", runID, "err", err)
+				return
+			}
+		}
+		err = func() error {
+			rs, err := journal.Readers(dir)
+			if err != nil {
+				return err
+			}
+			i := slices.IndexFunc(rs, func(r journal.ReaderInfo) bool { return r.Name == name })
+			if i < 0 {
+				return nil
+			}
+			at, err := journal.LocateRun(ctx, dir, runID, hwm+1)
+			if err != nil {
+				return err
+			}
+			if at = min(at, jp.Position); at < rs[i].Position {
+				return journal.SetReader(dir, name, at)
+			}
+			return nil
+		}()
+		if err != nil {
+			in.logger().Warn("inbox: a journal reader was not lowered before a rewind", "dir", dir, "reader", name, "run", runID, "err", err)
+		}
+	}
 }
