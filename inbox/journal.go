@@ -350,15 +350,15 @@ func (s *journalSource) load(ctx context.Context) error {
 	}
 	switch {
 	case pos != nil:
-		jp, err := ParseJournalPosition(pos)
-		if err != nil {
-			return fmt.Errorf("%w (the position stored for journal %s)", err, quotePath(s.dir))
+		jp, perr := ParseJournalPosition(pos)
+		if perr != nil {
+			return fmt.Errorf("%w (the position stored for journal %s)", perr, quotePath(s.dir))
 		}
 		err = s.resume(ctx, jp, bases, true)
 	case from != nil:
-		jp, err := ParseJournalPosition(from)
-		if err != nil {
-			return fmt.Errorf("%w (the position journal %s was rewound from)", err, quotePath(s.dir))
+		jp, perr := ParseJournalPosition(from)
+		if perr != nil {
+			return fmt.Errorf("%w (the position journal %s was rewound from)", perr, quotePath(s.dir))
 		}
 		err = s.rewind(ctx, jp, bases)
 	default:
@@ -643,6 +643,9 @@ func (s *journalSource) drain(ctx context.Context) error {
 // after cur's last byte. It reports false when there is none yet (cur is the last segment), or when
 // cur has grown meanwhile (read on in it).
 func (s *journalSource) next(ctx context.Context) (bool, error) {
+	if s.pos.Offset == 0 {
+		return false, nil // an empty segment: nothing comes after it before a line in it
+	}
 	at := s.base + s.pos.Offset
 	jf, err := s.openSegment(at)
 	if err == nil {
@@ -669,6 +672,9 @@ func (s *journalSource) next(ctx context.Context) (bool, error) {
 	}
 	if bases[len(bases)-1] <= s.base {
 		return false, nil // cur is the last segment: wait for lines or a roll
+	}
+	if _, ok := slices.BinarySearch(bases, at); ok {
+		return true, nil // started since the open was tried: look again
 	}
 	// A later segment exists, so cur is sealed: its size now is its final one.
 	if size, err := s.cur.size(); err != nil || size > s.pos.Offset {
