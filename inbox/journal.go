@@ -752,10 +752,11 @@ func newDirWaker(dir string, poll time.Duration, log *slog.Logger) *waker {
 	return newWakerFor(dir, true, poll, log)
 }
 
-// lowerJournalReaders is what a Release or AcceptGap of runID does first for the journals this
-// inbox reads: the position each registered with the journal is lowered to the first segment that
-// can hold the run's next line, before the sources are rewound, so that retention cannot remove
-// those segments between the rewind and the next read. Only a reader file of this inbox's name that
+// lowerJournalReaders is what a Release or AcceptGap of runID does, before its transaction and
+// again after it, for the journals this inbox reads: the position each registered with the journal
+// is lowered to the first segment that can hold the run's next line, so that retention cannot
+// remove those segments between the rewind and the next read (the second time, in case a follower
+// committed a batch and registered past it meanwhile). Only a reader file of this inbox's name that
 // exists is lowered (a name no reader uses would hold retention back for ever). Lowering first is
 // safe whatever follows: a registration behind the database only keeps more. A failure is logged,
 // and the next read registers its position again.
@@ -769,10 +770,14 @@ func (in *Inbox) lowerJournalReaders(ctx context.Context, runID string) {
 	name := in.readerName()
 	for _, src := range sources {
 		dir, ok := strings.CutPrefix(src.Name, JournalSourcePrefix)
-		if !ok || src.Position == nil {
-			continue // a rewound source registered where it reads again when it did
+		pos := src.Position
+		if pos == nil {
+			pos = src.RewoundFrom
 		}
-		jp, err := ParseJournalPosition(src.Position)
+		if !ok || pos == nil {
+			continue
+		}
+		jp, err := ParseJournalPosition(pos)
 		if err != nil {
 			continue
 		}

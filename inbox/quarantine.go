@@ -94,6 +94,7 @@ func (in *Inbox) Release(ctx context.Context, runID string) error {
 	if err != nil {
 		return wrapf(err, "release run %q", runID)
 	}
+	in.lowerJournalReaders(ctx, runID)
 	in.cfg.logger.Info("inbox: run released", "run", runID)
 	return nil
 }
@@ -141,6 +142,7 @@ func (in *Inbox) AcceptGap(ctx context.Context, runID, reason string) error {
 	if err != nil {
 		return wrapf(err, "accept the gap of run %q", runID)
 	}
+	in.lowerJournalReaders(ctx, runID)
 	in.cfg.logger.Warn("inbox: gap accepted", "run", runID, "first_seq", q.Expected, "last_seq", q.Got-1,
 		"reason", reason, "by", in.cfg.operator)
 	return nil
