@@ -628,10 +628,10 @@ func (s *journalSource) drain(ctx context.Context) error {
 		if s.pos.Offset < end {
 			faultpoint.Hit(faultpoint.InboxTornTail)
 		}
-		if !s.follow && s.base+s.pos.Offset >= s.stopAt {
-			return nil
+		if !s.follow && s.base+end >= s.stopAt {
+			return nil // the journal's end when the call began: a line being written then is the next call's
 		}
-		moved, err := s.next(ctx)
+		moved, err := s.next(ctx, end)
 		if err != nil || !moved {
 			return err
 		}
@@ -639,10 +639,11 @@ func (s *journalSource) drain(ctx context.Context) error {
 	return nil
 }
 
-// next goes on to the segment after cur once cur is read to its end: the one named by the position
-// after cur's last byte. It reports false when there is none yet (cur is the last segment), or when
-// cur has grown meanwhile (read on in it).
-func (s *journalSource) next(ctx context.Context) (bool, error) {
+// next goes on to the segment after cur once cur holds no complete line after the position within
+// end, the end the last read had: the one named by the position after cur's last byte. It reports
+// false when there is none yet (cur is the last segment), and true without moving when cur has
+// grown past end meanwhile (read on in it).
+func (s *journalSource) next(ctx context.Context, end int64) (bool, error) {
 	if s.pos.Offset == 0 {
 		return false, nil // an empty segment: nothing comes after it before a line in it
 	}
@@ -677,10 +678,16 @@ func (s *journalSource) next(ctx context.Context) (bool, error) {
 		return true, nil // started since the open was tried: look again
 	}
 	// A later segment exists, so cur is sealed: its size now is its final one.
-	if size, err := s.cur.size(); err != nil || size > s.pos.Offset {
-		return err == nil, err
-	}
-	if bases[0] > at {
+	size, err := s.cur.size()
+	switch {
+	case err != nil:
+		return false, err
+	case size > end:
+		return true, nil
+	case size > s.pos.Offset:
+		return false, fmt.Errorf("%w: journal %s: sealed segment %s ends with %d bytes that are not a complete line",
+			journal.ErrModified, quotePath(s.dir), segmentFileName(s.base), size-s.pos.Offset)
+	case bases[0] > at:
 		return false, s.gap(ctx, at, bases[0])
 	}
 	return false, fmt.Errorf("%w: journal %s holds no segment at byte %d, where segment %s ends, but holds later ones",

@@ -368,3 +368,29 @@ func TestFollowJournalWaitsForAJournalDirectoryThatDoesNotExistYet(t *testing.T)
 	sj.add("a", 9, 2)
 	c.waitPosition("a", 9)
 }
+
+func TestASealedSegmentWhoseLastLineLostItsNewlineStopsTheReader(t *testing.T) {
+	t.Parallel()
+	sj := newSegJournal(t, 300)
+	sj.add("a", 15, 2)
+	segs := sj.segments()
+	path := filepath.Join(sj.dir, segmentFileName(segs[1]))
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)-1] = ' ' // the same size, so the names still follow on
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := newConsumer(t)
+	// A hang is the failure this guards against: the deadline only ends the test, it is not measured.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := c.in.ApplyJournal(ctx, sj.dir, record); !errors.Is(err, journal.ErrModified) {
+		t.Fatalf("%v, want journal.ErrModified", err)
+	}
+	if err := c.in.FollowJournal(ctx, sj.dir, record); !errors.Is(err, journal.ErrModified) {
+		t.Fatalf("FollowJournal: %v, want journal.ErrModified", err)
+	}
+}
