@@ -208,27 +208,40 @@ func readReader(dir, name string) (ReaderInfo, error) {
 // file that is torn, fails its checksum or names another reader is an error naming the file: a
 // reader's position is never guessed.
 func Readers(dir string) ([]ReaderInfo, error) {
+	out, _, err := readReaders(dir)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// readReaders reads every reader file in dir; the readers whose file cannot be read are listed in
+// bad, and err is the first such file's error (or the directory's).
+func readReaders(dir string) (out []ReaderInfo, bad []string, err error) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
-		return nil, fmt.Errorf("journal: readers: %w", err)
+		return nil, nil, fmt.Errorf("journal: readers: %w", err)
 	}
-	var out []ReaderInfo
 	for _, e := range ents {
 		name, ok := parseReaderFileName(e.Name())
 		if !ok {
 			continue
 		}
-		r, err := readReader(dir, name)
-		if errors.Is(err, fs.ErrNotExist) {
+		r, rerr := readReader(dir, name)
+		if errors.Is(rerr, fs.ErrNotExist) {
 			continue // removed since the directory was read
 		}
-		if err != nil {
-			return nil, err
+		if rerr != nil {
+			bad = append(bad, name)
+			if err == nil {
+				err = rerr
+			}
+			continue
 		}
 		out = append(out, r)
 	}
 	slices.SortFunc(out, func(a, b ReaderInfo) int { return strings.Compare(a.Name, b.Name) })
-	return out, nil
+	return out, bad, err
 }
 
 // RemoveReader removes reader name's registration from the journal directory dir, so that retention

@@ -19,7 +19,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	crashtest.Main(m, map[string]func() int{"segment-writer": segmentWriter})
+	crashtest.Main(m, map[string]func() int{"segment-writer": segmentWriter, "retention-writer": retentionWriter})
 }
 
 // segmentWriter appends batches of three lines of run "r" to the journal in SEG_DIR, at the segment

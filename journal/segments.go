@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -49,6 +50,13 @@ type Option func(*options)
 type options struct {
 	segmentSize int64
 	ops         fileOps
+
+	keep     time.Duration
+	maxBytes int64
+	maxSet   bool
+	retain   bool
+	logger   *slog.Logger
+	now      func() time.Time
 }
 
 // WithSegmentSize sets the size a segment is sealed at (DefaultSegmentSize by default): a batch that
@@ -81,6 +89,9 @@ type Journal struct {
 
 	rd    *os.File // a sealed segment open for reading, kept for the next read
 	rdIdx int
+
+	ret retention
+	st  *retState // the directory's retention record, as last written
 }
 
 type segment struct{ base, size int64 }
@@ -100,7 +111,8 @@ func parseBase(name, ext string) (int64, bool) {
 
 // Open opens the journal kept in dir for appending, creating dir (and its first segment) when it is
 // missing or empty. dir holds only the journal's files: segments named by the journal-wide position
-// of their first byte (%020d.jsonl), and the sealed segments' index files (%020d.idx). Anything else
+// of their first byte (%020d.jsonl), the sealed segments' index files (%020d.idx), the registered
+// readers' files (NAME.reader) and the retention record (retention.state). Anything else
 // in it, a path that is not a directory, or a last segment that is not a journal, is ErrNotJournal,
 // left as it was. A sealed segment whose size does not end where the next one's name begins (another
 // program appended to it, or cut it) is ErrModified. Open takes an exclusive lock on dir, failing
@@ -116,6 +128,10 @@ func Open(dir string, opts ...Option) (*Journal, error) {
 	}
 	if o.segmentSize <= 0 {
 		return nil, fmt.Errorf("journal: Open: segment size %d: it must be positive", o.segmentSize)
+	}
+	ret, err := newRetention(&o)
+	if err != nil {
+		return nil, err
 	}
 	if dir == "" {
 		return nil, errors.New("journal: Open: no directory named")
@@ -153,7 +169,7 @@ func Open(dir string, opts ...Option) (*Journal, error) {
 		}
 		return nil, fmt.Errorf("journal: lock %s: %w", dir, err)
 	}
-	j := &Journal{dir: dir, dirf: dirf, segSize: o.segmentSize, rdIdx: -1}
+	j := &Journal{dir: dir, dirf: dirf, segSize: o.segmentSize, rdIdx: -1, ret: ret}
 	j.name, j.src, j.ops = dir, j, o.ops
 	if err := j.open(); err != nil {
 		if j.f != nil {
@@ -194,6 +210,13 @@ func (j *Journal) open() error {
 		if _, ok := parseReaderFileName(name); ok && e.Type().IsRegular() {
 			continue // a registered reader's position, written by the reader
 		}
+		if name == stateName && e.Type().IsRegular() {
+			continue
+		}
+		if name == stateTmpName && e.Type().IsRegular() {
+			remove = append(remove, name) // a record whose write a crash interrupted
+			continue
+		}
 		if parseReaderTmpName(name) && e.Type().IsRegular() {
 			// A reader's write under way, or one a crash interrupted: only an old one is left over.
 			if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > staleReaderTmp {
@@ -204,11 +227,23 @@ func (j *Journal) open() error {
 		return fmt.Errorf("%w: %s holds %q, which is not a file of a journal; it was not opened", ErrNotJournal, j.dir, name)
 	}
 	slices.Sort(bases)
+	st, found, err := readState(j.dir)
+	if err != nil {
+		return err
+	}
+	j.st = st
 	if len(bases) == 0 {
 		if len(indexes) > 0 {
 			return fmt.Errorf("%w: %s holds index files but no segment; it was not opened", ErrNotJournal, j.dir)
 		}
+		if st.tail > 0 {
+			return fmt.Errorf("%w: %s holds no segment, and its retention record says the journal reached byte %d: "+
+				"its segments were deleted by another program; it was not opened: %w", ErrModified, j.dir, st.tail, outbox.ErrSinkRefused)
+		}
 		bases = []int64{0}
+	}
+	if err := checkEnds(j.dir, bases, st, found); err != nil {
+		return err
 	}
 	for i, base := range bases[:len(bases)-1] {
 		st, err := os.Stat(filepath.Join(j.dir, segmentName(base)))
@@ -297,10 +332,12 @@ func (j *Journal) Append(ctx context.Context, runID string, lines []outbox.Event
 	if err := checkBatch(ctx, &j.runLog, &j.appendFile, j.index, runID, lines, buf); err != nil {
 		return err
 	}
+	rolled := false
 	if j.size > 0 && j.size+int64(len(buf)) > j.segSize {
 		if err := j.roll(); err != nil {
 			return err
 		}
+		rolled = true
 	}
 	off := j.tailBase + j.size
 	if err := j.appendSynced(buf); err != nil {
@@ -310,6 +347,9 @@ func (j *Journal) Append(ctx context.Context, runID string, lines []outbox.Event
 	j.tailRuns.noteAppended(runID, lines, off)
 	j.tailRuns.scanned = j.tailBase + j.size
 	j.lastLine = off + int64(len(buf)-len(lines[len(lines)-1].Line)-1)
+	if rolled {
+		j.trimAfterSeal(ctx)
+	}
 	return nil
 }
 
@@ -360,6 +400,17 @@ func (j *Journal) index(ctx context.Context) error {
 	}
 	for id, rs := range j.tailRuns.runs {
 		j.runs.addSpans(id, rs.spans, 0)
+	}
+	// A run whose first lines retention deleted keeps its last seq, and its re-deliveries of those
+	// lines cannot be compared.
+	for _, r := range j.st.runs {
+		rs := j.runs.runs[r.RunID]
+		if rs == nil {
+			rs = &runSpans{}
+			j.runs.runs[r.RunID] = rs
+		}
+		rs.gone = max(rs.gone, r.LastSeq)
+		rs.top = max(rs.top, r.LastSeq)
 	}
 	for _, rs := range j.runs.runs {
 		if rs.unsorted {
@@ -506,6 +557,17 @@ func (j *Journal) roll() error {
 		os.Remove(path)
 		return err
 	}
+	// The record of where the last segment begins is what tells a last segment deleted by hand from
+	// a roll a crash interrupted; written after the segment exists, it never names a missing one.
+	ns := j.st.clone()
+	ns.tail = end
+	if err := ns.write(j.dir); err != nil {
+		f.Close()
+		os.Remove(path)
+		syncDir(j.dir)
+		return err
+	}
+	j.st = ns
 	faultpoint.Hit(faultAfterRoll)
 	j.f.Close()
 	j.sealed = append(j.sealed, segment{j.tailBase, j.size})
