@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -559,22 +560,35 @@ func (s *journalSource) adopted(ctx context.Context) (FilePosition, bool, error)
 }
 
 // gap is the retention gap of a reader at pos (-1: none) of a journal whose first segment is first,
-// naming the runs the indexes show it will not get.
+// naming the runs it will not get: those retention recorded deleting lines of past the inbox's
+// high-water mark (journal.Retained), and those the retained seal indexes hold from a seq past the
+// one the inbox needs next.
 func (s *journalSource) gap(ctx context.Context, pos, first int64) error {
 	e := &JournalGapError{Dir: s.dir, Position: pos, First: first}
-	if loc, err := journal.NewRunLocator(ctx, s.dir); err == nil {
-		if hwm, _, err := s.marks(ctx); err == nil {
-			for _, run := range loc.Runs() {
-				f, ok := loc.FirstSeq(run)
-				if !ok || f <= hwm[run]+1 {
-					continue
-				}
-				if len(e.RunsLost) < MaxRunsNamed {
-					e.RunsLost = append(e.RunsLost, LostRun{RunID: run, FirstSeq: hwm[run] + 1, LastSeq: f - 1})
-				} else {
-					e.RunsLostMore++
-				}
+	hwm, _, err := s.marks(ctx)
+	if err != nil {
+		return e
+	}
+	last := map[string]int64{} // per run, the last seq lost
+	if info, err := journal.Retained(s.dir); err == nil {
+		for _, r := range info.Runs {
+			if r.LastSeq > hwm[r.RunID] {
+				last[r.RunID] = max(last[r.RunID], r.LastSeq)
 			}
+		}
+	}
+	if loc, err := journal.NewRunLocator(ctx, s.dir); err == nil {
+		for _, run := range loc.Runs() {
+			if f, ok := loc.FirstSeq(run); ok && f > hwm[run]+1 {
+				last[run] = max(last[run], f-1)
+			}
+		}
+	}
+	for _, run := range slices.Sorted(maps.Keys(last)) {
+		if len(e.RunsLost) < MaxRunsNamed {
+			e.RunsLost = append(e.RunsLost, LostRun{RunID: run, FirstSeq: hwm[run] + 1, LastSeq: last[run]})
+		} else {
+			e.RunsLostMore++
 		}
 	}
 	return e
