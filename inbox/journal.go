@@ -318,7 +318,7 @@ func (s *journalSource) openSegment(base int64) (*journalFile, error) {
 	if err := lockShared(jf.f); err != nil {
 		jf.close()
 		if errors.Is(err, errHeldExclusive) {
-			return nil, fmt.Errorf("inbox: segment %s is being removed: %w", quotePath(path), fs.ErrNotExist)
+			return nil, fmt.Errorf("inbox: segment %s is being removed: %w: %w", quotePath(path), errHeldExclusive, fs.ErrNotExist)
 		}
 		return nil, fmt.Errorf("inbox: lock %s: %w", quotePath(path), err)
 	}
@@ -334,8 +334,25 @@ func (s *journalSource) openSegment(base int64) (*journalFile, error) {
 // errHeldExclusive: another holds an exclusive flock on the segment (retention removing it).
 var errHeldExclusive = errors.New("inbox: the segment is locked for removal")
 
-// load reads the stored position and finds where to read on from it.
+// load reads the stored position and finds where to read on from it. A segment it needs that
+// retention is removing at that moment (it holds the segment's exclusive lock between writing its
+// record and unlinking the file) is looked for again once it is gone, for a few seconds at most.
 func (s *journalSource) load(ctx context.Context) error {
+	for range 200 {
+		err := s.loadOnce(ctx)
+		if !errors.Is(err, errHeldExclusive) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(25 * time.Millisecond):
+		}
+	}
+	return s.loadOnce(ctx)
+}
+
+func (s *journalSource) loadOnce(ctx context.Context) error {
 	s.close()
 	pos, from, err := s.in.SourceState(ctx, s.name)
 	if err != nil {
