@@ -391,6 +391,9 @@ func (s *journalSource) loadOnce(ctx context.Context) error {
 
 // register records the position with the journal's reader registry.
 func (s *journalSource) register(pos int64) error {
+	if s.in.lock == nil {
+		return nil // a read-only inbox (OpenReadOnly) writes nothing, and commits nothing to register
+	}
 	if err := journal.SetReader(s.dir, s.reader, pos); err != nil {
 		return fmt.Errorf("inbox: journal %s: register reader %s at byte %d: %w", quotePath(s.dir), s.reader, pos, err)
 	}
@@ -799,6 +802,9 @@ func newDirWaker(dir string, poll time.Duration, log *slog.Logger) *waker {
 // safe whatever follows: a registration behind the database only keeps more. A failure is logged,
 // and the next read registers its position again.
 func (in *Inbox) lowerJournalReaders(ctx context.Context, runID string) {
+	if in.lock == nil {
+		return // a read-only inbox (OpenReadOnly) changes nothing, and its Release fails
+	}
 	sources, err := in.Sources(ctx)
 	if err != nil {
 		in.logger().Warn("inbox: the journal readers were not lowered before a rewind", "run", runID, "err", err)
