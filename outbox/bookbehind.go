@@ -142,12 +142,15 @@ func (s *Store) lookupRuns(ctx context.Context, runs []SinkRun, found func(r Sin
 			return err
 		}
 		defer stmt.Close()
+		if stmt.ColumnCount() < 2 || stmt.ColumnName(0) != "last_seq" || stmt.ColumnName(1) != "projected" || stmt.BindCount() != 1 {
+			return fmt.Errorf("outbox: the run lookup's statement is not the one the store reads: %s", db.RunGet)
+		}
 		if err := c.Exec("BEGIN"); err != nil {
 			return err
 		}
 		defer c.Exec("COMMIT") // a read: nothing to keep or lose
 		for _, r := range runs {
-			if err := lookupRun(ctx, stmt, r.RunID, func(last int64, known bool) { found(r, last, known) }); err != nil {
+			if err := lookupRun(stmt, r.RunID, func(last int64, known bool) { found(r, last, known) }); err != nil {
 				return err
 			}
 		}
@@ -155,13 +158,10 @@ func (s *Store) lookupRuns(ctx context.Context, runs []SinkRun, found func(r Sin
 	})
 }
 
-func lookupRun(ctx context.Context, stmt *sqlite3.Stmt, runID string, found func(last int64, known bool)) error {
+func lookupRun(stmt *sqlite3.Stmt, runID string, found func(last int64, known bool)) error {
 	defer stmt.Reset()
-	err := bindFrom(stmt, db.RunGet, func(b db.DBTX) error {
-		_, err := queries.RunGet(ctx, b, runID)
-		return err
-	})
-	if err != nil {
+	// RunGet's one parameter, ?1, is the run id (a :one query, which bindFrom cannot capture).
+	if err := stmt.BindText(1, runID); err != nil {
 		return err
 	}
 	if stmt.Step() {
