@@ -18,7 +18,8 @@ import (
 //
 //	s.EnqueueTx(ctx, tx, runID, journal.Builder(runID, "order_placed", v))
 //
-// does, with the same options (WithTraceContext). Passed to EnqueueOnce or EnqueueOnceTx, it writes
+// does, with the same options (WithTraceContext), and given WithOnceKey(key) when the enqueue is an
+// EnqueueOnce of key. Passed to EnqueueOnce or EnqueueOnceTx, it writes
 // the call's once key as the line's "once_key" member (OnceKeyMember), as Builder does given
 // WithOnceKey, so that the journal can give a book that lost its ledger the keys back (outbox
 // reconcile). Like any builder from outbox.RunBuilder, it renders only inside an enqueue of a Store:

@@ -323,6 +323,9 @@ func (r *Relay) Flush(ctx context.Context) error {
 // before the run writes its first event. After it, the lines of earlier runs are in the sink and every
 // once key they carried is in the ledger, so EnqueueOnce will not announce them again.
 //
+// Like a relay's every first call, it first compares a sink that is a RunLister with the book, and
+// stops with ErrBookBehind, appending nothing, when the sink holds lines the book never recorded.
+//
 // It visits only the runs that can need it, however many there are, a page at a time: runs with lines
 // pending (a run a relay stopped on has those) or projected rows not yet forgotten (OpenRuns); a run
 // that is finished costs it nothing. It never touches the relay's own run or any run this Store has
