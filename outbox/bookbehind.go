@@ -97,6 +97,12 @@ func (e *bookBehindError) Unwrap() error { return ErrBookBehind }
 // of the book per run, by its key (the per-run figures, kept for the life of the book, forgotten runs
 // too): never a run's lines, and nothing of the runs the sink does not list.
 //
+// The per-run row (outbox_runs, migrations/00005) is the book's only memory of a run whose rows are
+// all forgotten: its last_seq and projected survive forgetting, and nothing deletes the row. A change
+// that ever prunes finished runs' rows must keep at least each run's id and highest seq (a table of
+// them, or a high-water mark per run id prefix), or this comparison reads a pruned run as one the book
+// never recorded and stops the relay: it fails safe, never silent.
+//
 // The book "recorded" a run up to the highest seq it ever gave it, projected or still pending: lines
 // between the two are the batches a crash can leave in the sink unrecorded, which the relay sends
 // again byte for byte; a sink's line beyond it is one the book never had.
