@@ -76,7 +76,11 @@ const bookBehindNamed = 5
 
 func (e *bookBehindError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%v: the sink holds %d runs further than the book records: ", ErrBookBehind, e.total)
+	runs := "runs"
+	if e.total == 1 {
+		runs = "run"
+	}
+	fmt.Fprintf(&b, "%v: the sink holds %d %s further than the book records: ", ErrBookBehind, e.total, runs)
 	for i, l := range e.lacks {
 		if i > 0 {
 			b.WriteString("; ")
