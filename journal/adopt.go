@@ -9,6 +9,16 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+	"time"
+
+	"github.com/textmachine/outbox/internal/faultpoint"
+)
+
+// The fault points of an adopt, for tests that write to the file as a program without its lock
+// would.
+const (
+	faultAdoptRead   = "journal.adopt_read"   // the file is read and indexed; it is not moved
+	faultAdoptSealed = "journal.adopt_sealed" // the file is moved and sealed; Adopt has not returned
 )
 
 // ErrNotEmpty is returned by Adopt when the directory already holds files: a journal's segments, or
@@ -24,9 +34,23 @@ var ErrNotEmpty = errors.New("journal: the directory is not empty")
 // changed. The file is opened as OpenFile opens it: a file that is not a journal is ErrNotJournal,
 // one another writer has open is ErrLocked, and its torn tail is cut; a missing file is an error
 // wrapping os.ErrNotExist, and a symbolic link is ErrNotJournal (the rename would move the link).
+// A file with more than one name (a hard link) is refused, nothing changed: the other name would go
+// on naming the first segment, and whatever appends to or rotates the file by that name would change
+// a sealed segment, which the journal then refuses (ErrModified) for good.
+//
+// Adopt holds the file's lock while it works, which keeps out every writer that takes it (File, an
+// engine). A program that writes without it is not kept out: what Adopt can check is that the file
+// did not change while it worked. Its size and modification time are taken when it is locked, and
+// compared before the move (a change refuses, nothing changed) and once it is sealed (a change puts
+// the file back at its path and removes what Adopt made, and says so). An append always changes the
+// size; a rewrite in place is seen only when the file system's clock moved the modification time.
+// A write after Adopt has returned goes to a sealed segment, which Open then refuses (ErrModified):
+// stop every writer of the file before adopting it.
+//
 // An error once the file is moved says so, and leaves dir a journal that Open takes (at worst with
-// the first segment not yet sealed). A crash part way leaves dir a journal that Open takes (at worst with the first segment not yet
-// sealed, which the next roll seals), or file where it was and dir empty.
+// the first segment not yet sealed). A crash part way leaves dir a journal that Open takes (at worst
+// with the first segment not yet sealed, which the next roll seals), or file where it was and dir
+// empty.
 func Adopt(ctx context.Context, file, dir string) error {
 	if dir == "" || file == "" {
 		return errors.New("journal: Adopt: a file and a directory are needed")
@@ -57,11 +81,18 @@ func Adopt(ctx context.Context, file, dir string) error {
 	case fst.Mode()&os.ModeSymlink != 0:
 		return fmt.Errorf("%w: %s is a symbolic link: adopt the file it names; nothing was changed", ErrNotJournal, file)
 	}
+	if err := singleName(file, fst); err != nil {
+		return err
+	}
 	src, err := OpenFile(file)
 	if err != nil {
 		return err
 	}
 	defer src.Close()
+	locked, err := src.f.Stat()
+	if err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
 	// The one read: the run index of the whole file.
 	if _, err := src.LastSeqContext(ctx, ""); err != nil {
 		return err
@@ -69,6 +100,10 @@ func Adopt(ctx context.Context, file, dir string) error {
 	end, err := inspect(src.f)
 	if err != nil {
 		return inspectError(file, err)
+	}
+	faultpoint.Hit(faultAdoptRead)
+	if err := unchanged(file, locked, src.f); err != nil {
+		return err
 	}
 	if created {
 		if err := os.Mkdir(dir, 0o755); err != nil {
@@ -110,6 +145,15 @@ func Adopt(ctx context.Context, file, dir string) error {
 		}
 		return fmt.Errorf("journal: %s was replaced while it was read; nothing was changed", file)
 	}
+	if err := singleName(file, sst); err == nil {
+		err = unchanged(file, locked, src.f)
+	}
+	if err != nil {
+		if created {
+			os.Remove(dir)
+		}
+		return err
+	}
 	first := filepath.Join(dir, segmentName(0))
 	if err := os.Rename(file, first); err != nil {
 		if created {
@@ -141,7 +185,8 @@ func Adopt(ctx context.Context, file, dir string) error {
 		return moved(err)
 	}
 	if src.size == 0 {
-		return nil // an empty first segment is the one appended to
+		// An empty first segment is the one appended to.
+		return undoIfChanged(file, dir, first, created, locked, src.f, nil)
 	}
 	// Sealed as a roll seals: the index, then the next segment.
 	j := &Journal{dir: dir, rdIdx: -1}
@@ -154,10 +199,70 @@ func Adopt(ctx context.Context, file, dir string) error {
 	if err := j.writeIndex(segIndexOf(&src.runs, 0, src.size, sst.ModTime().UnixNano(), end.lastStart, sum)); err != nil {
 		return moved(err)
 	}
-	next, err := os.OpenFile(filepath.Join(dir, segmentName(src.size)), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	nextPath := filepath.Join(dir, segmentName(src.size))
+	next, err := os.OpenFile(nextPath, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return moved(fmt.Errorf("journal: start the segment after %s: %w", first, err))
 	}
 	next.Close()
-	return moved(syncDir(dir))
+	if err := syncDir(dir); err != nil {
+		return moved(err)
+	}
+	faultpoint.Hit(faultAdoptSealed)
+	return undoIfChanged(file, dir, first, created, locked, src.f,
+		[]string{filepath.Join(dir, indexName(0)), nextPath})
+}
+
+// singleName refuses a file that has other names than the one given.
+func singleName(file string, st os.FileInfo) error {
+	if n := linkCount(st); n > 1 {
+		return fmt.Errorf("journal: %s has %d names (hard links): whatever writes to or rotates it by "+
+			"another name would change the first segment once it is sealed; adopt a file with one name "+
+			"(remove the others, or adopt a copy); nothing was changed", file, n)
+	}
+	return nil
+}
+
+// unchanged checks that f has the size and modification time it had when it was locked: a program
+// that writes to it without taking its lock changes one or both.
+func unchanged(file string, locked os.FileInfo, f *os.File) error {
+	st, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	if st.Size() != locked.Size() || !st.ModTime().Equal(locked.ModTime()) {
+		return fmt.Errorf("journal: %s changed while it was adopted (%d bytes, modified %s; %d bytes, "+
+			"modified %s when it was locked): another program writes to it without taking its lock; stop "+
+			"it and adopt again; nothing was changed", file, st.Size(), st.ModTime().Format(time.RFC3339Nano),
+			locked.Size(), locked.ModTime().Format(time.RFC3339Nano))
+	}
+	return nil
+}
+
+// undoIfChanged checks, once the file is moved (and sealed), that no program wrote to it meanwhile;
+// if one did, it removes what Adopt made and puts the file back at its path: a link first, so that
+// a file since created at the path is not replaced. What it cannot undo, it says.
+func undoIfChanged(file, dir, first string, created bool, locked os.FileInfo, f *os.File, made []string) error {
+	changed := unchanged(file, locked, f)
+	if changed == nil {
+		return nil
+	}
+	for _, p := range made {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("%w; %s was moved to %s, and removing %s failed: %v", changed, file, first, p, err)
+		}
+	}
+	if err := os.Link(first, file); err != nil {
+		return fmt.Errorf("%w; %s was moved to %s, and moving it back failed: %v", changed, file, first, err)
+	}
+	if err := os.Remove(first); err != nil {
+		return fmt.Errorf("%w; %s was moved to %s, and is at its path again too: %v", changed, file, first, err)
+	}
+	if created {
+		os.Remove(dir)
+	}
+	if err := syncDir(filepath.Dir(file)); err != nil {
+		return fmt.Errorf("%w (%v)", changed, err)
+	}
+	return changed
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/textmachine/outbox/internal/faultpoint"
 	"github.com/textmachine/outbox/internal/smallfs"
 )
 
@@ -238,5 +239,90 @@ func TestAnAdoptThatFailsAfterTheMoveSaysWhereTheFileIsNow(t *testing.T) {
 	j := openDir(t, dir)
 	if last, err := j.LastSeq("r"); err != nil || last != 3 {
 		t.Fatalf("the adopted journal: LastSeq %d, %v; want 3", last, err)
+	}
+}
+
+func TestAdoptRefusesAFileWithAnotherNameAndChangesNothing(t *testing.T) {
+	t.Parallel()
+	path := singleFile(t)
+	other := filepath.Join(t.TempDir(), "other.jsonl")
+	if err := os.Link(path, other); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadFile(path)
+	dir := filepath.Join(t.TempDir(), "j")
+	if err := Adopt(context.Background(), path, dir); err == nil || !strings.Contains(err.Error(), "hard link") {
+		t.Fatalf("Adopt of a file with two names: %v, want a refusal naming the hard link", err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the refused Adopt left %s behind", dir)
+	}
+	if after, err := os.ReadFile(path); err != nil || string(after) != string(before) {
+		t.Fatalf("the refused Adopt moved or changed the file: %v", err)
+	}
+	// With one name again, it is adopted.
+	os.Remove(other)
+	if err := Adopt(context.Background(), path, dir); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// writeBehindAdopt makes the fault point at write a line to the file through w, as a program that
+// appends without taking the file's lock does, then runs Adopt.
+func writeBehindAdopt(t *testing.T, at string) (path, dir string, err error) {
+	t.Helper()
+	path = singleFile(t)
+	dir = filepath.Join(t.TempDir(), "j")
+	w, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	faultpoint.Set(func(point string) {
+		if point == at {
+			w.WriteString(linesText(runBatch("r", 7, 1, "behind")))
+		}
+	})
+	defer faultpoint.Set(nil)
+	return path, dir, Adopt(context.Background(), path, dir)
+}
+
+// TestAdoptRefusesAFileAnotherProgramWritesToWhileItIsRead: not parallel, it installs the
+// process-wide fault hook.
+func TestAdoptRefusesAFileAnotherProgramWritesToWhileItIsRead(t *testing.T) {
+	path, dir, err := writeBehindAdopt(t, faultAdoptRead)
+	if err == nil || !strings.Contains(err.Error(), "changed while it was adopted") {
+		t.Fatalf("Adopt of a file written to while it was read: %v, want a refusal", err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the refused Adopt left %s behind", dir)
+	}
+	f, err := OpenFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if last, err := f.LastSeq("r"); err != nil || last != 7 {
+		t.Fatalf("the file at its path holds r up to %d (%v), want 7 with the line written beside Adopt", last, err)
+	}
+}
+
+// TestAdoptPutsBackAFileAnotherProgramWroteToOnceItWasMoved: not parallel, it installs the
+// process-wide fault hook.
+func TestAdoptPutsBackAFileAnotherProgramWroteToOnceItWasMoved(t *testing.T) {
+	path, dir, err := writeBehindAdopt(t, faultAdoptSealed)
+	if err == nil || !strings.Contains(err.Error(), "changed while it was adopted") {
+		t.Fatalf("Adopt of a file written to once it was moved: %v, want a refusal", err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the refused Adopt left %s behind", dir)
+	}
+	f, err := OpenFile(path)
+	if err != nil {
+		t.Fatalf("the file is not back at its path: %v", err)
+	}
+	defer f.Close()
+	if last, err := f.LastSeq("r"); err != nil || last != 7 {
+		t.Fatalf("the file at its path holds r up to %d (%v), want 7", last, err)
 	}
 }

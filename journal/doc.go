@@ -118,9 +118,26 @@
 // the segment's last line, read alone, is the one it records. Any other (missing, torn, another
 // segment's, another journal's segment's of the same position, size and last line, left by a crash
 // before a segment grew, or after a copy that did not keep the files' times) is rebuilt from that segment alone, read once, and written again;
-// an index beside the last segment (a crash came between writing it and starting the next segment)
-// is removed at Open, since that segment is appended to. Then it reads the last segment. A start
-// therefore reads the indexes and at most a segment of lines, whatever the journal's length.
+// then it reads the last segment, from its checkpoint on.
+//
+// The last segment is checkpointed as it grows: once 16 MiB have been appended to it since its last
+// checkpoint (or since it was started), the append that passed the mark writes the segment's index
+// as it is then beside it, under the segment's .idx name, as durably as a seal index (temporary
+// name, synced, renamed, the directory synced), with its own header line ("outbox journal tail
+// checkpoint 1") and, in the modification time's place, the segment file's inode number (unsigned; a growing
+// segment's time moves with every append). Sealing the segment replaces it with the seal index. A
+// checkpoint is an aid, never a record: a failure to write one does not fail the append, whose batch
+// is already durable, and is tried again 16 MiB later. Open trusts the checkpoint beside the last
+// segment only when its checksum holds, it names the segment's position and file (the inode: a copy
+// of the directory, with or without its times, is new files), it covers no more than the segment's
+// complete lines, and the line it says its part ends with, read alone, has the digest it records.
+// Any other (torn, a seal index left by a crash between sealing and starting the next segment,
+// another segment's or journal's, a copy's, one whose part was cut back below it or rewritten) is
+// removed and the segment read whole, after which a new checkpoint is written. A start therefore
+// reads the indexes, the checkpoint and at most 16 MiB of lines, whatever the journal's and the
+// segment's length; a start after a copy or a crash that left no checkpoint reads at most a segment.
+// Like a seal index, a checkpoint cannot tell a program that rewrote the lines before its end in
+// place, keeping the line it ends with: never write to a journal's files.
 //
 // A Journal makes every check a File makes, against the whole retained journal (a re-delivery is
 // compared with its copies in whichever segments hold them), with the same failure model: a batch
@@ -128,10 +145,58 @@
 // last segment's torn tail cut at Open, an exclusive flock on the directory (ErrLocked), and
 // another program's write to the last segment refused before each append (ErrModified); a write to
 // a sealed segment is found when the journal is opened or the segment read. A directory that holds
-// anything but segments, their indexes and an index's temporary file left by a crash is
-// ErrNotJournal, and so is a path that is not a directory (a single-file journal is carried over
+// anything but segments, their indexes (the last segment's checkpoint among them), readers' files,
+// the retention record (see Retention) and the temporary files of their writes is ErrNotJournal,
+// and so is a path that is not a directory (a single-file journal is carried over
 // by `outbox journal adopt FILE DIR`). The run index in memory costs what File's costs for the same
 // lines.
+//
+// # Retention
+//
+// A reader of a journal directory registers the position it has committed with SetReader: one file
+// per reader, NAME.reader, holding one checksummed line, written to a temporary name
+// (NAME.reader.tmp.DIGITS), synced, renamed and the directory synced, so that it holds the old
+// position or the new one. A torn or foreign reader file is an error naming it, never a position:
+// a trim with one deletes only what the cap takes, and returns that error. A reader's file may lag
+// what the reader applied (retention keeps more); it must never run ahead. A reader name is 1 to
+// 64 bytes of [A-Za-z0-9._-], not starting with '.' (ErrReaderName), so that it names nothing but
+// its file. RemoveReader refuses a reader that has not applied the whole journal unless forced
+// (ErrReaderBehind). Status reports the segments, each reader's lag and what a trim would delete
+// and why not yet; Stats gives a Journal's figures for metrics.
+//
+// Retention is off unless WithKeep or WithMaxBytes is given; then the Journal trims after each
+// seal, and Trim (a Journal's, or the package's, which takes the directory's lock and is ErrLocked
+// while a Journal has it) trims on demand. A trim looks at the sealed segments oldest first and
+// stops at the first that must stay; the last segment is never deleted. A sealed segment goes when
+// every registered reader's position is at or past its end and it was sealed (its modification
+// time) at least the keep duration ago. A journal with no registered reader is kept by the keep
+// duration alone: register every reader. A reader position past the journal's end says nothing
+// about what that reader read, and keeps every segment. Past WithMaxBytes (the sum of the
+// segments' sizes, the last counted as full, so that the journal stays under the cap between
+// seals too), the oldest sealed segments go whatever the readers and the keep duration say, logged
+// at Error with the readers left behind and counted (TrimReport.UnderCap, Stats.DeletedUnderCap).
+// No segment a reader holds open is ever deleted: a reader holds flock(LOCK_SH) on every segment
+// it has open, and a trim takes flock(LOCK_EX|LOCK_NB) on each segment before unlinking it and
+// keeps it, and every later one, when that is refused. On systems without flock, Open, and so
+// Trim, are refused.
+//
+// The directory's retention record (retention.state, one checksummed file written as an index is)
+// says where the last segment began when the journal last rolled to it, what retention deleted
+// (every segment before a position), its totals, and the runs whose lines it deleted with the last
+// seq of each it deleted, for the most recently deleted segments' 1000 runs at most (the number of
+// runs no longer listed is kept). Retained reports it with the first retained byte. A delete locks
+// its segments, writes the record, then unlinks each segment and after it its index, and syncs the
+// directory: a crash before the record leaves the segments, after it leaves segments the record
+// says are deleted, which the next trim deletes (Open takes them as the journal's), and between a
+// segment and its index leaves an index without its segment, which Open removes. So a crash at any
+// step leaves a journal that opens, appends and reads. Open refuses (ErrModified) a directory whose
+// first segment begins after what the record says retention deleted (segments deleted by hand at
+// the front; without a record, a first segment that is not at byte 0), and one whose last segment
+// begins before where the record says the journal rolled to (a last segment deleted by hand);
+// AcceptMissing records such a loss, under the directory's lock, so that the journal opens again. A
+// run whose lines retention deleted keeps its last seq (LastSeq, the checks of the next batch), and
+// a re-delivery of those lines is taken without a comparison: there is no copy left to compare it
+// with.
 //
 // # Verify
 //

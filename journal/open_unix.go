@@ -24,3 +24,20 @@ func setBlocking(f *os.File) error {
 	}
 	return serr
 }
+
+// fileID returns the file's inode number: what tells the file a checkpoint was written for from a
+// copy of it. 0 when the system gives none.
+func fileID(st os.FileInfo) uint64 {
+	if s, ok := st.Sys().(*syscall.Stat_t); ok {
+		return uint64(s.Ino)
+	}
+	return 0
+}
+
+// linkCount returns how many names the file has, or 0 when the system does not say.
+func linkCount(st os.FileInfo) uint64 {
+	if s, ok := st.Sys().(*syscall.Stat_t); ok {
+		return uint64(s.Nlink)
+	}
+	return 0
+}

@@ -19,17 +19,21 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	crashtest.Main(m, map[string]func() int{"segment-writer": segmentWriter})
+	crashtest.Main(m, map[string]func() int{"segment-writer": segmentWriter, "retention-writer": retentionWriter})
 }
 
 // segmentWriter appends batches of three lines of run "r" to the journal in SEG_DIR, at the segment
-// size SEG_SIZE, going on from the run's last seq there, and prints each batch's last seq once Append
+// size SEG_SIZE (with a checkpoint of the last segment every SEG_CKPT bytes, when set), going on from the run's last seq there, and prints each batch's last seq once Append
 // has returned: what the journal has acknowledged.
 func segmentWriter() int {
 	crashtest.ArmFromEnv()
 	size, _ := strconv.ParseInt(os.Getenv("SEG_SIZE"), 10, 64)
 	batches, _ := strconv.Atoi(os.Getenv("SEG_BATCHES"))
-	j, err := Open(os.Getenv("SEG_DIR"), WithSegmentSize(size))
+	opts := []Option{WithSegmentSize(size)}
+	if every, err := strconv.ParseInt(os.Getenv("SEG_CKPT"), 10, 64); err == nil {
+		opts = append(opts, withCheckpointEvery(every))
+	}
+	j, err := Open(os.Getenv("SEG_DIR"), opts...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -68,8 +72,9 @@ func runWriter(t *testing.T, dir string, size int64, batches int, env ...string)
 }
 
 // checkJournal opens dir and checks that it holds run "r" from seq 1 to at least acked, with no gap
-// and no torn line, and that every sealed segment's index, once the start has read them, is the
-// index of that segment.
+// and no torn line, that every sealed segment's index, once the start has read them, is the
+// index of that segment, that beside the last segment there is at most its checkpoint, and that the
+// run index the start built (from a checkpoint or not) finds every seq it holds.
 func checkJournal(t *testing.T, dir string, acked int64) int64 {
 	t.Helper()
 	j, err := Open(dir)
@@ -92,8 +97,21 @@ func checkJournal(t *testing.T, dir string, acked int64) int64 {
 	if tmp, _ := filepath.Glob(filepath.Join(dir, "*.tmp")); len(tmp) > 0 {
 		t.Fatalf("Open left %v", tmp)
 	}
-	if _, err := os.Stat(filepath.Join(dir, indexName(segs[len(segs)-1].base))); err == nil {
-		t.Fatal("an index is left beside the last segment, which is appended to")
+	tail := segs[len(segs)-1]
+	if b, err := os.ReadFile(filepath.Join(dir, indexName(tail.base))); err == nil {
+		ck, err := parseCheckpoint(b)
+		if err != nil || ck.base != tail.base || ck.size > tail.size {
+			t.Fatalf("beside the last segment (%d bytes at %d) is an index that is not its checkpoint: %+v, %v",
+				tail.size, tail.base, ck, err)
+		}
+	}
+	if last > 0 {
+		rs := j.runs.runs["r"]
+		for seq := int64(1); seq <= last; seq++ {
+			if _, ok := rs.find(seq); !ok {
+				t.Fatalf("the start's run index does not find seq %d of %d", seq, last)
+			}
+		}
 	}
 	for _, s := range segs[:len(segs)-1] {
 		b, err := os.ReadFile(filepath.Join(dir, indexName(s.base)))
@@ -185,5 +203,29 @@ func TestTwoProcessesOpeningOneJournalAtOnceNeverBothAppend(t *testing.T) {
 			}
 		}
 		checkJournal(t, dir, acked)
+	}
+}
+
+func TestAJournalKilledAtEveryStepOfACheckpointOpensWithEveryAcknowledgedLine(t *testing.T) {
+	t.Parallel()
+	// A torn batch after a checkpoint too: Open cuts it back, and the checkpoint before it holds.
+	points := []string{faultBeforeCheckpoint, faultCheckpointTmp, faultAfterCheckpoint,
+		faultpoint.JournalMidWrite, faultpoint.JournalBeforeSync, faultBeforeIndex}
+	for _, point := range points {
+		for _, at := range []int{1, 2, 5} {
+			dir := filepath.Join(t.TempDir(), "j")
+			// Batches of about 210 bytes in segments of 1000: a checkpoint after each batch but the
+			// one that rolls.
+			acked, killed := runWriter(t, dir, 1000, 30, append(crashtest.KillAt(point, at), "SEG_CKPT=100")...)
+			if !killed {
+				t.Fatalf("%s #%d: the writer was not killed", point, at)
+			}
+			last := checkJournal(t, dir, acked)
+			acked, _ = runWriter(t, dir, 1000, 10, "SEG_CKPT=100")
+			if acked != last+30 {
+				t.Fatalf("%s #%d: the next life acknowledged up to %d, from %d", point, at, acked, last)
+			}
+			checkJournal(t, dir, acked)
+		}
 	}
 }

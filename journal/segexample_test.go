@@ -45,5 +45,6 @@ func ExampleOpen() {
 	// 00000000000000000070.idx
 	// 00000000000000000070.jsonl
 	// 00000000000000000140.jsonl
+	// retention.state
 	// last seq: 3
 }

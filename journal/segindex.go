@@ -18,6 +18,11 @@ import (
 // segIndexMagic begins every segment index file; a format change takes a new one.
 const segIndexMagic = "outbox journal segment index 2\n"
 
+// checkpointMagic begins a checkpoint of the segment appended to: the same layout, where the
+// modification time's place holds the segment file's inode number (a growing segment's time moves
+// with every append). Its own header keeps it from ever being read as a sealed segment's index.
+const checkpointMagic = "outbox journal tail checkpoint 1\n"
+
 // segIndex is what a sealed segment's index file holds: where the segment lies in the journal and
 // what proves the file beside it is that segment (its size, its modification time, and the digest of
 // its last line, read alone from lastStart), then each run's spans as runIndex keeps them, with offsets from the
@@ -28,10 +33,14 @@ type segIndex struct {
 	// The segment's modification time (ns): another journal's segment of the same position, size and
 	// last line, whose index would describe other lines, was written at another moment. A copy that
 	// keeps the time (cp -a, tar, rsync -t) keeps its indexes; one that does not has them rebuilt.
-	mtime     int64
-	lastStart int64 // where the segment's last line starts, from its first byte
-	lastSum   [sha256.Size]byte
-	runs      []segRun // by id
+	mtime int64
+	// In a checkpoint: the segment file's inode number (see fileID). A copy of the directory, with
+	// or without its times, makes new files, whose checkpoints are then not trusted.
+	ino        uint64
+	checkpoint bool  // a checkpoint of the growing segment's first size bytes, not a seal
+	lastStart  int64 // where the segment's last line starts, from its first byte
+	lastSum    [sha256.Size]byte
+	runs       []segRun // by id
 }
 
 type segRun struct {
@@ -46,9 +55,16 @@ var errBadIndex = errors.New("not a valid segment index")
 // encode renders x with its checksum.
 func (x *segIndex) encode() []byte {
 	b := []byte(segIndexMagic)
+	if x.checkpoint {
+		b = []byte(checkpointMagic)
+	}
 	b = binary.AppendUvarint(b, uint64(x.base))
 	b = binary.AppendUvarint(b, uint64(x.size))
-	b = binary.AppendVarint(b, x.mtime)
+	if x.checkpoint {
+		b = binary.AppendUvarint(b, x.ino)
+	} else {
+		b = binary.AppendVarint(b, x.mtime)
+	}
 	b = binary.AppendUvarint(b, uint64(x.lastStart))
 	b = append(b, x.lastSum[:]...)
 	b = binary.AppendUvarint(b, uint64(len(x.runs)))
@@ -70,16 +86,33 @@ func (x *segIndex) encode() []byte {
 // parseSegIndex reads an index file, checking its checksum and that what it says is possible for a
 // segment: every span within the segment, spans in order and disjoint, run ids in order and unique.
 // Whether it is the index of the segment beside it is checked against that segment (matches).
-func parseSegIndex(b []byte) (*segIndex, error) {
-	if len(b) < len(segIndexMagic)+sha256.Size || !bytes.HasPrefix(b, []byte(segIndexMagic)) {
+// A checkpoint is not an index: parseSegIndex refuses one.
+func parseSegIndex(b []byte) (*segIndex, error) { return parseIndexFile(b, false) }
+
+// parseCheckpoint reads a checkpoint file of the segment appended to, with parseSegIndex's checks;
+// a sealed segment's index is not a checkpoint.
+func parseCheckpoint(b []byte) (*segIndex, error) { return parseIndexFile(b, true) }
+
+func parseIndexFile(b []byte, checkpoint bool) (*segIndex, error) {
+	magic := segIndexMagic
+	if checkpoint {
+		magic = checkpointMagic
+	}
+	if len(b) < len(magic)+sha256.Size || !bytes.HasPrefix(b, []byte(magic)) {
 		return nil, fmt.Errorf("%w: too short or no header", errBadIndex)
 	}
 	body, sum := b[:len(b)-sha256.Size], b[len(b)-sha256.Size:]
 	if s := sha256.Sum256(body); !bytes.Equal(s[:], sum) {
 		return nil, fmt.Errorf("%w: its checksum does not match", errBadIndex)
 	}
-	d := decoder{b: body[len(segIndexMagic):]}
-	x := &segIndex{base: d.int(), size: d.int(), mtime: d.varint(), lastStart: d.int()}
+	d := decoder{b: body[len(magic):]}
+	x := &segIndex{base: d.int(), size: d.int(), checkpoint: checkpoint}
+	if checkpoint {
+		x.ino = d.uint()
+	} else {
+		x.mtime = d.varint()
+	}
+	x.lastStart = d.int()
 	copy(x.lastSum[:], d.bytes(sha256.Size))
 	nruns := d.count()
 	if d.err == nil {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/textmachine/outbox/internal/faultpoint"
 	"github.com/textmachine/outbox/outbox"
@@ -32,6 +34,17 @@ const (
 	faultAfterRoll   = "journal.after_roll"   // the next segment is created; the batch is not written
 )
 
+// The fault points of a checkpoint of the last segment, in the order it passes them.
+const (
+	faultBeforeCheckpoint = "journal.before_checkpoint" // a batch is appended; the checkpoint is not begun
+	faultCheckpointTmp    = "journal.checkpoint_tmp"    // the checkpoint is written and synced under its temporary name
+	faultAfterCheckpoint  = "journal.after_checkpoint"  // the checkpoint is renamed into place and the directory synced
+)
+
+// checkpointEvery is how many bytes may be appended to the last segment after its checkpoint
+// before the next is written: what a start reads of lines at most, whatever the segment size.
+const checkpointEvery = 16 << 20
+
 // faultBeforeMkdir: Open found no directory and has not created it yet.
 const faultBeforeMkdir = "journal.before_mkdir"
 
@@ -46,8 +59,16 @@ const (
 type Option func(*options)
 
 type options struct {
-	segmentSize int64
-	ops         fileOps
+	segmentSize     int64
+	checkpointEvery int64
+	ops             fileOps
+
+	keep     time.Duration
+	maxBytes int64
+	maxSet   bool
+	retain   bool
+	logger   *slog.Logger
+	now      func() time.Time
 }
 
 // WithSegmentSize sets the size a segment is sealed at (DefaultSegmentSize by default): a batch that
@@ -55,21 +76,27 @@ type options struct {
 // exceeds n only when it holds a single batch larger than n. n must be positive.
 func WithSegmentSize(n int64) Option { return func(o *options) { o.segmentSize = n } }
 
+// withCheckpointEvery sets how far the last segment grows between its checkpoints, for tests.
+func withCheckpointEvery(n int64) Option { return func(o *options) { o.checkpointEvery = n } }
+
 // withOps replaces the file system calls of appends, for tests.
 func withOps(ops fileOps) Option { return func(o *options) { o.ops = ops } }
 
 // Journal is a journal kept as a directory of segment files, for appending. It is the outbox's
 // segmented sink, with every check File makes (see Append); a start reads the sealed segments'
-// index files and the last segment, not the journal's history. A Journal holds an exclusive lock on
-// its directory while open. Its methods are safe for concurrent use.
+// index files, the last segment's checkpoint and the lines after it, not the journal's history.
+// A Journal holds an exclusive lock on its directory while open. Its methods are safe for
+// concurrent use.
 type Journal struct {
 	runLog
 	mu sync.Mutex
 	appendFile
 
-	dir     string
-	dirf    *os.File // the directory, locked
-	segSize int64
+	dir       string
+	dirf      *os.File // the directory, locked
+	segSize   int64
+	ckptEvery int64
+	ckptEnd   int64 // the position the last segment's checkpoint covers up to (tailBase without one)
 
 	sealed   []segment // in order; the last segment (the tail) follows them
 	tailBase int64
@@ -80,6 +107,9 @@ type Journal struct {
 
 	rd    *os.File // a sealed segment open for reading, kept for the next read
 	rdIdx int
+
+	ret retention
+	st  *retState // the directory's retention record, as last written
 }
 
 type segment struct{ base, size int64 }
@@ -99,14 +129,16 @@ func parseBase(name, ext string) (int64, bool) {
 
 // Open opens the journal kept in dir for appending, creating dir (and its first segment) when it is
 // missing or empty. dir holds only the journal's files: segments named by the journal-wide position
-// of their first byte (%020d.jsonl), and the sealed segments' index files (%020d.idx). Anything else
+// of their first byte (%020d.jsonl), the sealed segments' index files (%020d.idx), the registered
+// readers' files (NAME.reader) and the retention record (retention.state). Anything else
 // in it, a path that is not a directory, or a last segment that is not a journal, is ErrNotJournal,
 // left as it was. A sealed segment whose size does not end where the next one's name begins (another
 // program appended to it, or cut it) is ErrModified. Open takes an exclusive lock on dir, failing
 // with ErrLocked when another Journal, in this process or another, has it open, and cuts the last
-// segment's torn tail. It reads no sealed segment: the first Append or LastSeq reads their indexes.
+// segment's torn tail, and reads the last segment's checkpoint (see the package's doc), removing one
+// it does not trust. It reads no sealed segment: the first Append or LastSeq reads their indexes.
 func Open(dir string, opts ...Option) (*Journal, error) {
-	o := options{segmentSize: DefaultSegmentSize, ops: osOps{}}
+	o := options{segmentSize: DefaultSegmentSize, checkpointEvery: checkpointEvery, ops: osOps{}}
 	for _, opt := range opts {
 		if opt == nil {
 			return nil, errors.New("journal: Open: a nil Option")
@@ -115,6 +147,10 @@ func Open(dir string, opts ...Option) (*Journal, error) {
 	}
 	if o.segmentSize <= 0 {
 		return nil, fmt.Errorf("journal: Open: segment size %d: it must be positive", o.segmentSize)
+	}
+	ret, err := newRetention(&o)
+	if err != nil {
+		return nil, err
 	}
 	if dir == "" {
 		return nil, errors.New("journal: Open: no directory named")
@@ -152,7 +188,7 @@ func Open(dir string, opts ...Option) (*Journal, error) {
 		}
 		return nil, fmt.Errorf("journal: lock %s: %w", dir, err)
 	}
-	j := &Journal{dir: dir, dirf: dirf, segSize: o.segmentSize, rdIdx: -1}
+	j := &Journal{dir: dir, dirf: dirf, segSize: o.segmentSize, ckptEvery: o.checkpointEvery, rdIdx: -1, ret: ret}
 	j.name, j.src, j.ops = dir, j, o.ops
 	if err := j.open(); err != nil {
 		if j.f != nil {
@@ -190,14 +226,43 @@ func (j *Journal) open() error {
 			remove = append(remove, name) // an index whose write a crash interrupted
 			continue
 		}
+		if _, ok := parseReaderFileName(name); ok && e.Type().IsRegular() {
+			continue // a registered reader's position, written by the reader
+		}
+		if name == stateName && e.Type().IsRegular() {
+			continue
+		}
+		if name == stateTmpName && e.Type().IsRegular() {
+			remove = append(remove, name) // a record whose write a crash interrupted
+			continue
+		}
+		if parseReaderTmpName(name) && e.Type().IsRegular() {
+			// A reader's write under way, or one a crash interrupted: only an old one is left over.
+			if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > staleReaderTmp {
+				remove = append(remove, name)
+			}
+			continue
+		}
 		return fmt.Errorf("%w: %s holds %q, which is not a file of a journal; it was not opened", ErrNotJournal, j.dir, name)
 	}
 	slices.Sort(bases)
+	st, found, err := readState(j.dir)
+	if err != nil {
+		return err
+	}
+	j.st = st
 	if len(bases) == 0 {
 		if len(indexes) > 0 {
 			return fmt.Errorf("%w: %s holds index files but no segment; it was not opened", ErrNotJournal, j.dir)
 		}
+		if st.tail > 0 {
+			return fmt.Errorf("%w: %s holds no segment, and its retention record says the journal reached byte %d: "+
+				"its segments were deleted by another program; it was not opened: %w", ErrModified, j.dir, st.tail, outbox.ErrSinkRefused)
+		}
 		bases = []int64{0}
+	}
+	if err := checkEnds(j.dir, bases, st, found); err != nil {
+		return err
 	}
 	for i, base := range bases[:len(bases)-1] {
 		st, err := os.Stat(filepath.Join(j.dir, segmentName(base)))
@@ -217,9 +282,10 @@ func (j *Journal) open() error {
 		segs[b] = true
 	}
 	for base := range indexes {
-		// The last segment's index is stale by definition (it was written before a crash stopped a
-		// roll, and the segment may have grown since); one without its segment is an orphan.
-		if base >= j.tailBase || !segs[base] {
+		// The last segment's .idx can only be its checkpoint, judged once the segment is open
+		// below: a seal index there was written before a crash stopped a roll, and the segment may
+		// have grown since. One without its segment is an orphan.
+		if base > j.tailBase || !segs[base] {
 			remove = append(remove, indexName(base))
 		}
 	}
@@ -242,6 +308,19 @@ func (j *Journal) open() error {
 		}
 	}
 	j.size, j.tail, j.lastLine = end.complete, end.tail, j.tailBase+end.lastStart
+	j.runs.init(0)
+	j.tailRuns.init(j.size)
+	j.tailRuns.scanned = j.tailBase
+	j.ckptEnd = j.tailBase
+	if indexes[j.tailBase] {
+		ok, err := j.loadCheckpoint()
+		if err != nil {
+			return err
+		}
+		if !ok {
+			remove = append(remove, indexName(j.tailBase))
+		}
+	}
 	for _, name := range remove {
 		if err := os.Remove(filepath.Join(j.dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("journal: %w", err)
@@ -252,10 +331,89 @@ func (j *Journal) open() error {
 			return err
 		}
 	}
-	j.runs.init(0)
-	j.tailRuns.init(j.size)
-	j.tailRuns.scanned = j.tailBase
 	return nil
+}
+
+// loadCheckpoint reads the checkpoint beside the last segment and trusts it only when it is a
+// checkpoint of that segment's file as it is now: its checksum holds, it names the segment's
+// position and file (its inode: a copy of the directory is other files), it covers no more than the
+// segment's complete lines, and the line it says its part ends with, read alone, has the digest it
+// records. Then the first read of the last segment starts where it ends. Any other (torn, another
+// segment's or journal's, a copy's, or one whose part a crash or a program cut back and rewrote)
+// is not trusted: ok is false, and the segment is read whole.
+func (j *Journal) loadCheckpoint() (ok bool, err error) {
+	ck, err := readCheckpoint(j.dir, j.tailBase, j.f, j.size)
+	if ck == nil || err != nil {
+		return false, err
+	}
+	ck.mergeInto(&j.tailRuns)
+	j.tailRuns.scanned = ck.base + ck.size
+	j.ckptEnd = ck.base + ck.size
+	return true, nil
+}
+
+// readCheckpoint returns the checkpoint beside the segment at base in dir, open as f with size bytes
+// of complete lines, when it is to be trusted by loadCheckpoint's rules, or nil. A reader of the
+// journal that reads its last segment can start after it too.
+func readCheckpoint(dir string, base int64, f *os.File, size int64) (*segIndex, error) {
+	b, err := os.ReadFile(filepath.Join(dir, indexName(base)))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("journal: %w", err)
+	}
+	ck, err := parseCheckpoint(b)
+	if err != nil || ck.base != base || ck.size > size {
+		return nil, nil
+	}
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("journal: %w", err)
+	}
+	if id := fileID(st); id == 0 || id != ck.ino {
+		return nil, nil
+	}
+	line := make([]byte, ck.size-ck.lastStart)
+	if err := readAt(f, line, ck.lastStart); err != nil {
+		return nil, fmt.Errorf("journal: read %s at byte %d: %w", f.Name(), ck.lastStart, err)
+	}
+	if line[len(line)-1] != '\n' || sha256.Sum256(line) != ck.lastSum {
+		return nil, nil
+	}
+	return ck, nil
+}
+
+// checkpoint writes the last segment's index as it is now beside it (as its .idx, which sealing
+// replaces by the seal index), so that the next start reads only the lines after it. It is an aid,
+// never a record the journal needs: a failure leaves the last checkpoint (still a true account of a
+// shorter part) or none, and does not fail the append whose batch is already durable. The next try
+// comes a checkpoint's interval later, not at the next append.
+func (j *Journal) checkpoint() {
+	end := j.tailBase + j.size
+	j.ckptEnd = end
+	if j.size == 0 || !j.tailRuns.built {
+		return
+	}
+	faultpoint.Hit(faultBeforeCheckpoint)
+	sum, ok, err := j.lineSum(j.lastLine, end)
+	if err != nil || !ok {
+		return
+	}
+	st, err := j.f.Stat()
+	if err != nil || fileID(st) == 0 {
+		return
+	}
+	si := segIndexOf(&j.tailRuns, j.tailBase, j.size, 0, j.lastLine, sum)
+	si.checkpoint, si.ino = true, fileID(st)
+	if j.writeIndex(si) == nil {
+		faultpoint.Hit(faultAfterCheckpoint)
+	}
+}
+
+// checkpointDue tells whether the last segment has grown a checkpoint's interval past its last one.
+func (j *Journal) checkpointDue() bool {
+	return j.ckptEvery > 0 && j.tailBase+j.size-j.ckptEnd >= j.ckptEvery
 }
 
 // Dir returns the journal's directory.
@@ -286,10 +444,12 @@ func (j *Journal) Append(ctx context.Context, runID string, lines []outbox.Event
 	if err := checkBatch(ctx, &j.runLog, &j.appendFile, j.index, runID, lines, buf); err != nil {
 		return err
 	}
+	rolled := false
 	if j.size > 0 && j.size+int64(len(buf)) > j.segSize {
 		if err := j.roll(); err != nil {
 			return err
 		}
+		rolled = true
 	}
 	off := j.tailBase + j.size
 	if err := j.appendSynced(buf); err != nil {
@@ -299,6 +459,12 @@ func (j *Journal) Append(ctx context.Context, runID string, lines []outbox.Event
 	j.tailRuns.noteAppended(runID, lines, off)
 	j.tailRuns.scanned = j.tailBase + j.size
 	j.lastLine = off + int64(len(buf)-len(lines[len(lines)-1].Line)-1)
+	if rolled {
+		j.trimAfterSeal(ctx)
+	}
+	if j.checkpointDue() {
+		j.checkpoint()
+	}
 	return nil
 }
 
@@ -310,7 +476,7 @@ func (j *Journal) LastSeq(runID string) (int64, error) {
 // LastSeqContext returns the highest seq of runID's lines in the journal, or 0 when it holds none.
 // The first call after Open (or the first Append) reads the sealed segments' indexes, rebuilding
 // one that is missing or does not match its segment from that segment alone, and reads the last
-// segment; it stops with ctx's error when ctx is done, or when Close is called, and the next call
+// segment from its checkpoint on (writing a checkpoint when it had to read more than 16 MiB); it stops with ctx's error when ctx is done, or when Close is called, and the next call
 // takes it up where it stopped.
 func (j *Journal) LastSeqContext(ctx context.Context, runID string) (int64, error) {
 	j.mu.Lock()
@@ -350,12 +516,27 @@ func (j *Journal) index(ctx context.Context) error {
 	for id, rs := range j.tailRuns.runs {
 		j.runs.addSpans(id, rs.spans, 0)
 	}
+	// A run whose first lines retention deleted keeps its last seq, and its re-deliveries of those
+	// lines cannot be compared.
+	for _, r := range j.st.runs {
+		rs := j.runs.runs[r.RunID]
+		if rs == nil {
+			rs = &runSpans{}
+			j.runs.runs[r.RunID] = rs
+		}
+		rs.gone = max(rs.gone, r.LastSeq)
+		rs.top = max(rs.top, r.LastSeq)
+	}
 	for _, rs := range j.runs.runs {
 		if rs.unsorted {
 			rs.sort()
 		}
 	}
 	j.runs.built, j.merged = true, true
+	if j.checkpointDue() {
+		// The segment was read whole (no checkpoint, or one not trusted): the next start need not.
+		j.checkpoint()
+	}
 	return nil
 }
 
@@ -454,7 +635,11 @@ func (j *Journal) writeIndex(si *segIndex) error {
 		err = cerr
 	}
 	if err == nil {
-		faultpoint.Hit(faultIndexTmp)
+		if si.checkpoint {
+			faultpoint.Hit(faultCheckpointTmp)
+		} else {
+			faultpoint.Hit(faultIndexTmp)
+		}
 		err = os.Rename(tmp, final)
 	}
 	if err != nil {
@@ -495,6 +680,17 @@ func (j *Journal) roll() error {
 		os.Remove(path)
 		return err
 	}
+	// The record of where the last segment begins is what tells a last segment deleted by hand from
+	// a roll a crash interrupted; written after the segment exists, it never names a missing one.
+	ns := j.st.clone()
+	ns.tail = end
+	if err := ns.write(j.dir); err != nil {
+		f.Close()
+		os.Remove(path)
+		syncDir(j.dir)
+		return err
+	}
+	j.st = ns
 	faultpoint.Hit(faultAfterRoll)
 	j.f.Close()
 	j.sealed = append(j.sealed, segment{j.tailBase, j.size})
@@ -502,6 +698,7 @@ func (j *Journal) roll() error {
 	j.tailBase, j.path, j.f, j.size, j.tail, j.lastLine = end, path, f, 0, j.tail[:0], end
 	j.tailRuns.init(0)
 	j.tailRuns.scanned = end
+	j.ckptEnd = end
 	return nil
 }
 

@@ -539,9 +539,20 @@ func FuzzParseSegmentIndex(f *testing.F) {
 		{id: "b", spans: []span{{seq: 3, off: 120, n: 1, size: 80}}},
 	}}
 	f.Add(si.encode())
+	ck := *si
+	ck.checkpoint, ck.ino = true, 12345
+	f.Add(ck.encode())
 	f.Add([]byte(segIndexMagic))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
+		if c, err := parseCheckpoint(b); err == nil {
+			if _, err := parseSegIndex(b); err == nil {
+				t.Fatal("one file parsed both as a checkpoint and as a seal index")
+			}
+			if d, err := parseCheckpoint(c.encode()); err != nil || fmt.Sprint(c) != fmt.Sprint(d) {
+				t.Fatalf("a checkpoint does not survive encode and parse: %v", err)
+			}
+		}
 		x, err := parseSegIndex(b)
 		if err != nil {
 			if !errors.Is(err, errBadIndex) {

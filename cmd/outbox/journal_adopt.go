@@ -14,7 +14,7 @@ import (
 
 func init() {
 	commands["journal"] = command{
-		summary: "work on a segmented journal directory (adopt: carry a single-file journal over)",
+		summary: "work on a segmented journal directory (adopt, status, readers, trim)",
 		run:     runJournal,
 	}
 }
@@ -27,18 +27,41 @@ Works on a journal kept as a directory of segments.
                    (00000000000000000000.jsonl), moved by a rename, so every line keeps its byte
                    position; it is read once, to write its index, and an empty segment is started
                    after it, so that a start reads the index, not the file. Stop the engine first:
-                   a journal another writer has open is refused. Nothing is changed when it is
-                   refused. FILE is no longer at its path afterwards: an inbox that reads it
-                   (ApplyFile, FollowFile) must be moved to the directory too.`
+                   a journal another writer has open is refused, and so is a FILE with other names
+                   (hard links) or one that changes while it is adopted (a program writing to it
+                   without its lock). Nothing is changed when it is refused. FILE is no longer at
+                   its path afterwards: an inbox that reads it (ApplyFile, FollowFile) must be
+                   moved to the directory too.
+  status DIR       reports the segments, the readers and their lag, and what a trim would delete
+                   and why not yet (outbox journal status --help).
+  readers DIR      lists the registered readers; readers rm NAME DIR removes one that is gone
+                   (outbox journal readers --help).
+  trim DIR         deletes the sealed segments retention lets go, when the engine does not have
+                   the journal open (outbox journal trim --help).
+  accept-missing DIR
+                   lets the engine start on a journal whose segments were deleted by hand,
+                   saying what is gone (outbox journal accept-missing --help).`
 
 func runJournal(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("journal", "outbox journal adopt FILE DIR", journalAbout)
+	if len(args) > 0 {
+		switch args[0] {
+		case "status":
+			return journalStatus(ctx, args[1:], stdout, stderr)
+		case "readers":
+			return journalReaders(ctx, args[1:], stdout, stderr)
+		case "trim":
+			return journalTrim(ctx, args[1:], stdout, stderr)
+		case "accept-missing":
+			return journalAcceptMissing(ctx, args[1:], stdout, stderr)
+		}
+	}
+	fs := newFlags("journal", "outbox journal adopt FILE DIR | status DIR | readers DIR | trim DIR", journalAbout)
 	pos, code, done := parseFlags(fs, args, stderr)
 	if done {
 		return code
 	}
 	if len(pos) == 0 {
-		return usageError(stderr, "outbox journal", "need a subcommand: adopt FILE DIR")
+		return usageError(stderr, "outbox journal", "need a subcommand: adopt FILE DIR, status DIR, readers DIR or trim DIR")
 	}
 	switch pos[0] {
 	case "adopt":
