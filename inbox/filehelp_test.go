@@ -55,7 +55,9 @@ func (r *relayJournal) add(run string, n int) {
 			r.t.Fatalf("EnqueueEvent: %v", err)
 		}
 	}
-	if err := outboxtest.NewRelay(r.t, r.s, r.j, run).Flush(ctx); err != nil {
+	// The tests write runs into the journal around the book (appendDirect, appendRaw), which a relay
+	// would take for a book restored from an older backup.
+	if err := outboxtest.NewRelay(r.t, r.s, r.j, run, outbox.WithBookCheck(false)).Flush(ctx); err != nil {
 		r.t.Fatalf("Flush: %v", err)
 	}
 }

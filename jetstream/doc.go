@@ -37,6 +37,17 @@
 // hold under that run and seq is a refusal, never a retry loop. It holds only while the stream keeps
 // what it was given, so NewSink refuses a stream whose limits delete lines (see CreateStream).
 //
+// # A book behind the stream
+//
+// The sink is an outbox.RunLister (Sink.SinkRuns): a relay compares the runs the stream holds under the
+// sink's prefix with its book at its first call, and stops with outbox.ErrBookBehind, publishing
+// nothing, when the stream holds a run the book never recorded or further than the book knows (a book
+// restored from an older backup). The list is one stream info request, a subject a run, reading no
+// message: a run's message count is its last seq, since the sink places each seq once, from 1, in a
+// stream that deletes nothing. A message deleted by hand lowers its run's count, so the check can miss
+// that run but never names one wrongly. A stream that several books' engines publish to under one
+// prefix holds runs each book does not know: give those relays outbox.WithBookCheck(false).
+//
 // # Refusals before anything is published
 //
 // Append checks a whole batch before it publishes any of it, and refuses it (errors wrapping

@@ -7,6 +7,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -472,3 +474,32 @@ func (s *Sink) lastOf(ctx context.Context, run, subject string) (placed, error) 
 	s.setLast(run, p)
 	return p, nil
 }
+
+// SinkRuns lists the runs the stream holds under the sink's prefix, each with its highest seq, sorted
+// by run id: the outbox.RunLister a relay compares with its book at its first call. It is one stream
+// info request (paged by the server, a subject a run), reading no message: the stream keeps a count of
+// messages per subject, and the sink places each seq of a run once, from 1, in a stream whose limits
+// delete nothing (NewSink refuses any other), so a run's count is its last seq. A message deleted
+// from the stream by hand makes its run's count lower than its last seq: the comparison can then miss
+// that run, never name one wrongly. A subject under the prefix that is not a run's (see Token) is
+// left out.
+func (s *Sink) SinkRuns(ctx context.Context) ([]outbox.SinkRun, error) {
+	info, err := s.stream.Info(ctx, jetstream.WithSubjectFilter(s.cfg.prefix+".>"))
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: list the runs of stream %s: %w", s.name, err)
+	}
+	out := make([]outbox.SinkRun, 0, len(info.State.Subjects))
+	for subject, n := range info.State.Subjects {
+		tok, ok := strings.CutPrefix(subject, s.cfg.prefix+".")
+		if !ok || strings.IndexByte(tok, '.') >= 0 || n == 0 || n > math.MaxInt64 {
+			continue
+		}
+		if run, ok := runOfToken(tok); ok {
+			out = append(out, outbox.SinkRun{RunID: run, LastSeq: int64(n)})
+		}
+	}
+	slices.SortFunc(out, func(a, b outbox.SinkRun) int { return strings.Compare(a.RunID, b.RunID) })
+	return out, nil
+}
+
+var _ outbox.RunLister = (*Sink)(nil)

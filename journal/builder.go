@@ -25,30 +25,75 @@ const TimeFormat = "2006-01-02T15:04:05.000000000Z"
 // encoding/json; an encoding error fails the enqueue and stores nothing, as does an event type that
 // is empty or not valid UTF-8 (ErrEventType).
 //
-// Options add to the line: WithTraceContext writes a W3C trace context as a "trace" member before
-// "data". Without options the line is exactly the one above.
+// Options add to the line: WithOnceKey writes the enqueue's once key as a "once_key" member after
+// "at" (OnceKeyMember), and WithTraceContext writes a W3C trace context as a "trace" member before
+// "data". Without options the line is exactly the one above. Builder renders without the store's
+// help, so it does not see the once key of the EnqueueOnce it is passed to: Event does, and writes it
+// by itself.
 func Builder(runID, eventType string, data any, opts ...BuilderOption) outbox.EventBuilder {
+	c, bad := builderOptions(eventType, opts)
+	return func(seq int64) ([]byte, error) {
+		if bad != nil {
+			return nil, fmt.Errorf("journal: render %.64q line %d: %w", eventType, seq, bad)
+		}
+		return c.render(runID, seq, eventType, c.onceKey, data)
+	}
+}
+
+// builderOptions applies opts and checks what a line cannot carry, reported at render so that the
+// enqueue fails and stores nothing.
+func builderOptions(eventType string, opts []BuilderOption) (builderConfig, error) {
 	var c builderConfig
 	for _, o := range opts {
 		if o != nil {
 			o(&c)
 		}
 	}
-	var trace *TraceContext
 	bad := checkEventType(eventType)
 	if bad == nil && !c.trace.IsZero() {
-		trace = &c.trace
 		bad = c.trace.Validate()
 	}
-	return func(seq int64) ([]byte, error) {
-		if bad != nil {
-			return nil, fmt.Errorf("journal: render %.64q line %d: %w", eventType, seq, bad)
-		}
-		if trace == nil {
-			return render(runID, seq, eventType, now(), data)
-		}
-		return renderTraced(runID, seq, eventType, now(), trace, data)
+	if bad == nil && c.onceKey != "" {
+		bad = checkOnceKeyMember(c.onceKey)
 	}
+	return c, bad
+}
+
+func (c *builderConfig) render(runID string, seq int64, eventType, onceKey string, data any) ([]byte, error) {
+	var trace *TraceContext
+	if !c.trace.IsZero() {
+		trace = &c.trace
+	}
+	b, err := json.Marshal(line{RunID: runID, Seq: seq, Type: eventType, At: now().UTC().Format(TimeFormat),
+		OnceKey: onceKey, Trace: trace, Data: data})
+	if err != nil {
+		return nil, fmt.Errorf("journal: render %s line %d: %w", eventType, seq, err)
+	}
+	return b, nil
+}
+
+// OnceKeyMember is the name of the member in which Event (and Builder given WithOnceKey) writes the
+// once key of the enqueue, at the line's top level after "at": a reader may ignore it; outbox
+// reconcile reads it to put the key back into a book's ledger.
+const OnceKeyMember = "once_key"
+
+// WithOnceKey makes Builder write key as the line's "once_key" member (OnceKeyMember): give it the
+// key of the EnqueueOnce the builder is passed to, no other. Event writes the call's key by itself;
+// given to Event, the option must name the call's key or the build fails. An empty key writes
+// nothing.
+func WithOnceKey(key string) BuilderOption {
+	return func(c *builderConfig) { c.onceKey = key }
+}
+
+// ErrOnceKey is wrapped by the error of a Builder given a once key a line cannot carry as given (not
+// valid UTF-8), or of an Event given WithOnceKey with a key other than its call's.
+var ErrOnceKey = errors.New("journal: invalid once key member")
+
+func checkOnceKeyMember(key string) error {
+	if !utf8.ValidString(key) {
+		return fmt.Errorf("%w: not valid UTF-8", ErrOnceKey)
+	}
+	return nil
 }
 
 // ErrEventType is wrapped by the error of a Builder (or Event) given a type a line cannot carry as
@@ -81,12 +126,13 @@ func Handshake(runID string, data any, opts ...BuilderOption) outbox.EventBuilde
 }
 
 type line struct {
-	RunID string        `json:"engine_run_id"`
-	Seq   int64         `json:"seq"`
-	Type  string        `json:"type"`
-	At    string        `json:"at"`
-	Trace *TraceContext `json:"trace,omitempty"`
-	Data  any           `json:"data"`
+	RunID   string        `json:"engine_run_id"`
+	Seq     int64         `json:"seq"`
+	Type    string        `json:"type"`
+	At      string        `json:"at"`
+	OnceKey string        `json:"once_key,omitempty"`
+	Trace   *TraceContext `json:"trace,omitempty"`
+	Data    any           `json:"data"`
 }
 
 func render(runID string, seq int64, eventType string, at time.Time, data any) ([]byte, error) {

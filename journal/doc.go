@@ -25,6 +25,16 @@
 // The key rules ignore it, as they do every member of the producer's; LineTraceContext reads it back
 // and reports a malformed one, which a reader drops rather than refusing the line.
 //
+// Under EnqueueOnce, Event (and Builder given WithOnceKey) writes the call's once key as a "once_key"
+// member (OnceKeyMember) after "at":
+//
+//	{…,"at":…,"once_key":"order-42","data":…}
+//
+// so that a book restored without the keys it announced since can take them back from the journal
+// (outbox reconcile, Reconcile). The key rules ignore it too; a line without it (every line written
+// before it existed) is as valid as ever, and gives no key back. The name is the outbox's at the
+// line's top level: a producer's own member of that name there would be read as a once key.
+//
 // A reader keys lines by (engine_run_id, seq). Each run's lines must come as 1, 2, 3, … (a missing seq
 // is a stream gap, fatal to the reader); a line may come again only with the same bytes (a duplicate,
 // skipped); the same seq with other bytes is a payload conflict. Runs interleave freely. A run id is

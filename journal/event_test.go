@@ -20,25 +20,26 @@ type orderPlaced struct {
 }
 
 // enqueueAll enqueues the same events to run through every enqueue method of the store, each
-// builder made by mk, and returns the lines the store holds.
-func enqueueAll(t *testing.T, s *outbox.Store, run string, mk func(run, typ string, data any) outbox.EventBuilder) []outbox.EventLine {
+// builder made by mk (given the call's once key, empty for none), and returns the lines the store
+// holds.
+func enqueueAll(t *testing.T, s *outbox.Store, run string, mk func(run, key, typ string, data any) outbox.EventBuilder) []outbox.EventLine {
 	t.Helper()
 	ctx := outboxtest.Patient(t)
 	v := orderPlaced{Order: "o-1", Cents: 250, Note: "<\u2028é\"\\"}
-	if _, err := s.EnqueueEvent(ctx, run, mk(run, "order_placed", v)); err != nil {
+	if _, err := s.EnqueueEvent(ctx, run, mk(run, "", "order_placed", v)); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.EnqueueOnce(ctx, run, "once-1", mk(run, "order_done", map[string]any{"b": 1, "a": []int{1, 2}})); err != nil {
+	if _, _, err := s.EnqueueOnce(ctx, run, "once-1", mk(run, "once-1", "order_done", map[string]any{"b": 1, "a": []int{1, 2}})); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.EnqueueEvents(ctx, run, []outbox.EventBuilder{mk(run, "x", nil), mk(run, "y", 7)}); err != nil {
+	if _, err := s.EnqueueEvents(ctx, run, []outbox.EventBuilder{mk(run, "", "x", nil), mk(run, "", "y", 7)}); err != nil {
 		t.Fatal(err)
 	}
 	err := s.WriteTx(ctx, func(tx *sql.Tx) error {
-		if _, err := s.EnqueueTx(ctx, tx, run, mk(run, "order_placed", &v)); err != nil {
+		if _, err := s.EnqueueTx(ctx, tx, run, mk(run, "", "order_placed", &v)); err != nil {
 			return err
 		}
-		_, _, err := s.EnqueueOnceTx(ctx, tx, run, "once-2", mk(run, "order_done", "done"))
+		_, _, err := s.EnqueueOnceTx(ctx, tx, run, "once-2", mk(run, "once-2", "order_done", "done"))
 		return err
 	})
 	if err != nil {
@@ -56,8 +57,10 @@ func TestEventAndBuilderRenderByteIdenticalLinesForTheSameInput(t *testing.T) {
 	for _, group := range []bool{true, false} {
 		sb, _ := outboxtest.Setup(t, outbox.WithGroupCommit(group), outbox.WithLineCheck(CheckLine))
 		se, _ := outboxtest.Setup(t, outbox.WithGroupCommit(group), outbox.WithLineCheck(CheckLine))
-		byBuilder := enqueueAll(t, sb, run, func(r, typ string, data any) outbox.EventBuilder { return Builder(r, typ, data) })
-		byEvent := enqueueAll(t, se, run, func(_, typ string, data any) outbox.EventBuilder { return Event(typ, data) })
+		byBuilder := enqueueAll(t, sb, run, func(r, key, typ string, data any) outbox.EventBuilder {
+			return Builder(r, typ, data, WithOnceKey(key))
+		})
+		byEvent := enqueueAll(t, se, run, func(_, _, typ string, data any) outbox.EventBuilder { return Event(typ, data) })
 		if len(byBuilder) != 6 || len(byEvent) != len(byBuilder) {
 			t.Fatalf("group commit %v: %d lines by Builder, %d by Event, want 6 each", group, len(byBuilder), len(byEvent))
 		}

@@ -176,7 +176,8 @@ func validStateValue(v string) bool {
 type BuilderOption func(*builderConfig)
 
 type builderConfig struct {
-	trace TraceContext
+	trace   TraceContext
+	onceKey string
 }
 
 // WithTraceContext makes the builder write tc as the line's "trace" member (TraceMember), between

@@ -35,6 +35,12 @@
 //     the append is retried alone, never by appending the batch again. Relay.Recover projects what
 //     earlier processes committed and drops only rows whose lines the sink has; it never touches a run
 //     this Store has enqueued to.
+//   - A book behind its sink stops the relay. A relay whose sink lists its runs (RunLister) compares
+//     them with the book at its first call, a point lookup a run, and stops with ErrBookBehind,
+//     before it appends anything, when the sink holds a run the book never recorded or holds a run
+//     further than the highest seq the book gave it (a book restored from an older backup). The book
+//     keeps each run's row of figures for its life, its rows forgotten or not, so it knows every run
+//     it ever projected.
 //   - One projection at a time per run. Relays of one Store that project the same run take turns
 //     (a waiting relay gives up when its context ends), so no line is appended twice by them, and a
 //     batch whose record failed is recorded by whichever relay takes the run next, not appended again.

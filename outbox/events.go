@@ -205,7 +205,7 @@ func (s *Store) enqueue(ctx context.Context, w *txWriter, runID, onceKey string,
 	if err != nil {
 		return 0, 0, err
 	}
-	line, err := s.render(ctx, w.group, runID, seq, build)
+	line, err := s.render(ctx, w.group, EnqueueCall{RunID: runID, Seq: seq, OnceKey: onceKey}, build)
 	if err != nil || line == nil {
 		return 0, 0, err
 	}
@@ -222,7 +222,8 @@ func (s *Store) enqueue(ctx context.Context, w *txWriter, runID, onceKey string,
 // returned as a userPanic: build may run on the committer's goroutine, which must not die of it. In a
 // group (g), the builder may be refused before it runs, or its group taken over while it runs (see
 // groupRun.enterBuilder); the call then ends with errCut or errAbandoned.
-func (s *Store) render(ctx context.Context, g *groupRun, runID string, seq int64, build EventBuilder) (line []byte, err error) {
+func (s *Store) render(ctx context.Context, g *groupRun, call EnqueueCall, build EventBuilder) (line []byte, err error) {
+	runID, seq := call.RunID, call.Seq
 	if g != nil {
 		// The builder and the line check are the caller's code on the committer's goroutine: one
 		// that calls the store is told so (ErrCallInsideTx). The mark is set for them alone, not the
@@ -234,7 +235,7 @@ func (s *Store) render(ctx context.Context, g *groupRun, runID string, seq int64
 			return nil, err
 		}
 	}
-	line, err = callBuild(build, runID, seq)
+	line, err = callBuild(build, call)
 	if g != nil {
 		if err := g.leaveBuilder(); err != nil {
 			return nil, err
@@ -273,17 +274,17 @@ type userPanic struct{ val any }
 
 func (p userPanic) Error() string { return fmt.Sprintf("outbox: the builder panicked: %v", p.val) }
 
-// callBuild runs a builder, turning its panic into a userPanic error. A builder from RunBuilder asks
-// for the call's run id by its error, and is answered here.
-func callBuild(build EventBuilder, runID string, seq int64) (line []byte, err error) {
+// callBuild runs a builder, turning its panic into a userPanic error. A builder from RunBuilder or
+// CallBuilder asks for the call's run id (and once key) by its error, and is answered here.
+func callBuild(build EventBuilder, call EnqueueCall) (line []byte, err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			line, err = nil, userPanic{v}
 		}
 	}()
-	line, err = build(seq)
+	line, err = build(call.Seq)
 	if req, ok := err.(*runRequest); ok {
-		return req.build(runID, seq)
+		return req.build(call)
 	}
 	return line, err
 }

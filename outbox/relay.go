@@ -54,6 +54,10 @@ type Relay struct {
 
 	mu      sync.Mutex // one batch at a time; guards failing
 	failing error      // the error of the last failed batch, until a batch succeeds
+
+	bookMu      sync.Mutex // guards the comparison of the sink with the book (checkBook)
+	bookChecked bool
+	bookErr     error
 }
 
 // NewRelay returns a relay from s to sink for runID. It fails, and returns no relay, when s or sink is
@@ -116,6 +120,9 @@ func (r *Relay) project(ctx context.Context, runID string, target int64) (placed
 	// a goroutine of its own (recorder), where the store cannot tell it is the caller's. So the call
 	// is refused here, before anything reaches the sink.
 	if err := r.s.checkNotInsideTx(); err != nil {
+		return 0, err
+	}
+	if err := r.checkBook(ctx); err != nil {
 		return 0, err
 	}
 	r.mu.Lock()
@@ -243,7 +250,7 @@ func retriable(ctx context.Context, err error) bool {
 	if ctx.Err() != nil {
 		return false
 	}
-	for _, permanent := range []error{ErrClosed, ErrRowsMissing, ErrSinkRefused, ErrAnnounceConflict,
+	for _, permanent := range []error{ErrClosed, ErrRowsMissing, ErrSinkRefused, ErrAnnounceConflict, ErrBookBehind,
 		ErrUnknownEvent, ErrNotDurable, ErrSyncFailed, ErrReadOnly, ErrCallInsideTx} {
 		if errors.Is(err, permanent) {
 			return false
@@ -316,6 +323,9 @@ func (r *Relay) Flush(ctx context.Context) error {
 // before the run writes its first event. After it, the lines of earlier runs are in the sink and every
 // once key they carried is in the ledger, so EnqueueOnce will not announce them again.
 //
+// Like a relay's every first call, it first compares a sink that is a RunLister with the book, and
+// stops with ErrBookBehind, appending nothing, when the sink holds lines the book never recorded.
+//
 // It visits only the runs that can need it, however many there are, a page at a time: runs with lines
 // pending (a run a relay stopped on has those) or projected rows not yet forgotten (OpenRuns); a run
 // that is finished costs it nothing. It never touches the relay's own run or any run this Store has
@@ -334,6 +344,9 @@ func (r *Relay) Flush(ctx context.Context) error {
 // past WithFlushAttempts, a store that fails, or an ended ctx stops it at once (with the runs found
 // stuck so far named too): the next run would meet the same.
 func (r *Relay) Recover(ctx context.Context) error {
+	if err := r.checkBook(ctx); err != nil {
+		return fmt.Errorf("recover: %w", err)
+	}
 	var stuck []error
 	for run, err := range r.s.OpenRuns(ctx) {
 		if err != nil {
@@ -415,7 +428,7 @@ func runStuck(ctx context.Context, err error) bool {
 	if ctx.Err() != nil {
 		return false
 	}
-	for _, fatal := range []error{ErrClosed, ErrStoreBroken, ErrNotDurable, ErrSyncFailed, ErrReadOnly, ErrCallInsideTx} {
+	for _, fatal := range []error{ErrClosed, ErrStoreBroken, ErrNotDurable, ErrSyncFailed, ErrReadOnly, ErrCallInsideTx, ErrBookBehind} {
 		if errors.Is(err, fatal) {
 			return false
 		}

@@ -29,6 +29,7 @@ type relayConfig struct {
 	log           *slog.Logger
 	onProjected   func(runID string, lines int, last int64)
 	forget        bool
+	noBookCheck   bool // WithBookCheck(false)
 }
 
 // RelayOption configures NewRelay. An invalid value makes NewRelay fail.

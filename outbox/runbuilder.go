@@ -16,6 +16,25 @@ func RunBuilder(build func(runID string, seq int64) ([]byte, error)) EventBuilde
 	if build == nil {
 		return nil // refused as a nil EventBuilder by every enqueue
 	}
+	return CallBuilder(func(c EnqueueCall) ([]byte, error) { return build(c.RunID, c.Seq) })
+}
+
+// EnqueueCall is what the store tells a builder from CallBuilder of the enqueue it renders for.
+type EnqueueCall struct {
+	RunID string
+	Seq   int64
+	// OnceKey is the call's once key (EnqueueOnce, EnqueueOnceTx), empty for an enqueue without one.
+	// A line format that carries it (journal.Event writes "once_key") lets a ledger lost with its
+	// book be rebuilt from the sink.
+	OnceKey string
+}
+
+// CallBuilder is RunBuilder given the whole call: the run id, the seq and the once key. It works, as
+// RunBuilder's does, only when passed to the store's enqueue methods.
+func CallBuilder(build func(c EnqueueCall) ([]byte, error)) EventBuilder {
+	if build == nil {
+		return nil
+	}
 	req := &runRequest{build: build}
 	return func(int64) ([]byte, error) { return nil, req }
 }
@@ -25,7 +44,7 @@ func RunBuilder(build func(runID string, seq int64) ([]byte, error)) EventBuilde
 // because EventBuilder's signature has no room for the run id; the store recognises it only
 // unwrapped, as the builder returned it.
 type runRequest struct {
-	build func(runID string, seq int64) ([]byte, error)
+	build func(c EnqueueCall) ([]byte, error)
 }
 
 func (*runRequest) Error() string {

@@ -5,8 +5,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -58,8 +56,10 @@ func TestRelayOfAnotherBooksRunOfTheSameNameIsRefused(t *testing.T) {
 	before := fileDigest(t, jPath)
 
 	code, out, errOut := runOutbox(t, "relay", "--db", other, "--journal", jPath)
-	if code == exitOK || !strings.Contains(errOut, "payload conflict") || !strings.Contains(errOut, "engine-1") {
-		t.Errorf("relay of the other book: exit %d, stdout %q, stderr %q; want a failure naming the payload conflict", code, out, errOut)
+	// The journal holds a run the other book never recorded: the relay stops before it appends
+	// anything, where it once stopped at engine-1's payload conflict.
+	if code == exitOK || !strings.Contains(errOut, "the book is behind its sink") || !strings.Contains(errOut, "engine-2") {
+		t.Errorf("relay of the other book: exit %d, stdout %q, stderr %q; want a failure naming the run the book lacks", code, out, errOut)
 	}
 	if fileDigest(t, jPath) != before {
 		t.Error("the journal changed")
@@ -78,23 +78,36 @@ func TestRelayOfAnotherBooksRunOfTheSameNameIsRefused(t *testing.T) {
 	}
 }
 
-// longLines adds two lines of 1.5 MB of a run the book does not know after the journal's lines.
-func longLines(t *testing.T, jPath string) {
+// longLines adds two lines of 1.5 MB of a run of their own after the journal's lines, projected from
+// the book, so that the book knows the run (a run it did not know would stop the relay at its start:
+// outbox.ErrBookBehind).
+func longLines(t *testing.T, dbPath, jPath string) {
 	t.Helper()
-	f, err := os.OpenFile(jPath, os.O_WRONLY|os.O_APPEND, 0)
+	ctx := context.Background()
+	s, err := outbox.Open(ctx, dbPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	for seq := 1; seq <= 2; seq++ {
-		fmt.Fprintf(f, `{"engine_run_id":"big","seq":%d,"x":"%s"}`+"\n", seq, strings.Repeat("l", 1_500_000))
+	defer s.Close()
+	for range 2 {
+		if _, err := s.EnqueueEvent(ctx, "big", journal.Builder("big", "x", strings.Repeat("l", 1_500_000))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	j, err := journal.OpenFile(jPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	if err := outboxtest.NewRelay(t, s, j, "big").Flush(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
 
 func TestRelayFinishesOnAJournalWithLongLines(t *testing.T) {
 	t.Parallel()
 	dbPath, jPath := book(t)
-	longLines(t, jPath)
+	longLines(t, dbPath, jPath)
 	code, out, errOut := runOutbox(t, "relay", "--db", dbPath, "--journal", jPath)
 	if code != exitOK || !strings.Contains(out, "projected 3 lines") {
 		t.Fatalf("relay: exit %d, stdout %q, stderr %q", code, out, errOut)
@@ -107,7 +120,7 @@ func TestRelayFinishesOnAJournalWithLongLines(t *testing.T) {
 func TestRelayEndsOnSIGTERMAndLeavesTheJournalWhole(t *testing.T) {
 	t.Parallel()
 	dbPath, jPath := book(t)
-	longLines(t, jPath)
+	longLines(t, dbPath, jPath)
 	cmd := outboxCmd(t, "relay", "--db", dbPath, "--journal", jPath)
 	var out, errOut strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errOut
@@ -144,8 +157,8 @@ func TestRelayEndsOnSIGTERMAndLeavesTheJournalWhole(t *testing.T) {
 
 func TestOpenContinuingStopsReadingTheJournalWhenTheCommandIsInterrupted(t *testing.T) {
 	t.Parallel()
-	_, jPath := book(t)
-	longLines(t, jPath)
+	dbPath, jPath := book(t)
+	longLines(t, dbPath, jPath)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if j, err := openContinuing(ctx, jPath, []outbox.RunStats{{RunID: "old", Projected: 2}}); !errors.Is(err, context.Canceled) {

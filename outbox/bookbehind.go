@@ -1,0 +1,218 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/ncruces/go-sqlite3"
+	"github.com/ncruces/go-sqlite3/driver"
+
+	"github.com/textmachine/outbox/db"
+)
+
+// ErrBookBehind is returned by a relay's first call (Run, Flush, Recover) when its sink holds lines
+// the book does not know of: a run the book never recorded, or a run further than the highest seq
+// the book recorded for it. The book was restored from a backup older than the sink (or belongs to
+// another sink): a relay going on would have the engine redo the work the book lost under a new run,
+// and the sink would hold it twice. Nothing is appended. The error names the runs (the first few, and
+// how many in all) and what the book lacks of each. Restore the sink's copy that matches the book, or
+// accept the sink's positions explicitly (outbox reconcile); WithBookCheck(false) turns the check off
+// for a sink that other books write to as well.
+var ErrBookBehind = errors.New("outbox: the book is behind its sink")
+
+// RunLister is an optional interface of a Sink that can list the runs it holds, each with its
+// highest seq, without reading its history (journal.Journal and journal.File do, from their run
+// index). A relay whose sink is a RunLister compares the list with the book at its first call (see
+// ErrBookBehind).
+type RunLister interface {
+	SinkRuns(ctx context.Context) ([]SinkRun, error)
+}
+
+// SinkRun is one run a sink holds: its id and the highest seq of its lines there.
+type SinkRun struct {
+	RunID   string
+	LastSeq int64
+}
+
+// WithBookCheck turns the comparison of the book with a RunLister sink at the relay's first call on
+// (the default) or off. Turn it off only for a sink that other books' relays append to too, whose
+// runs this book cannot know of.
+func WithBookCheck(on bool) RelayOption {
+	return func(c *relayConfig) error {
+		c.noBookCheck = !on
+		return nil
+	}
+}
+
+// BookLack is one run a sink holds further than the book knows: the sink's highest seq, and the
+// highest the book recorded for the run (0, with Known false, for a run the book never held).
+type BookLack struct {
+	RunID    string
+	SinkLast int64
+	BookLast int64
+	Known    bool
+}
+
+func (l BookLack) String() string {
+	if !l.Known {
+		return fmt.Sprintf("run %q: the sink holds seqs 1..%d, the book never recorded the run", l.RunID, l.SinkLast)
+	}
+	return fmt.Sprintf("run %q: the sink holds up to seq %d, the book recorded up to %d (lacks %d..%d)",
+		l.RunID, l.SinkLast, l.BookLast, l.BookLast+1, l.SinkLast)
+}
+
+// bookBehindError is ErrBookBehind with the runs it found.
+type bookBehindError struct {
+	lacks []BookLack // the first few
+	total int
+}
+
+// bookBehindNamed is how many runs the error names; the rest are counted.
+const bookBehindNamed = 5
+
+func (e *bookBehindError) Error() string {
+	var b strings.Builder
+	runs := "runs"
+	if e.total == 1 {
+		runs = "run"
+	}
+	fmt.Fprintf(&b, "%v: the sink holds %d %s further than the book records: ", ErrBookBehind, e.total, runs)
+	for i, l := range e.lacks {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(l.String())
+	}
+	if n := e.total - len(e.lacks); n > 0 {
+		fmt.Fprintf(&b, "; and %d more", n)
+	}
+	b.WriteString(" (restore the sink's copy that matches the book, or accept the sink's positions: outbox reconcile)")
+	return b.String()
+}
+
+func (e *bookBehindError) Unwrap() error { return ErrBookBehind }
+
+// BookLacks compares runs, as a sink listed them, with what the book recorded of each, and returns
+// how many the book lacks lines of, with the first limit of them (all with limit < 0). It reads one row
+// of the book per run, by its key (the per-run figures, kept for the life of the book, forgotten runs
+// too): never a run's lines, and nothing of the runs the sink does not list.
+//
+// The per-run row (outbox_runs, migrations/00005) is the book's only memory of a run whose rows are
+// all forgotten: its last_seq and projected survive forgetting, and nothing deletes the row. A change
+// that ever prunes finished runs' rows must keep at least each run's id and highest seq (a table of
+// them, or a high-water mark per run id prefix), or this comparison reads a pruned run as one the book
+// never recorded and stops the relay: it fails safe, never silent.
+//
+// The book "recorded" a run up to the highest seq it ever gave it, projected or still pending: lines
+// between the two are the batches a crash can leave in the sink unrecorded, which the relay sends
+// again byte for byte; a sink's line beyond it is one the book never had.
+func (s *Store) BookLacks(ctx context.Context, runs []SinkRun, limit int) (total int, lacks []BookLack, err error) {
+	// A chunk of lookups per read, each its own short read transaction: no read holds the WAL for
+	// the whole list.
+	const chunk = 4096
+	for start := 0; start < len(runs); start += chunk {
+		part := runs[start:min(start+chunk, len(runs))]
+		err := s.read(ctx, func(ctx context.Context) error {
+			return s.lookupRuns(ctx, part, func(r SinkRun, last int64, known bool) {
+				if known && r.LastSeq <= last {
+					return
+				}
+				total++
+				if limit < 0 || len(lacks) < limit {
+					lacks = append(lacks, BookLack{RunID: r.RunID, SinkLast: r.LastSeq, BookLast: last, Known: known})
+				}
+			})
+		})
+		if err != nil {
+			return 0, nil, fmt.Errorf("compare the sink's runs with the book: %w", err)
+		}
+	}
+	return total, lacks, nil
+}
+
+// lookupRuns reads each run's highest recorded seq in one read transaction, through the driver's own
+// statement, prepared once: database/sql would prepare and convert per lookup, several times SQLite's
+// own work for a primary-key read.
+func (s *Store) lookupRuns(ctx context.Context, runs []SinkRun, found func(r SinkRun, last int64, known bool)) error {
+	conn, err := s.r.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	return conn.Raw(func(dc any) error {
+		c := dc.(driver.Conn).Raw()
+		old := c.SetInterrupt(ctx)
+		defer c.SetInterrupt(old)
+		stmt, _, err := c.Prepare(db.RunGet)
+		if err != nil {
+			return err
+		}
+		defer stmt.Close()
+		if stmt.ColumnCount() < 2 || stmt.ColumnName(0) != "last_seq" || stmt.ColumnName(1) != "projected" || stmt.BindCount() != 1 {
+			return fmt.Errorf("outbox: the run lookup's statement is not the one the store reads: %s", db.RunGet)
+		}
+		if err := c.Exec("BEGIN"); err != nil {
+			return err
+		}
+		defer c.Exec("COMMIT") // a read: nothing to keep or lose
+		for _, r := range runs {
+			if err := lookupRun(stmt, r.RunID, func(last int64, known bool) { found(r, last, known) }); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+func lookupRun(stmt *sqlite3.Stmt, runID string, found func(last int64, known bool)) error {
+	defer stmt.Reset()
+	// RunGet's one parameter, ?1, is the run id (a :one query, which bindFrom cannot capture).
+	if err := stmt.BindText(1, runID); err != nil {
+		return err
+	}
+	if stmt.Step() {
+		// Columns of RunGet: last_seq, projected. The triggers keep last_seq at or above projected.
+		found(max(stmt.ColumnInt64(0), stmt.ColumnInt64(1)), true)
+		return nil
+	}
+	if err := stmt.Err(); err != nil {
+		return err
+	}
+	found(0, false)
+	return nil
+}
+
+// checkBook is the relay's first call's comparison of its sink with the book (see ErrBookBehind). It
+// runs once per relay when it passes; a failure is returned again by every later call, since nothing
+// the relay does can cure it.
+func (r *Relay) checkBook(ctx context.Context) error {
+	lister, ok := r.sink.(RunLister)
+	if !ok || r.cfg.noBookCheck {
+		return nil
+	}
+	r.bookMu.Lock()
+	defer r.bookMu.Unlock()
+	if r.bookChecked {
+		return r.bookErr
+	}
+	runs, err := lister.SinkRuns(ctx)
+	if err != nil {
+		// The sink could not list its runs now (a failing disk, an ended ctx): the next call tries
+		// again, as it would an append.
+		return &sinkError{fmt.Errorf("list the sink's runs: %w", err)}
+	}
+	total, lacks, err := r.s.BookLacks(ctx, runs, bookBehindNamed)
+	if err != nil {
+		return err
+	}
+	r.bookChecked = true
+	if total > 0 {
+		r.bookErr = &bookBehindError{lacks: lacks, total: total}
+		r.cfg.log.Error("outbox: relay stopped before its first append: the book is behind its sink", "err", r.bookErr)
+	}
+	return r.bookErr
+}
