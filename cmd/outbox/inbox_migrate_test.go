@@ -21,7 +21,7 @@ import (
 func TestInboxMigrateUpCreatesTheInboxsTables(t *testing.T) {
 	dbPath := filepath.Join(t.TempDir(), "consumer.db")
 	code, out, errOut := cli(t, "inbox", "migrate", "up", "--db", dbPath)
-	if code != exitOK || out != "applied 00001_inbox.sql\napplied 00002_digest_rows.sql\napplied 00003_source_rewound.sql\n" || errOut != "" {
+	if code != exitOK || out != "applied 00001_inbox.sql\napplied 00002_digest_rows.sql\napplied 00003_source_rewound.sql\napplied 00004_counters.sql\n" || errOut != "" {
 		t.Fatalf("up: exit %d, %q %q", code, out, errOut)
 	}
 	in, err := inbox.OpenReadOnly(context.Background(), dbPath)
@@ -107,6 +107,10 @@ func TestInboxMigrateDownRefusesToDropStateWithoutForce(t *testing.T) {
 		t.Fatal(err)
 	}
 	in.Close()
+	// The Open migrated it up again.
+	if code, out, errOut := cli(t, "inbox", "migrate", "down", "--db", dbPath); code != exitOK || out != "rolled back 00004_counters.sql\n" {
+		t.Fatalf("down from 4 again: exit %d, %q %q", code, out, errOut)
+	}
 	if code, out, errOut := cli(t, "inbox", "migrate", "down", "--db", dbPath); code != exitOK || out != "rolled back 00003_source_rewound.sql\n" {
 		t.Fatalf("down from 3: exit %d, %q %q", code, out, errOut)
 	}
@@ -175,7 +179,7 @@ func TestInboxMigrateStatusWritesNothing(t *testing.T) {
 	dir := filepath.Dir(dbPath)
 	before := dirstate.Snapshot(t, dir)
 	code, out, errOut := runOutbox(t, "inbox", "migrate", "status", "--db", dbPath)
-	if code != exitOK || errOut != "" || !strings.HasPrefix(out, "00001_inbox.sql ") || strings.Count(out, " applied ") != 3 {
+	if code != exitOK || errOut != "" || !strings.HasPrefix(out, "00001_inbox.sql ") || strings.Count(out, " applied ") != 4 {
 		t.Errorf("status: exit %d, %q %q", code, out, errOut)
 	}
 	if code, out, _ := runOutbox(t, "inbox", "migrate", "version", "--db", dbPath); code != exitOK || out != "4\n" {
