@@ -77,3 +77,36 @@ func TestASinkObserverHearsOfEveryAppendWithItsLinesBytesAndError(t *testing.T) 
 		t.Error("NewRelay took a nil sink observer")
 	}
 }
+
+// Run reads one run's figures, the same OpenRuns gives while it lists the run, and still after its
+// lines are projected and forgotten and it has left that list; zeros for a run the book never held.
+func TestRunReadsOneRunsFiguresAfterItsLinesAreForgotten(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := outboxtest.Setup(t)
+	for i := 0; i < 3; i++ {
+		outboxtest.MustEnqueue(t, s, "r")
+	}
+	got, err := s.Run(ctx, "r")
+	if err != nil || got.RunID != "r" || got.LastSeq != 3 || got.Pending != 3 || got.Lines != 3 || got.EnqueuedTotal != 3 {
+		t.Fatalf("Run before projecting = %+v, %v", got, err)
+	}
+	if err := outboxtest.FastRelay(t, s, outboxtest.NewMemSink(), "r").Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for r, err := range s.OpenRuns(ctx) {
+		if err != nil || r.RunID == "r" {
+			t.Fatalf("OpenRuns still lists %+v, %v", r, err)
+		}
+	}
+	got, err = s.Run(ctx, "r")
+	if err != nil || got.LastSeq != 3 || got.Projected != 3 || got.Pending != 0 || got.Lines != 0 || got.ProjectedTotal != 3 {
+		t.Fatalf("Run after projecting = %+v, %v", got, err)
+	}
+	if got, err := s.Run(ctx, "never"); err != nil || got.RunID != "never" || got.LastSeq != 0 || got.Lines != 0 {
+		t.Fatalf("Run of a run never held = %+v, %v", got, err)
+	}
+	if _, err := s.Run(ctx, ""); !errors.Is(err, outbox.ErrInvalidRunID) {
+		t.Fatalf("Run of an empty id: %v", err)
+	}
+}
