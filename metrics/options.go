@@ -21,11 +21,11 @@ const (
 )
 
 type config struct {
-	grace    time.Duration
-	timeout  time.Duration
-	onError  func(error)
+	grace     time.Duration
+	timeout   time.Duration
+	onError   func(error)
 	streamSeq func(inbox.Source) (uint64, bool)
-	now      func() time.Time
+	now       func() time.Time
 }
 
 // Option configures a collector. An invalid value makes the constructor panic, as client_golang's
