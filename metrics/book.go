@@ -111,7 +111,7 @@ func (c *bookCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descUp, 1)
 	var oldest *float64
 	for _, r := range m.runs {
-		run := LabelValue(r.RunID)
+		run := labelValue(r.RunID)
 		gauge(descLastSeq, float64(r.LastSeq), run)
 		gauge(descProjected, float64(r.Projected), run)
 		gauge(descPending, float64(r.Pending), run)
@@ -210,10 +210,10 @@ func fileSize(path string) int64 {
 	return st.Size()
 }
 
-// LabelValue is a run id (or a source's name) as a label value, which must be UTF-8: an id that is
+// labelValue is a run id (or a source's name) as a label value, which must be UTF-8: an id that is
 // not is given quoted and escaped as Go's %q does, as the outbox command prints it, so that two such
 // ids stay two series.
-func LabelValue(id string) string {
+func labelValue(id string) string {
 	if utf8.ValidString(id) {
 		return id
 	}

@@ -118,18 +118,18 @@ func (c *inboxCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(descInboxQuarCount, float64(len(f.quarantined)))
 	for _, q := range f.quarantined {
-		run := LabelValue(q.RunID)
-		gauge(descInboxQuarantine, 1, run, LabelValue(q.Reason))
+		run := labelValue(q.RunID)
+		gauge(descInboxQuarantine, 1, run, labelValue(q.Reason))
 		gauge(descInboxQuarPos, float64(f.positions[q.RunID]), run)
 	}
 	for _, s := range f.sources {
 		if behind, ok := fileBehind(s); ok {
-			gauge(descInboxBehind, float64(behind), LabelValue(s.Name))
+			gauge(descInboxBehind, float64(behind), labelValue(s.Name))
 		}
 		// The stream's own last sequence is the server's to export: the lag is the difference.
 		if c.cfg.streamSeq != nil && s.Position != nil {
 			if seq, ok := c.cfg.streamSeq(s); ok {
-				gauge(descInboxStreamPos, float64(seq), LabelValue(s.Name))
+				gauge(descInboxStreamPos, float64(seq), labelValue(s.Name))
 			}
 		}
 	}
