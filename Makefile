@@ -1,12 +1,12 @@
 # The repository is a Go workspace (go.work): the library at the root, and modules of their own for
 # the command (cmd/outbox), the NATS JetStream sink (jetstream), the peer benchmarks (bench), the
-# OpenTelemetry trace context (otel) and the example engine and platform (examples, which read from
+# OpenTelemetry trace context (otel), the Prometheus collectors (metrics) and the example engine and platform (examples, which read from
 # a journal file or a JetStream stream), so that the library depends on neither NATS nor a peer, and
-# neither the library nor the sink on OpenTelemetry. ./... stays inside one module, so every target
+# neither the library nor the sink on OpenTelemetry or client_golang. ./... stays inside one module, so every target
 # names each module. sqlc is pinned in tools/go.mod (a `tool` directive), outside the workspace, and
 # run with `go tool`: no global install.
 SQLC := cd tools && GOWORK=off go tool sqlc -f ../sqlc.yaml
-MODULES := ./... ./cmd/outbox/... ./jetstream/... ./bench/... ./otel/... ./examples/...
+MODULES := ./... ./cmd/outbox/... ./jetstream/... ./bench/... ./otel/... ./metrics/... ./examples/...
 # MIN_GO is the go line of the library's go.mod: the oldest Go a user can build the modules with.
 MIN_GO := $(shell sed -n 's/^go //p' go.mod)
 # STEP says what a step does before it runs it, and that it still runs every 20 seconds: make test
@@ -83,7 +83,7 @@ test-warm-builds:
 ## the module proxy as golang.org/toolchain on first use) beside the current one. The library alone
 ## (GOWORK=off), as a user's build resolves it from its go.mod; the JetStream sink inside the
 ## workspace, which stands in for the library release it requires until the tag exists, and the
-## OpenTelemetry module's likewise; the command, the benchmarks and the examples built. Without
+## OpenTelemetry and Prometheus modules' likewise; the command, the benchmarks and the examples built. Without
 ## -race, and without the -short skips (the sink's server clusters and its 82 MB stream): those run
 ## under the race detector with the current Go above. The library's pass, without the race
 ## detector, is also where make test runs the hundred-thousand-line tests (HundredThousand), which
@@ -97,6 +97,8 @@ test-min-go:
 		go test -count=1 -short ./jetstream/...
 	@GOTOOLCHAIN=go$(MIN_GO) $(STEP) "test-min-go: the OpenTelemetry module's tests with go$(MIN_GO), in the workspace" \
 		go test -count=1 ./otel/...
+	@GOTOOLCHAIN=go$(MIN_GO) $(STEP) "test-min-go: the Prometheus collectors' tests with go$(MIN_GO), in the workspace" \
+		go test -count=1 ./metrics/...
 	@GOTOOLCHAIN=go$(MIN_GO) $(STEP) "test-min-go: the command, the benchmarks and the examples built with go$(MIN_GO)" \
 		go build ./cmd/outbox/... ./bench/... ./examples/...
 

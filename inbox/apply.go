@@ -140,6 +140,9 @@ func (in *Inbox) apply(ctx context.Context, m *move, lines [][]byte, h Handler) 
 		if err := t.flush(); err != nil {
 			return err
 		}
+		if err := t.count(rep); err != nil {
+			return err
+		}
 		if m != nil {
 			if err := t.in.q.SourceSet(t.ctx, t.on(stmtSourceSet), db.SourceSetParams{
 				Name: m.source, Position: position(m.to), UpdatedAt: t.now,

@@ -49,7 +49,9 @@
 // (24 hours by default, WithDigestRetention) keeps only its high-water mark and its last line's
 // digest, trimmed a bounded amount per call. Sources that read the journal for the inbox (a file, a
 // segmented journal's directory, a stream) keep their position in the same database, stored by
-// ApplyFrom in the same transaction as the effects of the lines they read.
+// ApplyFrom in the same transaction as the effects of the lines they read. One row counts the lines
+// applied, duplicate, stale and quarantined (Totals), added to in each call's transaction: the
+// counters an exporter reads (package github.com/textmachine/outbox/metrics).
 //
 // # Guarantees
 //

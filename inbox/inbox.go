@@ -42,6 +42,9 @@ type Inbox struct {
 	// unmarked: opened read-only beside a database of an earlier release, whose sources have no
 	// rewound mark (migration 3): none of them is rewound with a position kept.
 	unmarked bool
+	// uncounted: opened read-only beside a database of an earlier release, which keeps no counts
+	// (migration 4): Totals says so instead of reading a table that is not there.
+	uncounted bool
 
 	// writer is held by the one write transaction in progress; waiting for it honours the caller's
 	// context.

@@ -47,6 +47,8 @@ var queryPlans = map[string]struct {
 	"GapsAcceptedAfter": {db.GapsAcceptedAfter, []string{"SEARCH inbox_gaps_accepted USING INTEGER PRIMARY KEY (rowid>?)"}, ""},
 	"SourceGet":         {db.SourceGet, []string{"SEARCH inbox_sources USING PRIMARY KEY (name=?)"}, ""},
 	"SourceSet":         {db.SourceSet, nil, ""},
+	"CountersAdd":       {db.CountersAdd, nil, ""},
+	"CountersGet":       {db.CountersGet, []string{"SEARCH inbox_counters USING INTEGER PRIMARY KEY (rowid=?)"}, ""},
 	"SourcesRewind": {db.SourcesRewind, []string{"SCAN inbox_sources"},
 		"visits every source by design (a release rewinds them all); there is one row per source an inbox reads"},
 	"SourcesAfter":         {db.SourcesAfter, []string{"SEARCH inbox_sources USING PRIMARY KEY (name>?)"}, ""},

@@ -65,7 +65,8 @@ func OpenReadOnly(ctx context.Context, path string, opts ...Option) (*Inbox, err
 		return nil, fmt.Errorf("inbox: open %s: %w", path, err)
 	}
 	in := &Inbox{path: path, cfg: cfg, q: db.New(), r: r, w: sql.OpenDB(readOnlyConnector{}),
-		writer: make(chan struct{}, 1), unmarked: version < rewoundMarkVersion}
+		writer: make(chan struct{}, 1), unmarked: version < rewoundMarkVersion,
+		uncounted: version < countersVersion}
 	cfg.logger.Debug("inbox: opened read-only", "path", path)
 	return in, nil
 }

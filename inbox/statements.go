@@ -25,6 +25,7 @@ const (
 	stmtRunsUntrimmed
 	stmtSourceGet
 	stmtSourceSet
+	stmtCountersAdd
 	numStmts
 )
 
@@ -37,6 +38,7 @@ var stmtSQL = [numStmts]string{
 	stmtRunsUntrimmed: db.RunsUntrimmed,
 	stmtSourceGet:     db.SourceGet,
 	stmtSourceSet:     db.SourceSet,
+	stmtCountersAdd:   db.CountersAdd,
 }
 
 type statements [numStmts]*sql.Stmt

@@ -192,7 +192,7 @@ func (r *Relay) place(ctx context.Context, rec *recorder, runID string, lines []
 	}()
 	first, last := lines[0].Seq, lines[len(lines)-1].Seq
 	b := &batchRecord{runID: runID, last: last, toMark: marksUpTo(toMark, last), lines: len(lines)}
-	appendErr := r.sink.Append(ctx, runID, lines)
+	appendErr := r.appendToSink(ctx, runID, lines)
 	if appendErr == nil {
 		// The sink has this batch, and the record of the one before may not have ended: a crash
 		// here leaves both to be sent again.
@@ -217,6 +217,24 @@ func (r *Relay) place(ctx context.Context, rec *recorder, runID string, lines []
 	recording = true // the record's goroutine ends the batch
 	rec.start(ctx, b)
 	return last, nil
+}
+
+// appendToSink calls the sink's Append and tells the observer, if any, how it went. The batch's size
+// is taken before the call: the sink may clear the slice.
+func (r *Relay) appendToSink(ctx context.Context, runID string, lines []EventLine) error {
+	o := r.cfg.observer
+	if o == nil {
+		return r.sink.Append(ctx, runID, lines)
+	}
+	a := SinkAppend{RunID: runID, Lines: len(lines)}
+	for _, l := range lines {
+		a.Bytes += len(l.Line)
+	}
+	start := time.Now()
+	a.Err = r.sink.Append(ctx, runID, lines)
+	a.Elapsed = time.Since(start)
+	o.ObserveAppend(a)
+	return a.Err
 }
 
 // stopped says, at Error level and durably in the book (RunStats.StoppedSeq), that the sink refused

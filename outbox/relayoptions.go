@@ -28,6 +28,7 @@ type relayConfig struct {
 	poll          time.Duration
 	log           *slog.Logger
 	onProjected   func(runID string, lines int, last int64)
+	observer      SinkObserver
 	forget        bool
 	noBookCheck   bool // WithBookCheck(false)
 }
@@ -141,6 +142,37 @@ func WithRelayLogger(l *slog.Logger) RelayOption {
 			return errors.New("outbox: nil relay logger")
 		}
 		c.log = l
+		return nil
+	}
+}
+
+// SinkAppend is one call of the sink's Append as a relay made it, told to a SinkObserver.
+type SinkAppend struct {
+	RunID   string
+	Lines   int           // the batch's lines
+	Bytes   int           // the batch's bytes of lines, newlines not counted
+	Elapsed time.Duration // how long Append took
+	// Err is what Append returned: nil once the sink has the batch, an error wrapping ErrSinkRefused
+	// for a batch the sink refuses (the run stops), any other for a failure the relay retries.
+	Err error
+}
+
+// SinkObserver hears of every append a relay makes to its sink, for the sink's latency, batch sizes
+// and errors: package github.com/textmachine/outbox/metrics implements it with Prometheus histograms,
+// so that this module does not depend on a metrics library. ObserveAppend runs on the relay's
+// goroutine, after Append returns and before the batch is recorded, so it must not block.
+type SinkObserver interface {
+	ObserveAppend(a SinkAppend)
+}
+
+// WithSinkObserver sets an observer of the relay's appends to its sink (see SinkObserver). Flush and
+// Recover report through it too. Without it the relay measures nothing.
+func WithSinkObserver(o SinkObserver) RelayOption {
+	return func(c *relayConfig) error {
+		if o == nil {
+			return errors.New("outbox: nil sink observer")
+		}
+		c.observer = o
 		return nil
 	}
 }

@@ -33,7 +33,6 @@ func TestEveryCommandPrefixesItsErrorsWithItsName(t *testing.T) {
 		{"retire", "--db", dbPath, "--run", "dead", "--seq", "2", "--reason", "x"},
 		{"verify", missing},
 		{"migrate", "status", "--db", missing},
-		{"metrics", "--db", missing, "--listen", "127.0.0.1:0"},
 		{"inbox", "stats", "--db", missing},
 		{"stream", "create", "--nats", "nats://127.0.0.1:1", "--stream", "S"},
 		{"demo", "--dir", demoDir},

@@ -12,12 +12,14 @@ require (
 	github.com/prometheus/client_golang v1.25.0
 	github.com/textmachine/outbox v0.1.0
 	github.com/textmachine/outbox/jetstream v0.1.0
+	github.com/textmachine/outbox/metrics v0.1.0
 )
 
 require (
 	github.com/antithesishq/antithesis-sdk-go v0.9.0-default-no-op // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/fsnotify/fsnotify v1.10.1 // indirect
 	github.com/google/go-tpm v0.9.8 // indirect
 	github.com/klauspost/compress v1.20.4 // indirect
 	github.com/mfridman/interpolate v0.0.2 // indirect

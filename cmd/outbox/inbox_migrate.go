@@ -35,7 +35,8 @@ step that would drop the inbox's state (the runs' high-water marks, quarantines,
 source positions, digests), saying how many rows, unless --force is given: a consumer whose state
 is dropped applies every line again as new. Rolling back version 2 drops nothing; rolling back
 version 3 drops the positions rewound sources were rewound from (refused while there are any,
-unless --force). Every action
+unless --force); rolling back version 4 drops the counts of lines applied, duplicate, stale and
+quarantined (outbox_inbox_lines_*_total), which exporters then see as counters reset. Every action
 refuses a book and what is not a SQLite database, and creates nothing. status and version only
 read: they write nothing and create no file beside the database.`
 
@@ -172,7 +173,8 @@ func inboxMigrateLocked(ctx context.Context, d *sql.DB, action string, force boo
 // hold a row: without them the consumer would apply every line again as new. Version 2 only gives
 // the digests their first shape back, a row per digest, and drops nothing. Version 3 drops the
 // position a rewound source was rewound from, which it still needs to read a rotated file it had
-// not finished, or as the floor of a stream's retention-gap check.
+// not finished, or as the floor of a stream's retention-gap check. Version 4 drops the counts, which
+// exporters see as a counter reset, as after any restart of a counter: nothing is applied again.
 func checkInboxLoss(ctx context.Context, d *sql.DB, v int64) error {
 	if v == 3 {
 		var n int64

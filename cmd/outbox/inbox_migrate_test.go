@@ -21,7 +21,7 @@ import (
 func TestInboxMigrateUpCreatesTheInboxsTables(t *testing.T) {
 	dbPath := filepath.Join(t.TempDir(), "consumer.db")
 	code, out, errOut := cli(t, "inbox", "migrate", "up", "--db", dbPath)
-	if code != exitOK || out != "applied 00001_inbox.sql\napplied 00002_digest_rows.sql\napplied 00003_source_rewound.sql\n" || errOut != "" {
+	if code != exitOK || out != "applied 00001_inbox.sql\napplied 00002_digest_rows.sql\napplied 00003_source_rewound.sql\napplied 00004_counters.sql\n" || errOut != "" {
 		t.Fatalf("up: exit %d, %q %q", code, out, errOut)
 	}
 	in, err := inbox.OpenReadOnly(context.Background(), dbPath)
@@ -29,10 +29,10 @@ func TestInboxMigrateUpCreatesTheInboxsTables(t *testing.T) {
 		t.Fatalf("not an inbox after up: %v", err)
 	}
 	in.Close()
-	if code, out, _ := cli(t, "inbox", "migrate", "version", "--db", dbPath); code != exitOK || out != "3\n" {
+	if code, out, _ := cli(t, "inbox", "migrate", "version", "--db", dbPath); code != exitOK || out != "4\n" {
 		t.Errorf("version: exit %d, %q", code, out)
 	}
-	if code, out, _ := cli(t, "inbox", "migrate", "up", "--db", dbPath); code != exitOK || out != "nothing to apply: the database is at version 3, the latest\n" {
+	if code, out, _ := cli(t, "inbox", "migrate", "up", "--db", dbPath); code != exitOK || out != "nothing to apply: the database is at version 4, the latest\n" {
 		t.Errorf("up again: exit %d, %q", code, out)
 	}
 }
@@ -67,10 +67,10 @@ func TestInboxMigrateRefusesBesideARunningConsumer(t *testing.T) {
 	}
 	// Nothing to apply: up has nothing to wait for, and says so.
 	code, out, errOut = runOutbox(t, "inbox", "migrate", "up", "--db", dbPath)
-	if code != exitOK || !strings.HasPrefix(out, "nothing to apply: the database is at version 3") || !strings.Contains(out, "a running consumer has it open") || errOut != "" {
+	if code != exitOK || !strings.HasPrefix(out, "nothing to apply: the database is at version 4") || !strings.Contains(out, "a running consumer has it open") || errOut != "" {
 		t.Errorf("up beside a consumer with nothing to apply: exit %d, %q %q", code, out, errOut)
 	}
-	if code, out, _ := runOutbox(t, "inbox", "migrate", "version", "--db", dbPath); code != exitOK || out != "3\n" {
+	if code, out, _ := runOutbox(t, "inbox", "migrate", "version", "--db", dbPath); code != exitOK || out != "4\n" {
 		t.Errorf("version beside the consumer after the refusals: exit %d, %q", code, out)
 	}
 }
@@ -87,6 +87,10 @@ func TestInboxMigrateDownRefusesToDropStateWithoutForce(t *testing.T) {
 		t.Fatal(err)
 	}
 	in.Close()
+	// Version 4 drops only the counts, which an exporter sees as counters reset: no refusal.
+	if code, out, errOut := cli(t, "inbox", "migrate", "down", "--db", dbPath); code != exitOK || out != "rolled back 00004_counters.sql\n" {
+		t.Fatalf("down from 4: exit %d, %q %q", code, out, errOut)
+	}
 	code, out, errOut := cli(t, "inbox", "migrate", "down", "--db", dbPath)
 	want := "outbox inbox migrate down: rolling back version 3 would drop the position 1 rewound source was rewound from, " +
 		"so a file source would not finish a rotated file it had not read to its end, nor a stream source report a retention gap after it; " +
@@ -103,6 +107,10 @@ func TestInboxMigrateDownRefusesToDropStateWithoutForce(t *testing.T) {
 		t.Fatal(err)
 	}
 	in.Close()
+	// The Open migrated it up again.
+	if code, out, errOut := cli(t, "inbox", "migrate", "down", "--db", dbPath); code != exitOK || out != "rolled back 00004_counters.sql\n" {
+		t.Fatalf("down from 4 again: exit %d, %q %q", code, out, errOut)
+	}
 	if code, out, errOut := cli(t, "inbox", "migrate", "down", "--db", dbPath); code != exitOK || out != "rolled back 00003_source_rewound.sql\n" {
 		t.Fatalf("down from 3: exit %d, %q %q", code, out, errOut)
 	}
@@ -171,10 +179,10 @@ func TestInboxMigrateStatusWritesNothing(t *testing.T) {
 	dir := filepath.Dir(dbPath)
 	before := dirstate.Snapshot(t, dir)
 	code, out, errOut := runOutbox(t, "inbox", "migrate", "status", "--db", dbPath)
-	if code != exitOK || errOut != "" || !strings.HasPrefix(out, "00001_inbox.sql ") || strings.Count(out, " applied ") != 3 {
+	if code != exitOK || errOut != "" || !strings.HasPrefix(out, "00001_inbox.sql ") || strings.Count(out, " applied ") != 4 {
 		t.Errorf("status: exit %d, %q %q", code, out, errOut)
 	}
-	if code, out, _ := runOutbox(t, "inbox", "migrate", "version", "--db", dbPath); code != exitOK || out != "3\n" {
+	if code, out, _ := runOutbox(t, "inbox", "migrate", "version", "--db", dbPath); code != exitOK || out != "4\n" {
 		t.Errorf("version: exit %d, %q", code, out)
 	}
 	if diff := cmp.Diff(before, dirstate.Snapshot(t, dir)); diff != "" {

@@ -259,6 +259,10 @@ func TestMetricsExportTheStreamPositionOfEachStreamSource(t *testing.T) {
 		`outbox_inbox_runs`:             1,
 		`outbox_inbox_quarantined_runs`: 0,
 		`outbox_inbox_stream_position{source="` + streamSourceName + `"}`: 3,
+		`outbox_inbox_lines_applied_total`:                                3,
+		`outbox_inbox_lines_duplicates_total`:                             0,
+		`outbox_inbox_lines_stale_total`:                                  0,
+		`outbox_inbox_lines_quarantined_total`:                            0,
 	}
 	if diff := cmp.Diff(want, inboxSeries(scrape(t, url))); diff != "" {
 		t.Errorf("the inbox's series (-want +got):\n%s", diff)

@@ -86,6 +86,14 @@ func TestMetricsServesTheInboxsStateBesideARunningConsumer(t *testing.T) {
 		`outbox_inbox_quarantined_run_position{run="h"}`:                   0,
 		behindKey: float64(len(jline("a", 4, ""))),
 	}
+	// The counts the inbox keeps, from the lines consumerDB applied.
+	counts, err := inboxCounts(ctx, dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range counts {
+		want[k] = v
+	}
 	if diff := cmp.Diff(want, inboxSeries(scrape(t, url))); diff != "" {
 		t.Errorf("the inbox's series before the consumer runs (-want +got):\n%s", diff)
 	}
@@ -106,6 +114,15 @@ func TestMetricsServesTheInboxsStateBesideARunningConsumer(t *testing.T) {
 	waitUntil(t, func() bool { qs, _ := in.Quarantined(ctx); return len(qs) == 5 })
 	waitUntil(t, func() bool { return scrape(t, url)[behindKey] == 0 })
 	m := inboxSeries(scrape(t, url))
+	if counts, err = inboxCounts(ctx, dbPath); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range counts {
+		want[k] = v
+	}
+	if want[`outbox_inbox_lines_applied_total`] < 2 || want[`outbox_inbox_lines_quarantined_total`] < 1 {
+		t.Errorf("the counts after the consumer ran: %v", counts)
+	}
 	want[behindKey] = 0
 	want[`outbox_inbox_runs`] = 5 // d; e was quarantined at its first line
 	want[`outbox_inbox_quarantined_runs`] = 5
@@ -197,4 +214,23 @@ func TestMetricsInboxUpIsZeroWhenTheReadFails(t *testing.T) {
 	if code != exitOK || !strings.Contains(errOut, "outbox metrics: inbox") {
 		t.Errorf("exit %d, stderr %q", code, errOut)
 	}
+}
+
+// inboxCounts reads the counts the inbox keeps, as the series the exporter names them.
+func inboxCounts(ctx context.Context, path string) (map[string]float64, error) {
+	in, err := inbox.OpenReadOnly(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	defer in.Close()
+	t, err := in.Totals(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]float64{
+		`outbox_inbox_lines_applied_total`:     float64(t.Applied),
+		`outbox_inbox_lines_duplicates_total`:  float64(t.Duplicates),
+		`outbox_inbox_lines_stale_total`:       float64(t.Stale),
+		`outbox_inbox_lines_quarantined_total`: float64(t.Quarantined),
+	}, nil
 }

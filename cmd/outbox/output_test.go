@@ -279,7 +279,7 @@ func TestHelpAndErrorsFollowTheConventions(t *testing.T) {
 	for _, args := range [][]string{
 		{"frobnicate"}, {"stats", "--nope"}, {"stats"}, {"verify"}, {"pending", "--db", "x"},
 		{"migrate", "sideways", "--db", "x"}, {"pending", "--limit", "many"}, {"stats", "--db", "x", "--watch", "-1s"},
-		{"metrics", "--db", "x"}, {"version", "extra"},
+		{"metrics", "--db", "x", "extra"}, {"version", "extra"},
 	} {
 		code, out, errOut := runOutbox(t, args...)
 		if code != exitUsage || out != "" || strings.Count(errOut, "\n") != 1 {

@@ -4,6 +4,14 @@
 
 package db
 
+type InboxCounter struct {
+	ID          int64
+	Applied     int64
+	Duplicates  int64
+	Stale       int64
+	Quarantined int64
+}
+
 type InboxDigest struct {
 	EngineRunID string
 	Chunk       int64

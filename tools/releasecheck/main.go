@@ -5,7 +5,7 @@
 // file-based module proxy in a temporary directory, then in an empty module runs
 // `go install github.com/textmachine/outbox/cmd/outbox@VERSION` (and the installed `outbox
 // version`, which must name VERSION), `go get github.com/textmachine/outbox/jetstream@VERSION` and
-// `go get github.com/textmachine/outbox/otel@VERSION`, and builds a program against what it fetched. Both binaries must hold the third-party modules at
+// `go get github.com/textmachine/outbox/otel@VERSION` and `.../metrics@VERSION`, and builds a program against what it fetched. Both binaries must hold the third-party modules at
 // the versions the workspace selects, those the tests ran against. Last, the command built in a
 // clone of HEAD must name that revision in its `outbox version`.
 //
@@ -39,6 +39,7 @@ const (
 	command   = library + "/cmd/outbox"
 	jetstream = library + "/jetstream"
 	otel      = library + "/otel"
+	metrics   = library + "/metrics"
 )
 
 // modules are the repository's modules, by directory; each is checked, and those a user installs
@@ -52,6 +53,7 @@ var modules = []struct {
 	{"cmd/outbox", command, true},
 	{"bench", library + "/bench", false},
 	{"otel", otel, true},
+	{"metrics", metrics, true},
 	{"examples", library + "/examples", false},
 }
 
@@ -130,14 +132,14 @@ func run(repo string, keep bool) error {
 	if first, _, _ := strings.Cut(out, "\n"); first != "outbox "+version {
 		return fmt.Errorf("outbox version printed %q, want its first line to be %q", out, "outbox "+version)
 	}
-	if _, err := runIn(work, env, "go", "get", jetstream+"@"+version, otel+"@"+version); err != nil {
+	if _, err := runIn(work, env, "go", "get", jetstream+"@"+version, otel+"@"+version, metrics+"@"+version); err != nil {
 		return err
 	}
-	got, err := runIn(work, env, "go", "list", "-m", "-f", "{{.Path}} {{.Version}}", jetstream, otel, library)
+	got, err := runIn(work, env, "go", "list", "-m", "-f", "{{.Path}} {{.Version}}", jetstream, otel, metrics, library)
 	if err != nil {
 		return err
 	}
-	if want := jetstream + " " + version + "\n" + otel + " " + version + "\n" + library + " " + version + "\n"; got != want {
+	if want := jetstream + " " + version + "\n" + otel + " " + version + "\n" + metrics + " " + version + "\n" + library + " " + version + "\n"; got != want {
 		return fmt.Errorf("after go get, the empty module requires\n%swant\n%s", got, want)
 	}
 	if err := os.WriteFile(filepath.Join(work, "main.go"), []byte(adopter), 0o644); err != nil {
@@ -158,13 +160,15 @@ func run(repo string, keep bool) error {
 	return nil
 }
 
-// adopter is the program a user writes first: the store, the NATS sink and the trace context, from
+// adopter is the program a user writes first: the store, the NATS sink, the trace context and the
+// Prometheus collectors, from
 // fetched modules.
 const adopter = `package main
 
 import (
 	"github.com/textmachine/outbox/jetstream"
 	"github.com/textmachine/outbox/journal"
+	"github.com/textmachine/outbox/metrics"
 	"github.com/textmachine/outbox/otel"
 	"github.com/textmachine/outbox/outbox"
 )
@@ -173,6 +177,7 @@ var _ = outbox.Open
 var _ = journal.Handshake
 var _ = jetstream.NewSink
 var _ = otel.WithTrace
+var _ = metrics.NewCollector
 
 func main() {}
 `
