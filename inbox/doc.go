@@ -48,8 +48,8 @@
 // the tables grow with the runs, not with the journal. A run that has received nothing for the digest retention
 // (24 hours by default, WithDigestRetention) keeps only its high-water mark and its last line's
 // digest, trimmed a bounded amount per call. Sources that read the journal for the inbox (a file, a
-// stream) keep their position in the same database, stored by ApplyFrom in the same transaction as
-// the effects of the lines they read.
+// segmented journal's directory, a stream) keep their position in the same database, stored by
+// ApplyFrom in the same transaction as the effects of the lines they read.
 //
 // # Guarantees
 //
@@ -69,8 +69,10 @@
 //     reads again from the start of what that position named, then on through everything the
 //     position still needed: the file source reads the file it named (a rotated file it had not
 //     finished) to its end before the path's file, or stops with ErrFileLost as before the rewind;
-//     the stream source keeps it as the floor of its retention-gap check. So a Release changes
-//     nothing for the other runs but lines read again and counted as Duplicates.
+//     the stream source keeps it as the floor of its retention-gap check; the journal source
+//     reads again from the first segment that can hold the next line of a run it needs (the seal
+//     indexes say which), then on through everything the position still needed. So a Release
+//     changes nothing for the other runs but lines read again and counted as Duplicates.
 //   - Nothing applied twice. A line at or below the mark with the bytes applied is a duplicate; one
 //     older than the window, or whose digest is no longer kept, is Stale: never applied, never
 //     trusted as a duplicate either.
@@ -87,7 +89,7 @@
 //     beside it is zero, and the error wraps the context's (whatever statement it interrupted). An
 //     error wraps context.Canceled or context.DeadlineExceeded only when the caller's context ended.
 //   - A full disk is errors.Is syscall.ENOSPC: every write (Apply, ApplyFrom, ApplyFile, FollowFile,
-//     WriteTx, Release, AcceptGap), Open and Migrate, with nothing of the failed transaction stored
+//     ApplyJournal, FollowJournal, WriteTx, Release, AcceptGap, AcceptRetentionGap), Open and Migrate, with nothing of the failed transaction stored
 //     and no seq or source position taken (ApplyFile's batches before it stay committed, as after
 //     any error). The driver reports a real ENOSPC as a generic I/O error (SQLITE_IOERR;
 //     at Open, "invalid _pragma"), so an I/O error while the file system holding the database has
@@ -126,6 +128,30 @@
 // resumes from the position committed with the last effects. Power loss is covered at
 // DurabilityFull. Two names for one database file (a hard link) are refused, since SQLite would give
 // each its own WAL. Network file systems are not supported.
+//
+// # Segmented journals
+//
+// ApplyJournal and FollowJournal read a journal kept as a directory of segments (journal.Open), by
+// segment name, exactly once as ApplyFile does, storing a JournalPosition: one journal-wide byte
+// position, proven in the segment it was taken in (its first line, the line that ends at the
+// position, every byte before it), so that a directory holding another journal is ErrJournalReplaced,
+// never misread. They take part in the journal's retention:
+//
+//   - After each commit they register the position with the journal (journal.SetReader) under the
+//     inbox's reader name (WithReaderName; by default "inbox-", the database file's name and 12 hex
+//     digits of the SHA-256 of its absolute path: stable across restarts, different for two
+//     databases). The registration is written after the commit: it may lag the database, never run
+//     ahead of it.
+//   - They hold a shared flock on each segment they have open, for as long as it is open: retention
+//     removes no segment a reader holds.
+//   - A position below the first retained segment, or no position in a journal whose first segment
+//     does not begin at byte 0, stops them with a *JournalGapError wrapping ErrRetentionGap (which
+//     jetstream.ErrRetentionGap is too), naming what is gone and the runs it will not get as far as
+//     the seal indexes tell: never a skip, never a silent start elsewhere. AcceptRetentionGap records
+//     the operator's decision (AcceptedGaps) and goes on from the first retained segment; each run
+//     that lost lines is then quarantined for a gap at its next line.
+//   - A journal adopted from a file the inbox read (journal.Adopt) goes on from the file source's
+//     position, carried over once, proven in the first segment.
 //
 // # Trace context
 //

@@ -21,7 +21,8 @@ type journalFile struct {
 	f        *os.File
 	name     string // the absolute name it was opened under
 	dev, ino uint64
-	meanLine int // the mean length of the last batch's lines (with their newlines), to size the next read
+	shared   bool // a shared flock is held on it (a segment of a journal directory)
+	meanLine int  // the mean length of the last batch's lines (with their newlines), to size the next read
 	// The SHA-256 state of the file's first bytes where reading stands and where the batch read after
 	// it ends: each position's Prefix costs only its batch's own bytes, hashed once.
 	sums [2]prefixSum
@@ -71,6 +72,9 @@ func openJournalFile(name string) (*journalFile, error) {
 
 func (jf *journalFile) close() {
 	if jf != nil {
+		if jf.shared {
+			unlockShared(jf.f)
+		}
 		jf.f.Close()
 	}
 }

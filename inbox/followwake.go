@@ -27,11 +27,18 @@ type waker struct {
 
 	w       *fsnotify.Watcher // nil: polling alone (no watcher could be had, or none wanted)
 	watched map[string]bool   // the directories watched (they may not exist yet)
-	timer   *time.Timer
+	// dir: path is a journal directory, watched itself (and its parent), and every notification in
+	// it is about the journal.
+	dir   bool
+	timer *time.Timer
 }
 
 func newWaker(path string, poll time.Duration, log *slog.Logger) *waker {
-	k := &waker{path: path, names: places(path), poll: poll, log: log, timer: time.NewTimer(poll), watched: map[string]bool{}}
+	return newWakerFor(path, false, poll, log)
+}
+
+func newWakerFor(path string, dir bool, poll time.Duration, log *slog.Logger) *waker {
+	k := &waker{path: path, names: places(path), dir: dir, poll: poll, log: log, timer: time.NewTimer(poll), watched: map[string]bool{}}
 	if !followNotify {
 		return k
 	}
@@ -55,9 +62,15 @@ func (k *waker) watch() {
 		return
 	}
 	for _, n := range k.names {
-		if dir := filepath.Dir(n); !k.watched[dir] {
-			if err := k.w.Add(dir); err == nil {
-				k.watched[dir] = true
+		dirs := []string{filepath.Dir(n)}
+		if k.dir {
+			dirs = append(dirs, n)
+		}
+		for _, dir := range dirs {
+			if !k.watched[dir] {
+				if err := k.w.Add(dir); err == nil {
+					k.watched[dir] = true
+				}
 			}
 		}
 	}
@@ -116,6 +129,17 @@ func (k *waker) wait(ctx context.Context) error {
 // relevant: a notification about the followed file, or any that changes which file a name in the
 // directory is (the file the follower may be finishing was renamed to one of them).
 func (k *waker) relevant(ev fsnotify.Event) bool {
+	if k.dir {
+		// Anything in the journal's directory, or the directory itself created, moved or removed;
+		// not the rest of its parent (the inbox's own database may be there).
+		name := filepath.Clean(ev.Name)
+		for _, n := range k.names {
+			if name == n || filepath.Dir(name) == n {
+				return true
+			}
+		}
+		return false
+	}
 	for _, n := range k.names {
 		if filepath.Clean(ev.Name) == n {
 			return true

@@ -11,5 +11,5 @@ import (
 // TestMain lets a test re-execute this binary as a child process in a role, so that the lock is
 // tested across real processes.
 func TestMain(m *testing.M) {
-	crashtest.Main(m, map[string]func() int{"hold-inbox": holdInbox, "crash-consumer": crashConsumer})
+	crashtest.Main(m, map[string]func() int{"hold-inbox": holdInbox, "crash-consumer": crashConsumer, "crash-journal-consumer": crashJournalConsumer})
 }

@@ -55,6 +55,7 @@ type config struct {
 	now         func() time.Time
 	savepoint   string // the name of the savepoint around each line, when a test must know it
 	retry       *retryPolicy
+	readerName  string // WithReaderName's; "": derived from the database (readerName)
 }
 
 func newConfig(opts []Option) (config, error) {

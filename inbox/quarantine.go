@@ -72,10 +72,15 @@ func quarantineOf(r db.InboxQuarantine) Quarantine {
 }
 
 // Release lifts the run's quarantine: the run goes on from its high-water mark + 1. In the same
-// transaction every source's position is rewound, so each source reads again from its start; its
-// lines already applied are duplicates. A gap that is still there quarantines the run again. A run
+// transaction every source's position is rewound, so each source reads again from its start (a
+// journal source from the first segment that can hold the next line of a run it needs, found in the
+// seal indexes: see ApplyJournal; the position it registered with the journal is lowered there
+// first); its lines already applied are duplicates. A gap that is still there quarantines the run again. A run
 // that is not quarantined is ErrNotQuarantined.
 func (in *Inbox) Release(ctx context.Context, runID string) error {
+	if in.checkNotInsideTx(ctx) == nil {
+		in.lowerJournalReaders(ctx, runID)
+	}
 	err := in.write(ctx, func(t *txn) error {
 		n, err := in.q.QuarantineDelete(t.ctx, t.tx, runID)
 		if err != nil {
@@ -89,6 +94,7 @@ func (in *Inbox) Release(ctx context.Context, runID string) error {
 	if err != nil {
 		return wrapf(err, "release run %q", runID)
 	}
+	in.lowerJournalReaders(ctx, runID)
 	in.cfg.logger.Info("inbox: run released", "run", runID)
 	return nil
 }
@@ -102,6 +108,9 @@ func (in *Inbox) Release(ctx context.Context, runID string) error {
 func (in *Inbox) AcceptGap(ctx context.Context, runID, reason string) error {
 	if err := checkReason(reason); err != nil {
 		return err
+	}
+	if in.checkNotInsideTx(ctx) == nil {
+		in.lowerJournalReaders(ctx, runID)
 	}
 	var q db.InboxQuarantine
 	err := in.write(ctx, func(t *txn) error {
@@ -133,6 +142,7 @@ func (in *Inbox) AcceptGap(ctx context.Context, runID, reason string) error {
 	if err != nil {
 		return wrapf(err, "accept the gap of run %q", runID)
 	}
+	in.lowerJournalReaders(ctx, runID)
 	in.cfg.logger.Warn("inbox: gap accepted", "run", runID, "first_seq", q.Expected, "last_seq", q.Got-1,
 		"reason", reason, "by", in.cfg.operator)
 	return nil

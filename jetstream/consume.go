@@ -4,7 +4,6 @@ package jetstream
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"unicode/utf8"
@@ -16,8 +15,10 @@ import (
 
 // ErrRetentionGap is returned, wrapped in a *RetentionGapError, when the stream no longer holds the
 // message after the position an inbox stored for it: messages were removed (a max age, a max number
-// of messages or bytes, a purge, the stream deleted and created again) before they were applied.
-var ErrRetentionGap = errors.New("jetstream: the stream no longer holds the messages after the stored position")
+// of messages or bytes, a purge, the stream deleted and created again) before they were applied. It
+// is inbox.ErrRetentionGap, the same value, which a segmented journal source's gap wraps too: one
+// errors.Is covers a consumer of either source.
+var ErrRetentionGap = inbox.ErrRetentionGap
 
 // RetentionGapError says what a retention gap is: the stream, the position the inbox holds, and the
 // first sequence the stream holds now. It wraps ErrRetentionGap.

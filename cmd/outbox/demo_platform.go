@@ -36,10 +36,10 @@ func init() {
 // is the journal file, or with --stream the JetStream stream, on the server whose URL the demo puts
 // in the environment (demoNATSURLEnv), as for the engine.
 func runPlatform(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags(platformCommand, "outbox "+platformCommand+" --db FILE (--journal FILE | --stream NAME) [--follow]",
+	fs := newFlags(platformCommand, "outbox "+platformCommand+" --db FILE (--journal FILE|DIR | --stream NAME) [--follow]",
 		"One start of the demo's platform, run by outbox demo in a child process.")
 	dbPath := fs.String("db", "", "the platform's database `file`")
-	jPath := fs.String("journal", "", "the journal `file`")
+	jPath := fs.String("journal", "", "the journal `file`, or a segmented journal's directory")
 	streamName := fs.String("stream", "", "read the JetStream stream `name` instead of the journal")
 	follow := fs.Bool("follow", false, "follow the journal, or the stream, until standard input ends")
 	nf := addNATSFlags(fs, "with --stream: the server's `url`")

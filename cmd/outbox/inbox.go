@@ -22,7 +22,7 @@ import (
 
 func init() {
 	commands["inbox"] = command{
-		summary: "a consumer's inbox: stats, quarantined runs, release, accept-gap, migrate",
+		summary: "a consumer's inbox: stats, quarantined runs, release, accept-gap, accept-retention-gap, migrate",
 		run:     runInbox,
 	}
 }
@@ -40,22 +40,26 @@ Inspects and operates the inbox in a consumer's database (the database an Inbox 
 applies the journal into, never the book):
 
   stats        per run, the high-water mark (the last seq applied) and any quarantine; per
-               source, its position and, for a file, how many bytes behind the file's end it is;
-               for a stream, given the server, how far behind the stream's last sequence
+               source, its position and, for a file or a journal directory, how many bytes
+               behind its end it is; for a stream, given the server, how far behind the stream's last sequence
   quarantined  the quarantined runs: why, the seq expected and the one that came, since when
   release      lift a run's quarantine: it goes on from its high-water mark + 1, and every
                source reads again from its start (what was applied is skipped as duplicates)
   accept-gap   give up the seqs of a gap that cannot be filled, recording why, who and when
+  accept-retention-gap
+               give up what a segmented journal's retention removed before the consumer read
+               it (ErrRetentionGap), recording why, who and when; it goes on from the first
+               retained segment
   migrate      apply, roll back or report the inbox's schema migrations (up|down|status|version)
 
 stats and quarantined only read: beside a running consumer they read what it has committed, and
 on a database no consumer holds open they write nothing and create no file beside it; so do
-migrate status and version. release, accept-gap, and migrate up and down take the inbox's lock:
-they refuse to run beside a running consumer. Run 'outbox inbox SUBCOMMAND --help' for a
-subcommand's flags.`
+migrate status and version. release, accept-gap, accept-retention-gap, and migrate up and down
+take the inbox's lock: they refuse to run beside a running consumer. Run 'outbox inbox SUBCOMMAND
+--help' for a subcommand's flags.`
 
 func runInbox(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	const synopsis = "outbox inbox stats|quarantined|release|accept-gap|migrate --db FILE [flags]"
+	const synopsis = "outbox inbox stats|quarantined|release|accept-gap|accept-retention-gap|migrate --db FILE [flags]"
 	if len(args) > 0 {
 		switch args[0] {
 		case "-h", "-help", "--help", "help":
@@ -65,9 +69,9 @@ func runInbox(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		if sub, ok := inboxCommands[args[0]]; ok {
 			return sub(ctx, args[1:], stdout, stderr)
 		}
-		return usageError(stderr, "outbox inbox", "unknown subcommand %s (stats, quarantined, release, accept-gap or migrate)", quote(args[0]))
+		return usageError(stderr, "outbox inbox", "unknown subcommand %s (stats, quarantined, release, accept-gap, accept-retention-gap or migrate)", quote(args[0]))
 	}
-	return usageError(stderr, "outbox inbox", "need a subcommand: stats, quarantined, release, accept-gap or migrate")
+	return usageError(stderr, "outbox inbox", "need a subcommand: stats, quarantined, release, accept-gap, accept-retention-gap or migrate")
 }
 
 // openInboxReadOnly opens the consumer's database at path read-only, after refusing a missing file
@@ -119,10 +123,13 @@ type inboxSourceRow struct {
 	File *inboxFilePosition `json:"file"`
 	// Stream is a stream source's position decoded, and the stream's state when a server was given;
 	// null for a source of another kind.
-	Stream      *inboxStreamPosition `json:"stream"`
-	PositionHex string               `json:"position_hex,omitempty"` // another kind's position, as stored
-	Rewound     bool                 `json:"rewound"`                // no position: it reads again from its start
-	Updated     time.Time            `json:"updated"`
+	Stream *inboxStreamPosition `json:"stream"`
+	// Journal is a segmented journal source's position decoded (inbox.ApplyJournal); null for a
+	// source of another kind, and for one rewound.
+	Journal     *inboxJournalPosition `json:"journal"`
+	PositionHex string                `json:"position_hex,omitempty"` // another kind's position, as stored
+	Rewound     bool                  `json:"rewound"`                // no position: it reads again from its start
+	Updated     time.Time             `json:"updated"`
 	// BehindBytes is how many bytes of the followed file are still to be read; null when it cannot
 	// be told (BehindError says why) or the source is not a file. For a stream source, BehindError
 	// says why its lag (stream.behind_seqs) is unknown.
@@ -261,6 +268,9 @@ func sourceRow(s inbox.Source) inboxSourceRow {
 	if strings.HasPrefix(s.Name, jetstream.StreamSourcePrefix) {
 		return streamSourceRow(s, row)
 	}
+	if strings.HasPrefix(s.Name, inbox.JournalSourcePrefix) {
+		return journalSourceRow(s, row)
+	}
 	if !strings.HasPrefix(s.Name, inbox.FileSourcePrefix) {
 		if s.Position != nil {
 			row.PositionHex = hex.EncodeToString(s.Position)
@@ -341,6 +351,8 @@ func printInboxStats(w io.Writer, rep inboxStatsReport) error {
 			pos = "none: reads again from its start"
 		case s.File != nil:
 			pos = fmt.Sprintf("%s at byte %d (device %d, inode %d)", quote(s.File.Path), s.File.Offset, s.File.Device, s.File.Inode)
+		case s.Journal != nil:
+			pos = fmt.Sprintf("byte %d of the journal (segment %020d)", s.Journal.Position, s.Journal.Segment)
 		}
 		behind := "-"
 		switch {

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/textmachine/outbox/inbox"
@@ -19,9 +20,9 @@ import (
 // summing the spend.
 type PlatformConfig struct {
 	DB      string // the platform's own database, never the book
-	Journal string // the journal file it reads, when Source is nil
-	// Follow makes the start follow the journal (FollowFile) until ctx ends; without it the start
-	// applies the journal to its end (ApplyFile) and returns.
+	Journal string // the journal it reads, when Source is nil: a file, or a segmented journal's directory
+	// Follow makes the start follow the journal (FollowFile, FollowJournal) until ctx ends; without
+	// it the start applies the journal to its end (ApplyFile, ApplyJournal) and returns.
 	Follow bool
 	// Source, when set, reads the lines in place of the journal file: it applies them to in through
 	// h, to the source's end (follow false) or on until ctx ends (follow true), storing its position
@@ -82,6 +83,13 @@ func RunPlatform(ctx context.Context, cfg PlatformConfig) (err error) {
 	}
 	if cfg.Source != nil {
 		return cfg.Source(ctx, in, applyLine, cfg.Follow)
+	}
+	if st, err := os.Stat(cfg.Journal); err == nil && st.IsDir() {
+		if !cfg.Follow {
+			_, err := in.ApplyJournal(ctx, cfg.Journal, applyLine)
+			return err
+		}
+		return in.FollowJournal(ctx, cfg.Journal, applyLine)
 	}
 	if !cfg.Follow {
 		_, err := in.ApplyFile(ctx, cfg.Journal, applyLine)
