@@ -259,7 +259,7 @@ func (s *streamSource) look(ctx context.Context) (start, last uint64, err error)
 	rctx, cancel = s.request(ctx)
 	s.kv, err = readersBucket(rctx, s.js, s.name, info.Config.Replicas, true)
 	if err == nil {
-		s.capped, err = uintValue(rctx, s.kv, cappedKey)
+		s.capped, err = uintValue(rctx, s.kv, cappedKey(s.created))
 	}
 	cancel()
 	if err != nil {
@@ -331,7 +331,7 @@ func (s *streamSource) checkFront(ctx context.Context, before uint64) error {
 	first := info.State.FirstSeq
 	if s.kv != nil {
 		rctx, cancel := s.request(ctx)
-		capped, err := uintValue(rctx, s.kv, cappedKey)
+		capped, err := uintValue(rctx, s.kv, cappedKey(s.created))
 		cancel()
 		if err != nil {
 			return s.broker(err, "read the capped mark of %s", ReadersBucket(s.name))

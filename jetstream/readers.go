@@ -21,7 +21,7 @@ import (
 //     nothing after the lowest.
 //   - t.<run token>: the highest seq of the run's lines Trim removed, written before it removes
 //     them, so that the sink takes a line of the run that the stream no longer holds for one it held.
-//   - capped: the stream sequence below which the hard cap removed lines whether the readers had
+//   - capped.<the stream's creation time in Unix nanoseconds>: the stream sequence below which the hard cap removed lines whether the readers had
 //     applied them or not, written before it removes them: a reader whose position is below it has
 //     a retention gap.
 //
@@ -34,8 +34,14 @@ func ReadersBucket(stream string) string { return "OUTBOX_READERS_" + keyEscape(
 const (
 	readerKeyPrefix = "r."
 	trimKeyPrefix   = "t."
-	cappedKey       = "capped"
+	cappedPrefix    = "capped."
 )
+
+// cappedKey is the key of the cap's mark in the stream created at created: a stream deleted and
+// created again under the same name starts without one.
+func cappedKey(created time.Time) string {
+	return cappedPrefix + strconv.FormatInt(created.UnixNano(), 10)
+}
 
 func keyEscape(s string) string {
 	var b strings.Builder

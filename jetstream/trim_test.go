@@ -1,0 +1,179 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package jetstream_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	njs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/textmachine/outbox/inbox"
+	"github.com/textmachine/outbox/jetstream"
+)
+
+func trim(t *testing.T, js njs.JetStream, opts ...jetstream.TrimOption) jetstream.TrimReport {
+	t.Helper()
+	rep, err := jetstream.Trim(context.Background(), js, "EVENTS", opts...)
+	if err != nil {
+		t.Fatalf("Trim: %v", err)
+	}
+	return rep
+}
+
+func streamState(t *testing.T, js njs.JetStream) njs.StreamState {
+	t.Helper()
+	st, err := js.Stream(context.Background(), "EVENTS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.CachedInfo().State
+}
+
+func TestTrimRemovesOnlyWhatEveryRegisteredReaderApplied(t *testing.T) {
+	_, js, fast := consumeSetup(t, inbox.WithReaderName("fast"))
+	slow := openInbox(t, filepath.Join(t.TempDir(), "slow.db"), inbox.WithReaderName("slow"))
+	publishRun(t, js, "a", 1, 5) // stream sequences 1..5
+	if _, err := jetstream.ApplyStream(context.Background(), js, "EVENTS", slow, insertHandler); err != nil {
+		t.Fatal(err)
+	}
+	publishRun(t, js, "b", 1, 5) // 6..10
+	applyStream(t, js, fast)
+	rep := trim(t, js, jetstream.WithKeep(0))
+	if rep.Floor != 6 || rep.Below != 6 || rep.Purged != 5 {
+		t.Errorf("report %+v: want floor 6, below 6, 5 removed", rep)
+	}
+	if st := streamState(t, js); st.FirstSeq != 6 || st.Msgs != 5 {
+		t.Errorf("stream first %d, %d messages: want 6 and 5", st.FirstSeq, st.Msgs)
+	}
+	if _, err := jetstream.ApplyStream(context.Background(), js, "EVENTS", slow, insertHandler); err != nil {
+		t.Fatalf("the slow reader after the trim: %v", err)
+	}
+	if diff := cmp.Diff(map[string][]int64{"a": seqs(1, 5), "b": seqs(1, 5)}, applied(t, slow)); diff != "" {
+		t.Errorf("slow reader's effects (-want +got):\n%s", diff)
+	}
+}
+
+func TestTrimRemovesNothingWithoutARegisteredReader(t *testing.T) {
+	_, js, _ := consumeSetup(t)
+	publishRun(t, js, "a", 1, 5)
+	if rep := trim(t, js, jetstream.WithKeep(0)); rep.Purged != 0 || rep.Floor != 0 {
+		t.Errorf("report %+v: want nothing removed", rep)
+	}
+	if st := streamState(t, js); st.Msgs != 5 {
+		t.Errorf("%d messages, want 5", st.Msgs)
+	}
+}
+
+func TestTrimKeepsWhatIsYoungerThanTheKeepDuration(t *testing.T) {
+	_, js, in := consumeSetup(t)
+	publishRun(t, js, "a", 1, 5)
+	applyStream(t, js, in)
+	if rep := trim(t, js, jetstream.WithKeep(time.Hour)); rep.Purged != 0 || rep.Young != 1 {
+		t.Errorf("report %+v: want nothing removed, the first young message 1", rep)
+	}
+}
+
+func TestTheSinkGoesOnAfterTrimRemovedEveryLineOfItsRunAndTakesARedeliveryOfThemForHeld(t *testing.T) {
+	_, js, in := consumeSetup(t)
+	s := sink(t, js)
+	ctx := context.Background()
+	if err := s.Append(ctx, "run1", lines("run1", 1, 3, "x")); err != nil {
+		t.Fatal(err)
+	}
+	applyStream(t, js, in)
+	if rep := trim(t, js, jetstream.WithKeep(0)); rep.Purged != 3 {
+		t.Fatalf("report %+v: want the run's 3 lines removed", rep)
+	}
+	// The sink that placed them, and a new one (a relay started again), go on after them.
+	if err := s.Append(ctx, "run1", lines("run1", 4, 4, "x")); err != nil {
+		t.Fatalf("append after the trim: %v", err)
+	}
+	fresh := sink(t, js)
+	if err := fresh.Append(ctx, "run1", lines("run1", 2, 5, "x")); err != nil {
+		t.Fatalf("a re-delivery of trimmed lines with the next: %v", err)
+	}
+	applyStream(t, js, in)
+	if diff := cmp.Diff(map[string][]int64{"run1": seqs(1, 5)}, applied(t, in)); diff != "" {
+		t.Errorf("effects (-want +got):\n%s", diff)
+	}
+	// A line past what was trimmed and never placed is still a gap.
+	trim(t, js, jetstream.WithKeep(0))
+	if err := sink(t, js).Append(ctx, "run1", lines("run1", 7, 7, "x")); !errors.Is(err, jetstream.ErrGap) {
+		t.Errorf("append of seq 7 after 5: %v, want ErrGap", err)
+	}
+}
+
+func TestTheCapRemovesPastALaggingReaderWhichStopsWithARetentionGap(t *testing.T) {
+	_, js, fast := consumeSetup(t, inbox.WithReaderName("fast"))
+	slow := openInbox(t, filepath.Join(t.TempDir(), "slow.db"), inbox.WithReaderName("slow"))
+	publishRun(t, js, "a", 1, 3)
+	if _, err := jetstream.ApplyStream(context.Background(), js, "EVENTS", slow, insertHandler); err != nil {
+		t.Fatal(err)
+	}
+	publishRun(t, js, "a", 4, 40)
+	publishRun(t, js, "b", 1, 10)
+	applyStream(t, js, fast)
+	before := streamState(t, js)
+	var logs bytes.Buffer
+	capBytes := before.Bytes / 4
+	rep := trim(t, js, jetstream.WithKeep(time.Hour), jetstream.WithMaxBytes(capBytes),
+		jetstream.WithTrimLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	if rep.Capped == 0 || rep.BytesAfter > capBytes {
+		t.Fatalf("report %+v: want the cap to act and the stream within %d bytes", rep, capBytes)
+	}
+	if len(rep.LeftBehind) != 1 || rep.LeftBehind[0].Name != "slow" {
+		t.Errorf("left behind %+v, want the slow reader", rep.LeftBehind)
+	}
+	if !strings.Contains(logs.String(), "level=ERROR") || !strings.Contains(logs.String(), "slow") {
+		t.Errorf("log %q: want an error naming the slow reader", logs.String())
+	}
+	_, err := jetstream.ApplyStream(context.Background(), js, "EVENTS", slow, insertHandler)
+	var gap *jetstream.RetentionGapError
+	if !errors.Is(err, inbox.ErrRetentionGap) || !errors.As(err, &gap) || gap.Position != 3 {
+		t.Fatalf("the slow reader: %v, want a retention gap after position 3", err)
+	}
+	if got := applied(t, slow); !slices.Equal(got["a"], seqs(1, 3)) || len(got["b"]) != 0 {
+		t.Errorf("slow reader's effects %v: want a 1..3 only", got)
+	}
+	if _, err := jetstream.ApplyStream(context.Background(), js, "EVENTS", fast, insertHandler); err != nil {
+		t.Errorf("the reader that had applied everything: %v", err)
+	}
+}
+
+func TestTheCapsMarkStopsAReaderEvenWhileOlderMessagesOutsideItsFilterRemain(t *testing.T) {
+	js := startServer(t).connect(t)
+	if _, err := js.CreateStream(context.Background(), njs.StreamConfig{Name: "EVENTS", Subjects: []string{"outbox.>", "other.>"},
+		Storage: njs.FileStorage, Replicas: 1}); err != nil {
+		t.Fatal(err)
+	}
+	slow := openInbox(t, filepath.Join(t.TempDir(), "slow.db"), inbox.WithReaderName("slow"))
+	// A message outside the filter, older than the ones the cap removes, stays: the stream's first
+	// sequence does not move past the reader, the cap's mark does.
+	if _, err := js.Publish(context.Background(), "other.x", []byte("not a line")); err != nil {
+		t.Fatal(err)
+	}
+	publishRun(t, js, "a", 1, 3)
+	applyStream(t, js, slow)
+	publishRun(t, js, "a", 4, 30)
+	rep := trim(t, js, jetstream.WithKeep(0), jetstream.WithMaxBytes(streamState(t, js).Bytes/3))
+	if rep.Capped == 0 {
+		t.Fatalf("report %+v: want the cap to act", rep)
+	}
+	if st := streamState(t, js); st.FirstSeq != 1 {
+		t.Fatalf("first sequence %d, want 1 (the message outside the filter)", st.FirstSeq)
+	}
+	_, err := jetstream.ApplyStream(context.Background(), js, "EVENTS", slow, insertHandler)
+	var gap *jetstream.RetentionGapError
+	if !errors.As(err, &gap) || gap.Position != 4 || gap.FirstSeq != rep.Capped {
+		t.Fatalf("ApplyStream: %v, want a retention gap after 4 up to the mark %d", err, rep.Capped)
+	}
+}
