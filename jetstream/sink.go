@@ -93,11 +93,12 @@ func (f sinkOptionFunc) sinkOption(c *config) error { return f(c) }
 
 // WithSubjectPrefix sets the subject prefix (default "outbox"): one or more subject tokens of letters,
 // digits, '-' and '_', separated by dots. The stream must capture <prefix>.>. Given to ApplyStream
-// and FollowStream, it is their subject filter, <prefix>.>.
+// and FollowStream, it is their subject filter, <prefix>.>; given to Trim, the lines it trims.
 func WithSubjectPrefix(p string) interface {
 	Option
 	StreamOption
 	ConsumeOption
+	TrimOption
 } {
 	return prefixOption(p)
 }

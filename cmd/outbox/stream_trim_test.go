@@ -1,0 +1,43 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+)
+
+func TestStreamTrimRemovesWhatTheRegisteredReaderAppliedAndReadersShowsItsLag(t *testing.T) {
+	url, js, _, _ := streamConsumer(t) // the reader applied 1..3 of 5
+	code, out, errOut := cli(t, "stream", "readers", "--nats", url, "--stream", "EVENTS")
+	if code != exitOK || !strings.Contains(out, "seq 3\tlag 2") {
+		t.Fatalf("stream readers: exit %d, %q, %q: want the reader at 3, lag 2", code, out, errOut)
+	}
+	code, out, errOut = cli(t, "stream", "trim", "--nats", url, "--stream", "EVENTS", "--keep", "0")
+	if code != exitOK || !strings.Contains(out, "removed 3 lines of 1 run") {
+		t.Fatalf("stream trim: exit %d, %q, %q: want 3 lines removed", code, out, errOut)
+	}
+	st, err := js.Stream(context.Background(), "EVENTS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := st.CachedInfo().State; s.FirstSeq != 4 || s.Msgs != 2 {
+		t.Errorf("stream first %d, %d messages: want 4 and 2", s.FirstSeq, s.Msgs)
+	}
+}
+
+func TestStreamTrimsCapLogsAnErrorNamingTheReaderLeftBehind(t *testing.T) {
+	url, _, _, _ := streamConsumer(t)
+	code, out, errOut := cli(t, "stream", "trim", "--nats", url, "--stream", "EVENTS", "--max-bytes", "1")
+	if code != exitOK || !strings.Contains(out, "readers left behind: inbox-consumer.db") ||
+		!strings.Contains(errOut, "level=ERROR") || !strings.Contains(errOut, "inbox-consumer.db") {
+		t.Fatalf("stream trim: exit %d, %q, %q: want the reader named left behind, at level ERROR", code, out, errOut)
+	}
+}
+
+func TestStreamTrimRefusesANegativeKeep(t *testing.T) {
+	if code, _, errOut := cli(t, "stream", "trim", "--nats", "nats://127.0.0.1:1", "--stream", "EVENTS", "--keep", "-1s"); code != exitUsage || !strings.Contains(errOut, "--keep") {
+		t.Errorf("exit %d, %q: want a usage error naming --keep", code, errOut)
+	}
+}
