@@ -208,3 +208,25 @@ func raiseValue(ctx context.Context, kv jetstream.KeyValue, key string, n uint64
 		}
 	}
 }
+
+// CappedBelow returns the stream sequence below which Trim's hard cap removed the lines of stream,
+// applied by its readers or not; 0 when the cap never acted on the stream as it is now (one deleted
+// and created again starts without). A reader whose position is below it, less one, has a
+// retention gap.
+func CappedBelow(ctx context.Context, js jetstream.JetStream, stream string) (uint64, error) {
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		return 0, fmt.Errorf("jetstream: stream %q: %w", stream, err)
+	}
+	kv, err := readersBucket(ctx, js, stream, 0, false)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return 0, nil
+	}
+	if err == nil {
+		var n uint64
+		if n, err = uintValue(ctx, kv, cappedKey(st.CachedInfo().Created)); err == nil {
+			return n, nil
+		}
+	}
+	return 0, fmt.Errorf("jetstream: the cap's mark of stream %q: %w", stream, err)
+}

@@ -41,3 +41,18 @@ func TestStreamTrimRefusesANegativeKeep(t *testing.T) {
 		t.Errorf("exit %d, %q: want a usage error naming --keep", code, errOut)
 	}
 }
+
+func TestInboxStatsSaysWhatTheStreamsCapTookFromAReader(t *testing.T) {
+	url, _, _, dbPath := streamConsumer(t) // the reader applied 1..3 of 5
+	if code, _, errOut := cli(t, "stream", "trim", "--nats", url, "--stream", "EVENTS", "--max-bytes", "1"); code != exitOK {
+		t.Fatalf("stream trim: exit %d, %s", code, errOut)
+	}
+	got := statsSource(t, "--db", dbPath, "--nats", url)
+	if sp := got.Stream; sp == nil || !sp.RetentionGap || sp.CappedBelow == nil || *sp.CappedBelow != 6 {
+		t.Fatalf("the source after the cap: %+v %+v", got, got.Stream)
+	}
+	_, out, _ := cli(t, "inbox", "stats", "--db", dbPath, "--nats", url)
+	if w := "RETENTION GAP: the stream's cap removed every line below sequence 6, so sequences 4 to 5 are gone"; !strings.Contains(out, w) {
+		t.Errorf("inbox stats does not say %q:\n%s", w, out)
+	}
+}
