@@ -177,3 +177,94 @@ func TestTheCapsMarkStopsAReaderEvenWhileOlderMessagesOutsideItsFilterRemain(t *
 		t.Fatalf("ApplyStream: %v, want a retention gap after 4 up to the mark %d", err, rep.Capped)
 	}
 }
+
+func TestTwoFollowersAndASinkLoseNothingWhileTrimRunsBesideThem(t *testing.T) {
+	_, js, one := consumeSetup(t, inbox.WithReaderName("one"), inbox.WithPollInterval(20*time.Millisecond))
+	two := openInbox(t, filepath.Join(t.TempDir(), "two.db"), inbox.WithReaderName("two"), inbox.WithPollInterval(20*time.Millisecond))
+	follow(t, js, one, insertHandler)
+	s := sink(t, js)
+	ctx := context.Background()
+	stopTrim := make(chan struct{})
+	trimDone := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-stopTrim:
+				trimDone <- nil
+				return
+			default:
+			}
+			if _, err := jetstream.Trim(ctx, js, "EVENTS", jetstream.WithKeep(0)); err != nil {
+				trimDone <- err
+				return
+			}
+		}
+	}()
+	want := map[string][]int64{}
+	var f2 *follower
+	for i, run := range []string{"r1", "r2", "r3", "r4"} {
+		for from := int64(1); from <= 40; from += 10 {
+			if err := s.Append(ctx, run, lines(run, from, from+9, "x")); err != nil {
+				t.Fatalf("append %s %d: %v", run, from, err)
+			}
+		}
+		want[run] = seqs(1, 40)
+		if i == 1 {
+			// The second reader starts late: it registered nothing before, so only what the first
+			// applied and Trim saw no other reader for may be gone; it reads what is left after
+			// registering, and from then on nothing it has not applied goes.
+			f2 = follow(t, js, two, insertHandler)
+			waitRegistered(t, js, "two")
+		}
+	}
+	waitApplied(t, one, want)
+	close(stopTrim)
+	if err := <-trimDone; err != nil {
+		t.Fatalf("Trim: %v", err)
+	}
+	if err, ended := f2.wait(0); ended {
+		t.Fatalf("the second follower ended: %v", err)
+	}
+	// What the second reader holds of each run ends at 40, without a gap after its first line.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		got := applied(t, two)
+		ok := len(got) >= 2
+		for _, run := range []string{"r3", "r4"} {
+			ok = ok && slices.Equal(got[run], seqs(1, 40))
+		}
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the second reader's effects after a minute: %v", got)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// The sink goes on for every run after the trims, from a fresh start too.
+	for _, run := range []string{"r1", "r4"} {
+		if err := sink(t, js).Append(ctx, run, lines(run, 31, 41, "x")); err != nil {
+			t.Errorf("re-delivery and next line of %s after the trims: %v", run, err)
+		}
+	}
+}
+
+// waitRegistered waits until the reader name is registered with EVENTS, and fails the test after a
+// minute.
+func waitRegistered(t *testing.T, js njs.JetStream, name string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		rs, err := jetstream.Readers(context.Background(), js, "EVENTS")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := readerSeqs(t, rs)[name]; ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("reader %s not registered after a minute", name)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
