@@ -165,6 +165,17 @@ func Trim(ctx context.Context, js jetstream.JetStream, stream string, opts ...Tr
 	return rep, nil
 }
 
+// trimStep, when set, is called after each step of a trim that leaves a record behind; its error
+// stops the trim there (tests).
+var trimStep func(step string) error
+
+func step(name string) error {
+	if trimStep != nil {
+		return trimStep(name)
+	}
+	return nil
+}
+
 type trimmer struct {
 	st      jetstream.Stream
 	kv      jetstream.KeyValue
@@ -263,6 +274,9 @@ func (t *trimmer) purgeSubject(ctx context.Context, subject string, limit uint64
 			return fmt.Errorf("jetstream: trim stream %q: record what is removed of run %q: %w", t.name, run, err)
 		}
 	}
+	if err := step("recorded"); err != nil {
+		return err
+	}
 	before, err := t.st.Info(ctx, jetstream.WithSubjectFilter(subject))
 	if err != nil {
 		return fmt.Errorf("jetstream: trim stream %q: %w", t.name, err)
@@ -275,7 +289,7 @@ func (t *trimmer) purgeSubject(ctx context.Context, subject string, limit uint64
 		rep.Purged += before.State.Msgs - after.State.Msgs
 	}
 	rep.Runs++
-	return nil
+	return step("purged")
 }
 
 // cap removes the oldest lines, applied or not, while the stream holds more than the cap.
@@ -300,6 +314,9 @@ func (t *trimmer) cap(ctx context.Context, rep *TrimReport) error {
 			return fmt.Errorf("jetstream: trim stream %q: record the cap's mark: %w", t.name, err)
 		}
 		rep.Capped = limit
+		if err := step("capmark"); err != nil {
+			return err
+		}
 		if err := t.purgeBelow(ctx, limit, rep); err != nil {
 			return err
 		}

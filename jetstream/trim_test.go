@@ -268,3 +268,75 @@ func waitRegistered(t *testing.T, js njs.JetStream, name string) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+func TestATrimStoppedAtAnyStepLeavesTheSinkAndTheReadersWhole(t *testing.T) {
+	for _, at := range []string{"recorded", "purged", "capmark"} {
+		t.Run(at, func(t *testing.T) {
+			_, js, fast := consumeSetup(t, inbox.WithReaderName("fast"))
+			slow := openInbox(t, filepath.Join(t.TempDir(), "slow.db"), inbox.WithReaderName("slow"))
+			s := sink(t, js)
+			ctx := context.Background()
+			for _, run := range []string{"r1", "r2"} {
+				if err := s.Append(ctx, run, lines(run, 1, 5, "x")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			applyStream(t, js, fast)
+			if _, err := jetstream.ApplyStream(ctx, js, "EVENTS", slow, insertHandler); err != nil {
+				t.Fatal(err)
+			}
+			for _, run := range []string{"r1", "r2"} {
+				if err := s.Append(ctx, run, lines(run, 6, 8, "x")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			applyStream(t, js, fast)
+			killed := errors.New("killed")
+			jetstream.SetTrimStep(func(step string) error {
+				if step == at {
+					return killed
+				}
+				return nil
+			})
+			opts := []jetstream.TrimOption{jetstream.WithKeep(0)}
+			if at == "capmark" {
+				opts = append(opts, jetstream.WithMaxBytes(1))
+			}
+			_, err := jetstream.Trim(ctx, js, "EVENTS", opts...)
+			jetstream.SetTrimStep(nil)
+			if !errors.Is(err, killed) {
+				t.Fatalf("Trim: %v, want it stopped at %s", err, at)
+			}
+			// A relay started again re-delivers the last batch of each run and goes on.
+			for _, run := range []string{"r1", "r2"} {
+				if err := sink(t, js).Append(ctx, run, lines(run, 4, 10, "x")); err != nil {
+					t.Fatalf("re-delivery of %s after a trim stopped at %s: %v", run, at, err)
+				}
+			}
+			want := map[string][]int64{"r1": seqs(1, 10), "r2": seqs(1, 10)}
+			applyStream(t, js, fast)
+			if diff := cmp.Diff(want, applied(t, fast)); diff != "" {
+				t.Errorf("fast reader (-want +got):\n%s", diff)
+			}
+			_, err = jetstream.ApplyStream(ctx, js, "EVENTS", slow, insertHandler)
+			if at == "capmark" {
+				// The mark is down: the reader behind it stops, though nothing was removed yet.
+				if !errors.Is(err, jetstream.ErrRetentionGap) {
+					t.Errorf("slow reader after the cap's mark: %v, want a retention gap", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("slow reader: %v", err)
+			}
+			if diff := cmp.Diff(want, applied(t, slow)); diff != "" {
+				t.Errorf("slow reader (-want +got):\n%s", diff)
+			}
+			// The next trim completes what the stopped one began.
+			trim(t, js, jetstream.WithKeep(0))
+			if st := streamState(t, js); st.Msgs != 0 {
+				t.Errorf("%d messages after the next trim, want 0", st.Msgs)
+			}
+		})
+	}
+}
