@@ -299,8 +299,9 @@ func (s *streamSource) look(ctx context.Context) (start, last uint64, err error)
 			"stream", s.name, "position", top, "last_seq", st.LastSeq)
 		return 0, st.LastSeq, nil
 	case s.capped > top+1 && !s.cfg.acceptGap:
-		// The hard cap removed messages after the position, maybe not all of those before the
-		// mark (a run's last lines are kept for the sink): a gap, whatever the first sequence.
+		// The hard cap removed the filter's messages after the position; the stream's first
+		// sequence may still be below its mark (a message outside the filter, or the cap stopped
+		// between its mark and its removal): a gap, whatever the first sequence.
 		return 0, 0, s.gapError(ctx, top, max(s.capped, st.FirstSeq), false)
 	case st.FirstSeq > top+1:
 		if !s.cfg.acceptGap {
