@@ -56,3 +56,22 @@ func TestInboxStatsSaysWhatTheStreamsCapTookFromAReader(t *testing.T) {
 		t.Errorf("inbox stats does not say %q:\n%s", w, out)
 	}
 }
+
+func TestRelayWithTrimTrimsTheStreamOnceTheBacklogIsProjected(t *testing.T) {
+	ctx := context.Background()
+	url, stop, err := embeddedNATS(ctx, t.TempDir(), "EVENTS", "outbox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	dbPath, _ := book(t)
+	code, out, errOut := cli(t, "relay", "--db", dbPath, "--nats", url, "--stream", "EVENTS", "--trim", "--keep", "0")
+	// No reader is registered: the trim runs and removes nothing.
+	if code != exitOK || !strings.Contains(out, "projected 3 lines") || !strings.Contains(out, "removed 0 lines of 0 runs") ||
+		!strings.Contains(out, "readers: none registered") {
+		t.Fatalf("relay --trim: %d %q %q", code, out, errOut)
+	}
+	if code, _, errOut := cli(t, "relay", "--db", dbPath, "--journal", "j", "--trim"); code != exitUsage || !strings.Contains(errOut, "--trim") {
+		t.Errorf("relay --trim without a stream: exit %d %q, want a usage error naming --trim", code, errOut)
+	}
+}
