@@ -173,7 +173,8 @@ func TestTheCapsMarkStopsAReaderEvenWhileOlderMessagesOutsideItsFilterRemain(t *
 	}
 	_, err := jetstream.ApplyStream(context.Background(), js, "EVENTS", slow, insertHandler)
 	var gap *jetstream.RetentionGapError
-	if !errors.As(err, &gap) || gap.Position != 4 || gap.FirstSeq != rep.Capped {
+	if !errors.As(err, &gap) || gap.Position != 4 || gap.FirstSeq != rep.Capped || !gap.Capped ||
+		!strings.Contains(err.Error(), "the cap of its trim removed every line below") {
 		t.Fatalf("ApplyStream: %v, want a retention gap after 4 up to the mark %d", err, rep.Capped)
 	}
 }
