@@ -54,6 +54,10 @@ func readerByte(c byte) bool {
 // of the same file name in two directories, get two. A database moved to another directory gets
 // another name: the old one's file is then a reader that no longer reads, for `outbox journal
 // readers rm`.
+// ReaderName is the name this inbox registers with the sources that keep their readers' positions
+// (a journal directory, a JetStream stream): WithReaderName's, or the one derived from its database.
+func (in *Inbox) ReaderName() string { return in.readerName() }
+
 func (in *Inbox) readerName() string {
 	if in.cfg.readerName != "" {
 		return in.cfg.readerName

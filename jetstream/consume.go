@@ -27,6 +27,9 @@ type RetentionGapError struct {
 	Position       uint64 // the last stream sequence applied (everything of the filter up to it)
 	FirstSeq       uint64 // the stream's first sequence now: the messages from Position+1 to FirstSeq-1 are gone
 	Recreated      bool   // the stream was deleted and created again since the position was stored
+	// Capped says that Trim's hard cap removed the messages (WithMaxBytes): FirstSeq is then the
+	// cap's mark, below which every line of the filter was removed, applied or not.
+	Capped bool
 	// RunsGone names runs the inbox has applied lines of and the stream holds no line of any more,
 	// at most MaxRunsNamed of them; RunsGoneMore counts the others. Their lines after the inbox's
 	// high-water mark, if they had any, went with the gap and no later line will show it: such a run
@@ -44,6 +47,9 @@ func (e *RetentionGapError) Error() string {
 	if e.Recreated {
 		fmt.Fprintf(&b, "jetstream: stream %q (%s) was deleted and created again since stream sequence %d was applied: "+
 			"what it held after it is gone", e.Stream, e.Filter, e.Position)
+	} else if e.Capped {
+		fmt.Fprintf(&b, "jetstream: stream %q (%s) no longer holds the messages after stream sequence %d, the last applied: "+
+			"the cap of its trim removed every line below stream sequence %d", e.Stream, e.Filter, e.Position, e.FirstSeq)
 	} else {
 		fmt.Fprintf(&b, "jetstream: stream %q (%s) no longer holds the messages after stream sequence %d, the last applied: "+
 			"its first sequence is %d", e.Stream, e.Filter, e.Position, e.FirstSeq)

@@ -40,6 +40,9 @@ type streamSource struct {
 	// message after it that the stream no longer holds is a retention gap. 0: none.
 	floor uint64
 
+	kv     jetstream.KeyValue // the stream's readers' bucket, where the position is registered
+	capped uint64             // the bucket's capped mark as begin read it
+
 	target    uint64 // ApplyStream: the stream's last sequence when the call began
 	targetSet bool
 	rep       inbox.Report
@@ -209,6 +212,27 @@ func (s *streamSource) session(ctx context.Context, follow bool) error {
 // rewound reads the stream from its first message, with the position it was rewound from as the
 // floor of the check.
 func (s *streamSource) begin(ctx context.Context) (start, last uint64, err error) {
+	start, last, err = s.look(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	// Registered before anything is read, at what the session reads after: a trimmer that runs
+	// meanwhile keeps it, and the key never names a message this inbox has not committed.
+	if err := s.register(ctx, max(start, 1)-1); err != nil {
+		return 0, 0, s.broker(err, "register reader %q in %s", s.in.ReaderName(), ReadersBucket(s.name))
+	}
+	return start, last, nil
+}
+
+// register writes seq, in the stream read now, as this reader's position in the readers' bucket.
+func (s *streamSource) register(ctx context.Context, seq uint64) error {
+	rctx, cancel := s.request(ctx)
+	defer cancel()
+	_, err := s.kv.Put(rctx, readerKeyPrefix+keyEscape(s.in.ReaderName()), StreamPosition{Seq: seq, Created: s.created}.encode())
+	return err
+}
+
+func (s *streamSource) look(ctx context.Context) (start, last uint64, err error) {
 	pos, from, err := s.in.SourceState(ctx, s.source)
 	if err != nil {
 		return 0, 0, err
@@ -232,6 +256,15 @@ func (s *streamSource) begin(ctx context.Context) (start, last uint64, err error
 	}
 	s.created = info.Created
 	st := info.State
+	rctx, cancel = s.request(ctx)
+	s.kv, err = readersBucket(rctx, s.js, s.name, info.Config.Replicas, true)
+	if err == nil {
+		s.capped, err = uintValue(rctx, s.kv, cappedKey(s.created))
+	}
+	cancel()
+	if err != nil {
+		return 0, 0, s.broker(err, "open its readers' bucket %s", ReadersBucket(s.name))
+	}
 	s.prev, s.front, s.floor = 0, false, 0
 	rewound := pos == nil && from != nil
 	if rewound {
@@ -265,6 +298,11 @@ func (s *streamSource) begin(ctx context.Context) (start, last uint64, err error
 		s.b.Logger.Warn("jetstream: the stream ends before the stored position; reading it again from its start",
 			"stream", s.name, "position", top, "last_seq", st.LastSeq)
 		return 0, st.LastSeq, nil
+	case s.capped > top+1 && !s.cfg.acceptGap:
+		// The hard cap removed the filter's messages after the position; the stream's first
+		// sequence may still be below its mark (a message outside the filter, or the cap stopped
+		// between its mark and its removal): a gap, whatever the first sequence.
+		return 0, 0, s.capGap(s.gapError(ctx, top, max(s.capped, st.FirstSeq), false), s.capped)
 	case st.FirstSeq > top+1:
 		if !s.cfg.acceptGap {
 			return 0, 0, s.gapError(ctx, top, st.FirstSeq, false)
@@ -291,13 +329,32 @@ func (s *streamSource) checkFront(ctx context.Context, before uint64) error {
 		return s.broker(err, "read its first sequence")
 	}
 	read := max(before, s.floor)
-	if first := info.State.FirstSeq; first > read+1 {
+	first, capped := info.State.FirstSeq, uint64(0)
+	if s.kv != nil {
+		rctx, cancel := s.request(ctx)
+		var err error
+		capped, err = uintValue(rctx, s.kv, cappedKey(s.created))
+		cancel()
+		if err != nil {
+			return s.broker(err, "read the capped mark of %s", ReadersBucket(s.name))
+		}
+		first = max(first, capped)
+	}
+	if first > read+1 {
 		if !s.cfg.acceptGap {
-			return s.gapError(ctx, read, first, false)
+			return s.capGap(s.gapError(ctx, read, first, false), capped)
 		}
 		s.acceptedGap(read, first)
 	}
 	return nil
+}
+
+// capGap marks a retention gap as the cap's when the cap's mark is what it reached to.
+func (s *streamSource) capGap(err error, capped uint64) error {
+	if e, ok := err.(*RetentionGapError); ok && capped > 0 && e.FirstSeq == capped {
+		e.Capped = true
+	}
+	return err
 }
 
 func (s *streamSource) acceptedGap(pos, first uint64) {
@@ -457,6 +514,12 @@ func (s *streamSource) store(ctx context.Context, lines [][]byte, seq uint64) er
 	s.rep.Quarantined += rep.Quarantined
 	s.stored, s.prev, s.front, s.floor = to, seq, true, p.Floor
 	s.commits++
+	// After the commit, never before: a key that lags is safe, one ahead would let a trimmer remove
+	// what a crash here makes this inbox read again. A failed write leaves it lagging until the next.
+	if err := s.register(ctx, seq); err != nil && ctx.Err() == nil {
+		s.b.Logger.Warn("jetstream: could not register the reader's position; it lags until the next commit",
+			"stream", s.name, "reader", s.in.ReaderName(), "seq", seq, "err", err)
+	}
 	if afterStreamCommit != nil {
 		afterStreamCommit(s.source, seq)
 	}

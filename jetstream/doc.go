@@ -35,7 +35,19 @@
 // answers with "duplicate Msg-Id" or "wrong last sequence" (another sink placed lines meanwhile) makes
 // the sink read the run back and decide once more; a duplicate answer for a line the stream does not
 // hold under that run and seq is a refusal, never a retry loop. It holds only while the stream keeps
-// what it was given, so NewSink refuses a stream whose limits delete lines (see CreateStream).
+// what it was given, so NewSink refuses a stream whose limits delete lines (see CreateStream). Trim
+// removes lines too, but records first, for each run, the highest seq it removes: the sink takes a
+// line at or below that record for one the stream held, and places the run's next line after it
+// when the stream holds none of the run's lines.
+//
+// # Readers and trimming
+//
+// ApplyStream and FollowStream register the reader (inbox.WithReaderName, or the inbox's derived
+// name) in the stream's readers' bucket (ReadersBucket): before a session reads, the position it
+// reads after, and after each commit, the stream sequence committed. A key may lag its inbox, never
+// run ahead of it. Trim removes only what is below the lowest registered position and older than its
+// keep duration; its hard cap (WithMaxBytes) removes past the readers and writes a mark first, and
+// a reader whose position is below the mark stops with ErrRetentionGap, as for any other removal.
 //
 // # A book behind the stream
 //
@@ -123,7 +135,8 @@
 //     position and the first sequence, with nothing applied past the position. It is checked when a
 //     call starts, again at every hole a batch holds (a purge while the consumer reads), and when
 //     the consumer has nothing pending at its start (a purge just before it started: a consumer
-//     asked to start below the stream's first sequence starts at the first, silently). A stream
+//     asked to start below the stream's first sequence starts at the first, silently). Trim's cap
+//     mark (CappedBelow) above the position + 1 is a retention gap the same way. A stream
 //     deleted and created again under the same name is one too: the position holds the stream's
 //     creation time, which the server keeps across restarts and failovers. WithAcceptRetentionGap is
 //     the operator's explicit acceptance: the call reads on from the first message held, logs it, and

@@ -8,3 +8,8 @@ func SetAfterStreamCommit(f func(source string, seq uint64)) { afterStreamCommit
 // SetBeforeConsume sets the hook called between a session's first look at the stream and the start
 // of its ordered consumer.
 func SetBeforeConsume(f func()) { beforeConsume = f }
+
+// SetTrimStep sets the hook Trim calls after each step that leaves a record behind ("recorded":
+// a run's removal recorded, not done; "purged": done; "capmark": the cap's mark written, nothing
+// removed by it yet); an error from it stops Trim there, as a kill would.
+func SetTrimStep(f func(step string) error) { trimStep = f }

@@ -187,8 +187,9 @@ func batchLimit(err error) (int, bool) {
 func (s *Sink) confirm(ctx context.Context, run, subject string, lines []outbox.EventLine, last placed) error {
 	var msg *jetstream.RawStreamMsg
 	var err error
-	for i, l := range lines {
-		if i == 0 {
+	trimmed := int64(-1)
+	for _, l := range lines {
+		if msg == nil {
 			msg, err = s.find(ctx, subject, l.Seq, last)
 		} else {
 			msg, err = s.next(ctx, subject, msg.Sequence+1)
@@ -202,6 +203,16 @@ func (s *Sink) confirm(ctx context.Context, run, subject string, lines []outbox.
 			}
 		}
 		if msg == nil {
+			// Trim removes a run's oldest lines, every reader having applied them, after recording
+			// the highest: such a line was held, and its bytes are no longer there to compare.
+			if trimmed < 0 {
+				if trimmed, err = s.trimmedOf(ctx, run); err != nil {
+					return err
+				}
+			}
+			if l.Seq <= trimmed {
+				continue
+			}
 			return fmt.Errorf("%w: run %q: seq %d is not in the stream, though seq %d is: %w", ErrGap, run, l.Seq, last.seq, outbox.ErrSinkRefused)
 		}
 		if string(msg.Data) != string(l.Line) {
@@ -226,7 +237,14 @@ func (s *Sink) next(ctx context.Context, subject string, from uint64) (*jetstrea
 // message on this subject at or after": a few requests, without scanning.
 func (s *Sink) find(ctx context.Context, subject string, seq int64, last placed) (*jetstream.RawStreamMsg, error) {
 	if seq == last.seq {
-		return s.stream.GetMsg(ctx, last.streamSeq)
+		if last.streamSeq == 0 {
+			return nil, nil // every line of the run was trimmed
+		}
+		msg, err := s.stream.GetMsg(ctx, last.streamSeq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil, nil
+		}
+		return msg, err
 	}
 	lo, hi := uint64(1), last.streamSeq // the message is at a stream sequence in [lo, hi]
 	for lo <= hi {

@@ -95,11 +95,12 @@ func (f sinkOptionFunc) sinkOption(c *config) error { return f(c) }
 
 // WithSubjectPrefix sets the subject prefix (default "outbox"): one or more subject tokens of letters,
 // digits, '-' and '_', separated by dots. The stream must capture <prefix>.>. Given to ApplyStream
-// and FollowStream, it is their subject filter, <prefix>.>.
+// and FollowStream, it is their subject filter, <prefix>.>; given to Trim, the lines it trims.
 func WithSubjectPrefix(p string) interface {
 	Option
 	StreamOption
 	ConsumeOption
+	TrimOption
 } {
 	return prefixOption(p)
 }
@@ -162,6 +163,7 @@ type Sink struct {
 	maxMsgSize int        // the stream's limit on one message, 0 for none
 	mode       Mode
 	limit      int                 // messages per atomic batch
+	kv         jetstream.KeyValue  // the readers' bucket, once found
 	last       map[string]placed   // per run, what the stream is known to hold; absent: read it from the server
 	turns      map[string]*runTurn // per run with an Append under way or waiting
 }
@@ -356,6 +358,32 @@ func (s *Sink) lastKnown(run string) (p placed, ok bool) {
 	return p, ok
 }
 
+// trimmedOf returns the highest seq of run's lines Trim removed from the stream (0: none, or no
+// trimmer ever ran), from the stream's readers' bucket.
+func (s *Sink) trimmedOf(ctx context.Context, run string) (int64, error) {
+	s.mu.Lock()
+	kv := s.kv
+	s.mu.Unlock()
+	if kv == nil {
+		var err error
+		kv, err = readersBucket(ctx, s.js, s.name, 0, false)
+		if errors.Is(err, jetstream.ErrBucketNotFound) {
+			return 0, nil // looked for again next time: a trimmer may create it meanwhile
+		}
+		if err != nil {
+			return 0, fmt.Errorf("jetstream: read what was trimmed of run %q: %w", run, err)
+		}
+		s.mu.Lock()
+		s.kv = kv
+		s.mu.Unlock()
+	}
+	n, err := uintValue(ctx, kv, trimKeyPrefix+keyEscape(Token(run)))
+	if err != nil {
+		return 0, fmt.Errorf("jetstream: read what was trimmed of run %q: %w", run, err)
+	}
+	return int64(min(n, uint64(1)<<62)), nil
+}
+
 // setLast records what the stream holds last for run.
 func (s *Sink) setLast(run string, p placed) {
 	s.mu.Lock()
@@ -456,8 +484,15 @@ func (s *Sink) lastOf(ctx context.Context, run, subject string) (placed, error) 
 	}
 	msg, err := s.stream.GetLastMsgForSubject(ctx, subject)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		s.setLast(run, placed{})
-		return placed{}, nil
+		// No line of the run: a new run, or one whose every line Trim removed, which goes on
+		// after the last of them.
+		trimmed, err := s.trimmedOf(ctx, run)
+		if err != nil {
+			return placed{}, err
+		}
+		p := placed{seq: trimmed}
+		s.setLast(run, p)
+		return p, nil
 	}
 	if err != nil {
 		return placed{}, fmt.Errorf("jetstream: read the last line of run %q: %w", run, err)

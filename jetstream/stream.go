@@ -67,7 +67,9 @@ func WithDuplicateWindow(d time.Duration) StreamOption {
 // subject (unless both the discard-new policy and discard new per subject are set), and a max number
 // of messages or bytes under the discard-old policy (the default). Under the discard-new policy a
 // full stream refuses the next line instead; it waits in the outbox, the relay retrying, until the
-// operator raises the limit. A max message size and placement are the operator's to set.
+// operator raises the limit. A max message size and placement are the operator's to set. The way to
+// bound a stream is Trim, which removes only what the registered readers applied, and which the sink
+// goes on after: the stream it leaves has these same settings.
 func CreateStream(ctx context.Context, js jetstream.JetStream, name string, opts ...StreamOption) (jetstream.Stream, error) {
 	c := streamConfig{prefix: DefaultPrefix, replicas: 1, duplicates: DefaultDuplicateWindow}
 	for _, o := range opts {

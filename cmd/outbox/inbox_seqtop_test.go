@@ -127,7 +127,7 @@ func TestInboxStatsJudgesAStreamPositionAtTheLastSequenceWithoutAnOverflow(t *te
 	created := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	seq := uint64(math.MaxUint64)
 	sp := &inboxStreamPosition{Stream: "EVENTS", Seq: &seq, Created: &created}
-	sp.lag(&njs.StreamInfo{Created: created, State: njs.StreamState{FirstSeq: 1, LastSeq: math.MaxUint64}})
+	sp.lag(&njs.StreamInfo{Created: created, State: njs.StreamState{FirstSeq: 1, LastSeq: math.MaxUint64}}, 0)
 	if sp.RetentionGap || sp.ReadAgain || sp.BehindSeqs == nil || *sp.BehindSeqs != 0 {
 		t.Errorf("a position at the stream's last sequence: %+v", sp)
 	}

@@ -38,7 +38,11 @@ type inboxStreamPosition struct {
 	// above seq + 1, or it was deleted and created again: Recreated). The consumer stops there with
 	// jetstream.ErrRetentionGap until an operator accepts the loss (jetstream.WithAcceptRetentionGap).
 	RetentionGap bool `json:"retention_gap"`
-	Recreated    bool `json:"recreated"`
+	// CappedBelow is the stream sequence below which the trim's hard cap removed the lines, applied
+	// or not (jetstream.CappedBelow); null when it never acted or was not read. A position below it
+	// less one is a retention gap, whatever the stream's first sequence.
+	CappedBelow *uint64 `json:"stream_capped_below"`
+	Recreated   bool    `json:"recreated"`
 	// ReadAgain: the stream ends before the position (it lost its last messages); the consumer reads
 	// it again from its start, what it applied coming back as duplicates.
 	ReadAgain bool `json:"reads_again_from_start"`
@@ -74,6 +78,7 @@ type streamLag struct {
 	js    njs.JetStream
 	infos map[string]*njs.StreamInfo
 	errs  map[string]error
+	caps  map[string]uint64
 }
 
 func newStreamLag(js njs.JetStream) *streamLag {
@@ -81,7 +86,7 @@ func newStreamLag(js njs.JetStream) *streamLag {
 		// A consumer's stream that is missing is not one to create: say only that it is missing.
 		js = h.JetStream
 	}
-	return &streamLag{js: js, infos: map[string]*njs.StreamInfo{}, errs: map[string]error{}}
+	return &streamLag{js: js, infos: map[string]*njs.StreamInfo{}, errs: map[string]error{}, caps: map[string]uint64{}}
 }
 
 // fill completes the stream sources' rows with their streams' state.
@@ -94,7 +99,7 @@ func (l *streamLag) fill(ctx context.Context, rows []inboxSourceRow) {
 				continue
 			}
 			rows[i].BehindError = ""
-			sp.lag(info)
+			sp.lag(info, l.capped(ctx, sp.Stream))
 		}
 	}
 }
@@ -114,11 +119,27 @@ func (l *streamLag) info(ctx context.Context, name string) (*njs.StreamInfo, err
 	return info, err
 }
 
+// capped reads the cap's mark of the stream, once; 0 when there is none or it cannot be read (the
+// stream's state then says what it can).
+func (l *streamLag) capped(ctx context.Context, name string) uint64 {
+	if n, ok := l.caps[name]; ok {
+		return n
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	n, _ := jetstream.CappedBelow(rctx, l.js, name)
+	l.caps[name] = n
+	return n
+}
+
 // lag sets what the stream's state says of the position, as jetstream's source judges it when a call
 // begins.
-func (sp *inboxStreamPosition) lag(info *njs.StreamInfo) {
+func (sp *inboxStreamPosition) lag(info *njs.StreamInfo, capped uint64) {
 	first, last := info.State.FirstSeq, info.State.LastSeq
 	sp.FirstSeq, sp.LastSeq = &first, &last
+	if capped > 0 {
+		sp.CappedBelow = &capped
+	}
 	behind := func(from uint64) {
 		b := uint64(0)
 		if last > from {
@@ -137,7 +158,7 @@ func (sp *inboxStreamPosition) lag(info *njs.StreamInfo) {
 		behind(first - min(first, 1))
 	default:
 		// first > seq + 1, without the + 1 that wraps at the top of the uint64 range.
-		sp.RetentionGap = first > 0 && first-1 > *sp.Seq
+		sp.RetentionGap = first > 0 && first-1 > *sp.Seq || capped > 0 && capped-1 > *sp.Seq
 		behind(*sp.Seq)
 	}
 }
@@ -155,6 +176,9 @@ func streamBehindText(sp *inboxStreamPosition) string {
 	switch {
 	case sp.Recreated:
 		return "RETENTION GAP: the stream was deleted and created again since the position was stored; the consumer stops until the loss is accepted"
+	case sp.RetentionGap && sp.CappedBelow != nil && *sp.CappedBelow >= *sp.FirstSeq:
+		return fmt.Sprintf("RETENTION GAP: the stream's cap removed every line below sequence %d, so sequences %d to %d are gone; the consumer stops until the loss is accepted",
+			*sp.CappedBelow, *sp.Seq+1, *sp.CappedBelow-1)
 	case sp.RetentionGap:
 		return fmt.Sprintf("RETENTION GAP: the stream's first sequence is %d, so sequences %d to %d are gone; the consumer stops until the loss is accepted",
 			*sp.FirstSeq, *sp.Seq+1, *sp.FirstSeq-1)

@@ -40,7 +40,9 @@ say so without reading its history). Otherwise it exits with status 2, naming th
 leaves the journal and the database as they were.
 
 With --nats URL or --context NAME (and the other connection flags) it projects into the JetStream
-stream NAME instead, under --subject-prefix, which must be the prefix the stream was created with.`
+stream NAME instead, under --subject-prefix, which must be the prefix the stream was created with.
+With --trim as well, it then trims the stream as "outbox stream trim" does, with --keep and
+--max-bytes; "outbox stream trim --every D" runs the same trim at an interval beside the engine.`
 
 func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("relay", "outbox relay --db FILE (--journal JOURNAL | (--nats URL | --context NAME) --stream NAME [--subject-prefix PREFIX])", relayAbout)
@@ -48,6 +50,8 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	jPath := fs.String("journal", "", "the journal: a `directory` of segments or a single file (created if missing; see above)")
 	streamName := fs.String("stream", "", "the JetStream stream's `name` (with --nats or --context)")
 	nf := addNATSFlags(fs, "project to the NATS server at `url` instead of a journal")
+	doTrim := fs.Bool("trim", false, "with --nats or --context: trim the stream once the backlog is projected")
+	tf := addTrimFlags(fs)
 	pos, code, done := parseFlags(fs, args, stderr)
 	if done {
 		return code
@@ -56,6 +60,12 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return usageError(stderr, "outbox relay", "need --db FILE and either --journal JOURNAL or --nats URL (or --context NAME) --stream NAME")
 	}
 	if p := nf.problem(); p != "" {
+		return usageError(stderr, "outbox relay", "%s", p)
+	}
+	if *doTrim && !nf.chosen() {
+		return usageError(stderr, "outbox relay", "--trim needs --nats URL (or --context NAME) and --stream NAME")
+	}
+	if p := tf.problem(); p != "" {
 		return usageError(stderr, "outbox relay", "%s", p)
 	}
 	if err := requireBook(ctx, *dbPath); err != nil {
@@ -115,6 +125,16 @@ func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return failErr(stderr, exitUsage, "relay", err)
 	}
 	fmt.Fprintf(stdout, "projected %s of %s into %s\n", plural(bar.n, "line"), plural(int64(len(runs)), "run"), dest)
+	if *doTrim {
+		js, closeConn, err := nf.connect()
+		if err != nil {
+			return failErr(stderr, exitUsage, "relay", err)
+		}
+		defer closeConn()
+		if err := tf.trimOnce(ctx, js, *streamName, nf.prefix, stdout, stderr); err != nil {
+			return failErr(stderr, exitUsage, "relay: trim", err)
+		}
+	}
 	return exitOK
 }
 

@@ -13,7 +13,7 @@ import (
 
 func init() {
 	commands["stream"] = command{
-		summary: "create a JetStream stream with the settings the relay's sink needs",
+		summary: "create a JetStream stream with the settings the relay's sink needs; trim it; list its readers",
 		run:     runStream,
 	}
 }
@@ -33,6 +33,12 @@ func runStream(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	// Its one subcommand names the command in every message, as "outbox inbox stats" does, once
 	// it is given first; a bare or unknown subcommand is the usage error of "outbox stream".
 	cmd := "stream"
+	if len(args) > 0 && args[0] == "trim" {
+		return runStreamTrim(ctx, args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "readers" {
+		return runStreamReaders(ctx, args[1:], stdout, stderr)
+	}
 	if len(args) > 0 && args[0] == "create" {
 		cmd, args = "stream create", args[1:]
 	}
