@@ -9,7 +9,7 @@ import (
 	"context"
 )
 
-const EventDelete = `-- name: EventDelete :exec
+const EventDelete = `-- name: EventDelete :execrows
 DELETE FROM events_outbox WHERE engine_run_id = ?1 AND seq = ?2
 `
 
@@ -19,10 +19,14 @@ type EventDeleteParams struct {
 }
 
 // A row whose insert failed after it was written (a trigger's RAISE(FAIL) keeps what the statement
-// wrote): the caller is told the insert failed, so the row must not stay.
-func (q *Queries) EventDelete(ctx context.Context, db DBTX, arg EventDeleteParams) error {
-	_, err := db.ExecContext(ctx, EventDelete, arg.EngineRunID, arg.Seq)
-	return err
+// wrote): the caller is told the insert failed, so the row must not stay. Its delete trigger takes
+// it from the run's figures, which never counted it: the store adds it back (txWriter.undoInsert).
+func (q *Queries) EventDelete(ctx context.Context, db DBTX, arg EventDeleteParams) (int64, error) {
+	result, err := db.ExecContext(ctx, EventDelete, arg.EngineRunID, arg.Seq)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
 }
 
 const EventGet = `-- name: EventGet :one
@@ -59,9 +63,9 @@ func (q *Queries) EventGet(ctx context.Context, db DBTX, arg EventGetParams) (Ev
 }
 
 const EventInsert = `-- name: EventInsert :execrows
-INSERT INTO events_outbox (engine_run_id, seq, line, announce_key, enqueued_at, spill)
+INSERT INTO events_outbox (engine_run_id, seq, line, announce_key, enqueued_at, spill, counted)
 VALUES (?1, ?2, ?3, CAST(?4 AS TEXT),
-        ?5, ?6)
+        ?5, ?6, 1)
 `
 
 type EventInsertParams struct {
@@ -74,6 +78,8 @@ type EventInsertParams struct {
 }
 
 // spill: 0, or the rowid in events_lines of a large line, whose row then holds an empty line.
+// counted: the store adds the row to its run's figures itself, once per transaction (RunAddLines),
+// so the insert trigger passes it by (migrations/00007).
 func (q *Queries) EventInsert(ctx context.Context, db DBTX, arg EventInsertParams) (int64, error) {
 	result, err := db.ExecContext(ctx, EventInsert,
 		arg.EngineRunID,

@@ -18,6 +18,7 @@ type EventsOutbox struct {
 	EnqueuedAt  int64
 	Spill       int64
 	Digest      []byte
+	Counted     int64
 }
 
 type OutboxProgress struct {

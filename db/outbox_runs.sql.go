@@ -32,6 +32,27 @@ func (q *Queries) EventsForgetRange(ctx context.Context, db DBTX, arg EventsForg
 	return result.RowsAffected()
 }
 
+const RunAddLines = `-- name: RunAddLines :exec
+INSERT INTO outbox_runs (engine_run_id, last_seq, lines)
+VALUES (?1, CAST(?2 AS INTEGER), CAST(?3 AS INTEGER))
+ON CONFLICT (engine_run_id) DO UPDATE
+SET last_seq = max(last_seq, excluded.last_seq), lines = lines + excluded.lines
+`
+
+type RunAddLinesParams struct {
+	EngineRunID string
+	LastSeq     int64
+	Lines       int64
+}
+
+// The lines a transaction of the store's inserted into a run, added to its figures once, before the
+// transaction commits: the store's inserts are marked counted and pass the insert trigger by
+// (migrations/00007). last_seq is the highest seq the transaction gave the run.
+func (q *Queries) RunAddLines(ctx context.Context, db DBTX, arg RunAddLinesParams) error {
+	_, err := db.ExecContext(ctx, RunAddLines, arg.EngineRunID, arg.LastSeq, arg.Lines)
+	return err
+}
+
 const RunGet = `-- name: RunGet :one
 SELECT last_seq, projected, forgotten, lines, ledger_lines
 FROM outbox_runs
@@ -73,29 +94,6 @@ type RunSetForgottenParams struct {
 // Every row of the run up to seq that holds no once key is gone (see EventsForgetRange).
 func (q *Queries) RunSetForgotten(ctx context.Context, db DBTX, arg RunSetForgottenParams) error {
 	_, err := db.ExecContext(ctx, RunSetForgotten, arg.Seq, arg.EngineRunID)
-	return err
-}
-
-const RunUndoInsert = `-- name: RunUndoInsert :exec
-UPDATE outbox_runs
-SET last_seq = CASE WHEN last_seq = CAST(?1 AS INTEGER) THEN last_seq - 1 ELSE last_seq END,
-    lines = (SELECT count(*) FROM events_outbox AS e WHERE e.engine_run_id = outbox_runs.engine_run_id),
-    ledger_lines = (SELECT count(*) FROM events_outbox AS e
-                    WHERE e.engine_run_id = outbox_runs.engine_run_id AND e.once_key <> '')
-WHERE engine_run_id = ?2
-`
-
-type RunUndoInsertParams struct {
-	Seq         interface{}
-	EngineRunID interface{}
-}
-
-// An insert that failed after its row was written is taken out again (see txWriter.undoInsert): the
-// run's highest seq goes back, since the seq was never given, and its counts are taken again from
-// its rows, since a trigger of the caller's that failed the insert can have run before the one that
-// counts it. A rare path of the caller's own triggers, so a pass over one run's rows is acceptable.
-func (q *Queries) RunUndoInsert(ctx context.Context, db DBTX, arg RunUndoInsertParams) error {
-	_, err := db.ExecContext(ctx, RunUndoInsert, arg.Seq, arg.EngineRunID)
 	return err
 }
 

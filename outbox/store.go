@@ -51,8 +51,8 @@ type Store struct {
 	// lets database/sql replace that connection; see write.
 	wconn *sqlite3.Conn
 	// current is the transaction write has open, so that EnqueueTx can tell the store's own transaction
-	// from a foreign one.
-	current atomic.Pointer[sql.Tx]
+	// from a foreign one, and count its lines with the transaction's (see lineCounts).
+	current atomic.Pointer[ownTx]
 	// writerG is the goroutine that holds the writer connection in a transaction while the caller's
 	// code runs in it (0: none), so that a write called on it fails at once instead of waiting for
 	// itself (ErrCallInsideTx).

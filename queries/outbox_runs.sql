@@ -68,17 +68,14 @@ WHERE engine_run_id = sqlc.arg(engine_run_id);
 UPDATE outbox_runs SET forgotten = max(forgotten, CAST(sqlc.arg(seq) AS INTEGER))
 WHERE engine_run_id = sqlc.arg(engine_run_id);
 
--- name: RunUndoInsert :exec
--- An insert that failed after its row was written is taken out again (see txWriter.undoInsert): the
--- run's highest seq goes back, since the seq was never given, and its counts are taken again from
--- its rows, since a trigger of the caller's that failed the insert can have run before the one that
--- counts it. A rare path of the caller's own triggers, so a pass over one run's rows is acceptable.
-UPDATE outbox_runs
-SET last_seq = CASE WHEN last_seq = CAST(sqlc.arg(seq) AS INTEGER) THEN last_seq - 1 ELSE last_seq END,
-    lines = (SELECT count(*) FROM events_outbox AS e WHERE e.engine_run_id = outbox_runs.engine_run_id),
-    ledger_lines = (SELECT count(*) FROM events_outbox AS e
-                    WHERE e.engine_run_id = outbox_runs.engine_run_id AND e.once_key <> '')
-WHERE engine_run_id = sqlc.arg(engine_run_id);
+-- name: RunAddLines :exec
+-- The lines a transaction of the store's inserted into a run, added to its figures once, before the
+-- transaction commits: the store's inserts are marked counted and pass the insert trigger by
+-- (migrations/00007). last_seq is the highest seq the transaction gave the run.
+INSERT INTO outbox_runs (engine_run_id, last_seq, lines)
+VALUES (sqlc.arg(engine_run_id), CAST(sqlc.arg(last_seq) AS INTEGER), CAST(sqlc.arg(lines) AS INTEGER))
+ON CONFLICT (engine_run_id) DO UPDATE
+SET last_seq = max(last_seq, excluded.last_seq), lines = lines + excluded.lines;
 
 -- name: EventsForgetRange :execrows
 -- One bounded step of forgetting: the run's rows after one seq and up to another that hold no once

@@ -1,0 +1,78 @@
+// SPDX-License-Identifier: Apache-2.0
+
+package outbox
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+
+	"github.com/textmachine/outbox/db"
+)
+
+// lineCounts are the lines a transaction of the store's inserted, per run, to be added to the runs'
+// figures (outbox_runs) once each, just before the transaction commits. The store's inserts are marked
+// counted and pass the figures' insert trigger by (migrations/00007): updating a run's row once per
+// line cost an enqueue a third of its time or more, and most of that was per commit (the row's page in
+// every commit's WAL frames), which one update per run and transaction pays once for a whole group.
+// Deletes and ledger changes are still counted by triggers, in the same transaction.
+//
+// The mutex is for a WriteTx function that enqueues from several goroutines on its transaction; a
+// group's calls all run on the committer's goroutine.
+type lineCounts struct {
+	mu   sync.Mutex
+	runs map[string]runLines
+}
+
+type runLines struct {
+	last  int64 // the highest seq the transaction gave the run
+	lines int64
+}
+
+// ownTx is a write transaction of the store's own, with the lines it has inserted so far.
+type ownTx struct {
+	tx     *sql.Tx
+	counts *lineCounts
+}
+
+// add counts lines more rows of runID, up to seq (0: none given).
+func (c *lineCounts) add(runID string, seq, lines int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.runs == nil {
+		c.runs = make(map[string]runLines, 1)
+	}
+	r := c.runs[runID]
+	r.last = max(r.last, seq)
+	r.lines += lines
+	c.runs[runID] = r
+}
+
+// take returns what was counted, in run order, and starts again from nothing.
+func (c *lineCounts) take() (runs []string, counts map[string]runLines) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	counts, c.runs = c.runs, nil
+	if len(counts) == 1 {
+		for run := range counts {
+			return []string{run}, counts
+		}
+	}
+	return slices.Sorted(maps.Keys(counts)), counts
+}
+
+// addCounts adds the transaction's lines to each run's figures: one upsert per run it inserted into.
+// Call it last before the commit: a transaction that rolls back takes it back with the rows.
+func (w *txWriter) addCounts(ctx context.Context) error {
+	runs, counts := w.counts.take()
+	for _, run := range runs {
+		c := counts[run]
+		if err := w.q.RunAddLines(ctx, w.on(stmtRunAddLines), db.RunAddLinesParams{EngineRunID: run, LastSeq: c.last, Lines: c.lines}); err != nil {
+			return fmt.Errorf("count the lines of run %q: %w", run, mapErr(ctx, err))
+		}
+	}
+	return nil
+}
