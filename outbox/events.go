@@ -169,7 +169,7 @@ func (s *Store) enqueueTx(ctx context.Context, tx *sql.Tx, runID, onceKey string
 		}
 		// The store's own transaction, on the writer connection: its lines are counted with the
 		// transaction's, when it commits.
-		w.st, w.counts = s.stmts, own.counts
+		w.st, w.counts = s.stmts, own.counts // counted by the transaction's own writer
 	}
 	seq, _, err = s.enqueue(ctx, w, runID, onceKey, build)
 	if w.st == nil {

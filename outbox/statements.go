@@ -29,7 +29,6 @@ const (
 	stmtTakeProjected
 	stmtLedgerPut
 	stmtStopClear
-	stmtRunAddLines
 	numStmts
 )
 
@@ -42,7 +41,6 @@ var stmtSQL = [numStmts]string{
 	stmtTakeProjected: db.LedgerTakeProjected,
 	stmtLedgerPut:     db.LedgerPut,
 	stmtStopClear:     db.StopClear,
-	stmtRunAddLines:   db.RunAddLines,
 }
 
 // statements are the prepared statements of a writable store.
@@ -83,10 +81,15 @@ type txWriter struct {
 	group *groupRun // the group committer's group this transaction is; nil for every other
 	// counts are the transaction's, shared by every txWriter on it (EnqueueTx makes one a call).
 	counts *lineCounts
+	raw    *rawAddLines // on a transaction of the store's own; nil on a caller's
 }
 
 func (s *Store) newTxWriter(ctx context.Context, tx *sql.Tx, st *statements, counts *lineCounts) *txWriter {
-	return &txWriter{ctx: ctx, q: s.q, tx: tx, st: st, counts: counts}
+	w := &txWriter{ctx: ctx, q: s.q, tx: tx, st: st, counts: counts}
+	if st != nil && s.addLines.conn != nil {
+		w.raw = &s.addLines
+	}
+	return w
 }
 
 // on returns where the generated call for id runs: the prepared statement bound to the transaction,

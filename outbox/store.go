@@ -50,6 +50,8 @@ type Store struct {
 	// still open (an interrupted write statement rolls the whole transaction back). The store never
 	// lets database/sql replace that connection; see write.
 	wconn *sqlite3.Conn
+	// addLines is the figures' upsert, prepared on wconn at its first use (see rawAddLines).
+	addLines rawAddLines
 	// current is the transaction write has open, so that EnqueueTx can tell the store's own transaction
 	// from a foreign one, and count its lines with the transaction's (see lineCounts).
 	current atomic.Pointer[ownTx]
@@ -372,7 +374,7 @@ func (s *Store) release() error {
 	if s.stmts != nil {
 		s.stmts.close()
 	}
-	errs := []error{s.pr.close()}
+	errs := []error{s.pr.close(), s.addLines.close()}
 	if s.r != nil {
 		errs = append(errs, s.r.Close())
 	}
