@@ -97,6 +97,19 @@ func (q *Queries) RunSetForgotten(ctx context.Context, db DBTX, arg RunSetForgot
 	return err
 }
 
+const RunsLedgerSize = `-- name: RunsLedgerSize :one
+SELECT CAST(COALESCE(SUM(ledger_lines), 0) AS INTEGER) AS keys
+FROM outbox_runs
+`
+
+// How many keys the ledger holds, from the runs' figures: a row per run, not a pass over the keys.
+func (q *Queries) RunsLedgerSize(ctx context.Context, db DBTX) (int64, error) {
+	row := db.QueryRowContext(ctx, RunsLedgerSize)
+	var keys int64
+	err := row.Scan(&keys)
+	return keys, err
+}
+
 const RunsOpenPage = `-- name: RunsOpenPage :many
 SELECT r.engine_run_id, r.last_seq, r.projected, r.forgotten, r.lines, r.ledger_lines,
        CAST(COALESCE((SELECT MAX(o.seq) FROM events_outbox AS o WHERE o.engine_run_id = r.engine_run_id), 0) AS INTEGER) AS stored_last,

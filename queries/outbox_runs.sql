@@ -84,3 +84,8 @@ SET last_seq = max(last_seq, excluded.last_seq), lines = lines + excluded.lines;
 DELETE FROM events_outbox
 WHERE engine_run_id = sqlc.arg(engine_run_id) AND seq > sqlc.arg(after_seq) AND seq <= sqlc.arg(up_to)
   AND once_key = '';
+
+-- name: RunsLedgerSize :one
+-- How many keys the ledger holds, from the runs' figures: a row per run, not a pass over the keys.
+SELECT CAST(COALESCE(SUM(ledger_lines), 0) AS INTEGER) AS keys
+FROM outbox_runs;
