@@ -9,7 +9,7 @@ import (
 	"context"
 )
 
-const EventDelete = `-- name: EventDelete :execrows
+const EventDelete = `-- name: EventDelete :exec
 DELETE FROM events_outbox WHERE engine_run_id = ?1 AND seq = ?2
 `
 
@@ -19,14 +19,10 @@ type EventDeleteParams struct {
 }
 
 // A row whose insert failed after it was written (a trigger's RAISE(FAIL) keeps what the statement
-// wrote): the caller is told the insert failed, so the row must not stay. Its delete trigger takes
-// it from the run's figures, which never counted it: the store adds it back (txWriter.undoInsert).
-func (q *Queries) EventDelete(ctx context.Context, db DBTX, arg EventDeleteParams) (int64, error) {
-	result, err := db.ExecContext(ctx, EventDelete, arg.EngineRunID, arg.Seq)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected()
+// wrote): the caller is told the insert failed, so the row must not stay.
+func (q *Queries) EventDelete(ctx context.Context, db DBTX, arg EventDeleteParams) error {
+	_, err := db.ExecContext(ctx, EventDelete, arg.EngineRunID, arg.Seq)
+	return err
 }
 
 const EventGet = `-- name: EventGet :one

@@ -34,6 +34,7 @@ type OutboxRun struct {
 	Forgotten   int64
 	Lines       int64
 	LedgerLines int64
+	CountedTo   int64
 }
 
 type OutboxStop struct {

@@ -33,23 +33,31 @@ func (q *Queries) EventsForgetRange(ctx context.Context, db DBTX, arg EventsForg
 }
 
 const RunAddLines = `-- name: RunAddLines :exec
-INSERT INTO outbox_runs (engine_run_id, last_seq, lines)
-VALUES (?1, CAST(?2 AS INTEGER), CAST(?3 AS INTEGER))
+INSERT INTO outbox_runs (engine_run_id, last_seq, lines, counted_to)
+SELECT e.engine_run_id, MAX(e.seq), count(*), MAX(e.seq)
+FROM events_outbox AS e
+WHERE e.engine_run_id = CAST(?1 AS TEXT)
+  AND e.seq >= CAST(?2 AS INTEGER) AND e.seq <= CAST(?3 AS INTEGER)
+  AND e.counted = 1
+GROUP BY e.engine_run_id
 ON CONFLICT (engine_run_id) DO UPDATE
-SET last_seq = max(last_seq, excluded.last_seq), lines = lines + excluded.lines
+SET last_seq = max(last_seq, excluded.last_seq), lines = lines + excluded.lines,
+    counted_to = max(counted_to, excluded.counted_to)
 `
 
 type RunAddLinesParams struct {
 	EngineRunID string
+	FirstSeq    int64
 	LastSeq     int64
-	Lines       int64
 }
 
-// The lines a transaction of the store's inserted into a run, added to its figures once, before the
-// transaction commits: the store's inserts are marked counted and pass the insert trigger by
-// (migrations/00007). last_seq is the highest seq the transaction gave the run.
+// Adds to a run's figures, once, before the transaction commits, the lines the store inserted into it
+// in the transaction (seqs first_seq to last_seq) that are still stored: read from the rows, so that
+// one the transaction took out again (a DELETE, a rollback to a savepoint) is not added, and the
+// delete trigger left it out too (migrations/00007). counted_to moves to the highest, marking them
+// added. No row is made for a run none of whose lines is left.
 func (q *Queries) RunAddLines(ctx context.Context, db DBTX, arg RunAddLinesParams) error {
-	_, err := db.ExecContext(ctx, RunAddLines, arg.EngineRunID, arg.LastSeq, arg.Lines)
+	_, err := db.ExecContext(ctx, RunAddLines, arg.EngineRunID, arg.FirstSeq, arg.LastSeq)
 	return err
 }
 

@@ -11,6 +11,13 @@
 -- record header and no payload (SQLite stores the integers 0 and 1 in the header alone).
 ALTER TABLE events_outbox ADD COLUMN counted INTEGER NOT NULL DEFAULT 0;
 
+-- counted_to: the highest seq of the run's counted rows that the store has added to lines. A counted
+-- row above it is the current transaction's, not yet added: the store adds the ones still stored when
+-- it commits, read from the rows themselves (RunAddLines), so that a row the transaction took out
+-- again, by a DELETE or by rolling back to a savepoint, is never added; and the delete trigger leaves
+-- such a row out of lines, which never held it.
+ALTER TABLE outbox_runs ADD COLUMN counted_to INTEGER NOT NULL DEFAULT 0;
+
 DROP TRIGGER outbox_runs_new;
 DROP TRIGGER outbox_runs_insert;
 DROP TRIGGER outbox_runs_delete;
@@ -32,18 +39,20 @@ END;
 -- +goose StatementEnd
 
 -- Deletes and ledger changes stay with triggers: every writer's, the store's included (the relay's
--- forgetting, recovery, ForgetEvents, a caller's own statements inside WriteTx). They are upserts
--- because, inside a transaction of the store's, a run's figures row may not exist yet: the store adds
--- the lines it inserted when it commits, and a delete of one of them before that (a failed insert
--- taken out again, a caller's DELETE inside WriteTx) must still be counted. The row it makes then holds
--- a negative count until the store's addition brings it back.
+-- forgetting, recovery, ForgetEvents, a caller's own statements inside WriteTx). A delete takes a row
+-- from lines only when lines held it: a row of another writer's, or a counted row up to counted_to; a
+-- counted row above it is the store's current transaction's, not added yet (see counted_to). A ledger
+-- key is counted as it changes, whoever's row holds it, so a delete always takes it. They are upserts
+-- because inside a transaction of the store's a run's figures row may not exist yet (a caller's
+-- statement inside WriteTx on a line enqueued to a new run in it); the row it makes then holds a
+-- negative count until the store's addition brings it back.
 -- +goose StatementBegin
 CREATE TRIGGER outbox_runs_delete AFTER DELETE ON events_outbox
 BEGIN
     INSERT INTO outbox_runs (engine_run_id, lines, ledger_lines)
-    VALUES (OLD.engine_run_id, -1, -(OLD.once_key <> ''))
+    VALUES (OLD.engine_run_id, -(OLD.counted = 0), -(OLD.once_key <> ''))
     ON CONFLICT (engine_run_id) DO UPDATE
-    SET lines = lines - 1, ledger_lines = ledger_lines - (OLD.once_key <> '');
+    SET lines = lines - (OLD.counted = 0 OR OLD.seq <= counted_to), ledger_lines = ledger_lines - (OLD.once_key <> '');
 END;
 -- +goose StatementEnd
 
@@ -99,4 +108,5 @@ BEGIN
 END;
 -- +goose StatementEnd
 
+ALTER TABLE outbox_runs DROP COLUMN counted_to;
 ALTER TABLE events_outbox DROP COLUMN counted;

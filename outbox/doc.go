@@ -54,11 +54,13 @@
 //     is at most WithMaxLineSize bytes (16 MiB by default). Nothing of a refused call is stored.
 //   - Exact figures. Each run's row of figures (outbox_runs: the highest seq given, how far it is
 //     projected and forgotten, its stored rows and ledger rows), which listing, Totals, OpenRuns and
-//     Recover read instead of the rows, is exact at every commit, whoever writes. The store counts
-//     the lines it inserts itself and adds them to each run's row once per transaction, just before
-//     COMMIT (one upsert per run touched, however many lines and calls a group or batch holds), so a
-//     transaction that rolls back moves no figure. Its rows are marked (events_outbox.counted) so that
-//     the insert trigger passes them by; a row inserted by anything else (plain SQL inside WriteTx,
+//     Recover read instead of the rows, is exact at every commit, whoever writes. The store adds the
+//     lines it inserted to each run's row once per transaction, just before COMMIT (one upsert per
+//     run touched, however many lines and calls a group or batch holds), reading which of them are
+//     still stored at that moment, so that neither a transaction that rolls back nor a WriteTx
+//     function that deletes a line it enqueued or rolls back to a savepoint moves a figure wrongly.
+//     Its rows are marked (events_outbox.counted) so that the insert trigger passes them by; a row
+//     inserted by anything else (plain SQL inside WriteTx,
 //     the sqlite3 shell, a release before migration 7) is counted by that trigger, and every delete
 //     and every change of a ledger key, the store's own included, by triggers in the same
 //     transaction. Counting per line in a trigger cost an enqueue a third of its time or more

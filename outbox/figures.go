@@ -15,24 +15,23 @@ import (
 	"github.com/textmachine/outbox/db"
 )
 
-// lineCounts are the lines a transaction of the store's inserted, per run, to be added to the runs'
-// figures (outbox_runs) once each, just before the transaction commits. The store's inserts are marked
-// counted and pass the figures' insert trigger by (migrations/00007): updating a run's row once per
-// line cost an enqueue a third of its time or more, and most of that was per commit (the row's page in
-// every commit's WAL frames), which one update per run and transaction pays once for a whole group.
-// Deletes and ledger changes are still counted by triggers, in the same transaction.
+// lineCounts are the seqs a transaction of the store's inserted, per run, whose rows are to be added to
+// the runs' figures (outbox_runs) once each, just before the transaction commits. The store's inserts
+// are marked counted and pass the figures' insert trigger by (migrations/00007): updating a run's row
+// once per line cost an enqueue a third of its time or more. What is added is read from the rows at
+// that moment, not counted here, so that a row the transaction took out again (a caller's DELETE or
+// ROLLBACK TO a savepoint inside WriteTx, a failed insert taken out) is never added. Deletes and
+// ledger changes are still counted by triggers, in the same transaction.
 //
 // The mutex is for a WriteTx function that enqueues from several goroutines on its transaction; a
 // group's calls all run on the committer's goroutine.
 type lineCounts struct {
 	mu   sync.Mutex
-	runs map[string]runLines
+	runs map[string]seqRange
 }
 
-type runLines struct {
-	last  int64 // the highest seq the transaction gave the run
-	lines int64
-}
+// seqRange is the first and last seq a transaction gave a run; every seq between went to it too.
+type seqRange struct{ first, last int64 }
 
 // ownTx is a write transaction of the store's own, with the lines it has inserted so far.
 type ownTx struct {
@@ -40,21 +39,23 @@ type ownTx struct {
 	counts *lineCounts
 }
 
-// add counts lines more rows of runID, up to seq (0: none given).
-func (c *lineCounts) add(runID string, seq, lines int64) {
+// add records that the transaction inserted runID's row seq.
+func (c *lineCounts) add(runID string, seq int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.runs == nil {
-		c.runs = make(map[string]runLines, 1)
+		c.runs = make(map[string]seqRange, 1)
 	}
-	r := c.runs[runID]
-	r.last = max(r.last, seq)
-	r.lines += lines
+	r, ok := c.runs[runID]
+	if !ok {
+		r.first = seq
+	}
+	r.first, r.last = min(r.first, seq), max(r.last, seq)
 	c.runs[runID] = r
 }
 
-// take returns what was counted, in run order, and starts again from nothing.
-func (c *lineCounts) take() (runs []string, counts map[string]runLines) {
+// take returns what was recorded, in run order, and starts again from nothing.
+func (c *lineCounts) take() (runs []string, counts map[string]seqRange) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	counts, c.runs = c.runs, nil
@@ -66,13 +67,14 @@ func (c *lineCounts) take() (runs []string, counts map[string]runLines) {
 	return slices.Sorted(maps.Keys(counts)), counts
 }
 
-// addCounts adds the transaction's lines to each run's figures: one upsert per run it inserted into.
-// Call it last before the commit: a transaction that rolls back takes it back with the rows.
+// addCounts adds the transaction's lines still stored to each run's figures: one upsert per run it
+// inserted into. Call it last before the commit: a transaction that rolls back takes it back with the
+// rows.
 func (w *txWriter) addCounts(ctx context.Context) error {
 	runs, counts := w.counts.take()
 	for _, run := range runs {
 		c := counts[run]
-		p := db.RunAddLinesParams{EngineRunID: run, LastSeq: c.last, Lines: c.lines}
+		p := db.RunAddLinesParams{EngineRunID: run, FirstSeq: c.first, LastSeq: c.last}
 		var err error
 		if w.raw != nil {
 			err = w.raw.exec(ctx, p)

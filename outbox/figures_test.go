@@ -315,3 +315,48 @@ func TestLedgerSizeIsReadFromTheRunFiguresNotCountedOverTheKeys(t *testing.T) {
 		t.Errorf("LedgerSize after the figures were moved by hand: %d, %v; want %d", n, err, keys+1000)
 	}
 }
+
+// TestEnqueuesRolledBackToASavepointInsideWriteTxAreNotCounted: a WriteTx function that enqueues,
+// rolls back to a savepoint, and enqueues again leaves each run's figures what its rows say: the
+// lines the savepoint took back are not counted, and their seqs are given again.
+func TestEnqueuesRolledBackToASavepointInsideWriteTxAreNotCounted(t *testing.T) {
+	t.Parallel()
+	ctx := outboxtest.Patient(t)
+	s, path := outboxtest.Setup(t)
+	outboxtest.MustEnqueue(t, s, "a")
+	if err := s.WriteTx(ctx, func(tx *sql.Tx) error {
+		if _, err := s.EnqueueTx(ctx, tx, "a", outboxtest.LineOf("kept")); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `SAVEPOINT inner`); err != nil {
+			return err
+		}
+		for _, run := range []string{"a", "a", "new", "gone"} {
+			if _, err := s.EnqueueTx(ctx, tx, run, outboxtest.LineOf("undone")); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.ExecContext(ctx, `ROLLBACK TO inner`); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `RELEASE inner`); err != nil {
+			return err
+		}
+		_, err := s.EnqueueTx(ctx, tx, "new", outboxtest.LineOf("after"))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	checkFiguresExact(t, path, "a rollback to a savepoint inside WriteTx")
+	want := map[string]string{
+		"a":   "last 2, projected 0, 2 lines, 0 in the ledger",
+		"new": "last 1, projected 0, 1 lines, 0 in the ledger",
+	}
+	if diff := cmp.Diff(want, figuresKept(t, path)); diff != "" {
+		t.Errorf("figures (-want +got):\n%s", diff)
+	}
+	if seq := outboxtest.MustEnqueue(t, s, "a"); seq != 3 {
+		t.Errorf("the next seq of run a: %d, want 3", seq)
+	}
+	checkFiguresExact(t, path, "an enqueue after the savepoint's")
+}

@@ -159,7 +159,7 @@ func (w *txWriter) insert(p db.EventInsertParams) error {
 		w.last = map[string]int64{}
 	}
 	w.last[p.EngineRunID] = p.Seq
-	w.counts.add(p.EngineRunID, p.Seq, 1)
+	w.counts.add(p.EngineRunID, p.Seq)
 	return nil
 }
 
@@ -174,15 +174,10 @@ var errInsertIgnored = errors.New("outbox: the insert stored no row (a trigger i
 func (w *txWriter) undoInsert(p db.EventInsertParams, err error) error {
 	ctx := context.WithoutCancel(w.ctx)
 	if !errors.Is(err, sqlite3.CONSTRAINT_PRIMARYKEY) {
-		n, derr := w.q.EventDelete(ctx, w.tx, db.EventDeleteParams{EngineRunID: p.EngineRunID, Seq: p.Seq})
-		if derr != nil {
+		// The row is marked counted and above what the run's figures hold: neither its insert nor
+		// its delete moves them (migrations/00007).
+		if derr := w.q.EventDelete(ctx, w.tx, db.EventDeleteParams{EngineRunID: p.EngineRunID, Seq: p.Seq}); derr != nil {
 			err = errors.Join(err, fmt.Errorf("delete its row: %w", derr))
-		}
-		if n == 1 {
-			// The row's delete trigger took it from the run's figures, which never counted it
-			// (the store counts a line once its insert succeeds): put it back. Its seq was not
-			// given, so the run's highest seq stays.
-			w.counts.add(p.EngineRunID, 0, 1)
 		}
 	}
 	if p.Spill != 0 {

@@ -10,10 +10,9 @@ VALUES (sqlc.arg(engine_run_id), sqlc.arg(seq), sqlc.arg(line), CAST(sqlc.arg(an
 -- A large line, stored apart from its row (migrations/00003).
 INSERT INTO events_lines (line) VALUES (sqlc.arg(line));
 
--- name: EventDelete :execrows
+-- name: EventDelete :exec
 -- A row whose insert failed after it was written (a trigger's RAISE(FAIL) keeps what the statement
--- wrote): the caller is told the insert failed, so the row must not stay. Its delete trigger takes
--- it from the run's figures, which never counted it: the store adds it back (txWriter.undoInsert).
+-- wrote): the caller is told the insert failed, so the row must not stay.
 DELETE FROM events_outbox WHERE engine_run_id = sqlc.arg(engine_run_id) AND seq = sqlc.arg(seq);
 
 -- name: EventLineDelete :exec

@@ -69,13 +69,21 @@ UPDATE outbox_runs SET forgotten = max(forgotten, CAST(sqlc.arg(seq) AS INTEGER)
 WHERE engine_run_id = sqlc.arg(engine_run_id);
 
 -- name: RunAddLines :exec
--- The lines a transaction of the store's inserted into a run, added to its figures once, before the
--- transaction commits: the store's inserts are marked counted and pass the insert trigger by
--- (migrations/00007). last_seq is the highest seq the transaction gave the run.
-INSERT INTO outbox_runs (engine_run_id, last_seq, lines)
-VALUES (sqlc.arg(engine_run_id), CAST(sqlc.arg(last_seq) AS INTEGER), CAST(sqlc.arg(lines) AS INTEGER))
+-- Adds to a run's figures, once, before the transaction commits, the lines the store inserted into it
+-- in the transaction (seqs first_seq to last_seq) that are still stored: read from the rows, so that
+-- one the transaction took out again (a DELETE, a rollback to a savepoint) is not added, and the
+-- delete trigger left it out too (migrations/00007). counted_to moves to the highest, marking them
+-- added. No row is made for a run none of whose lines is left.
+INSERT INTO outbox_runs (engine_run_id, last_seq, lines, counted_to)
+SELECT e.engine_run_id, MAX(e.seq), count(*), MAX(e.seq)
+FROM events_outbox AS e
+WHERE e.engine_run_id = CAST(sqlc.arg(engine_run_id) AS TEXT)
+  AND e.seq >= CAST(sqlc.arg(first_seq) AS INTEGER) AND e.seq <= CAST(sqlc.arg(last_seq) AS INTEGER)
+  AND e.counted = 1
+GROUP BY e.engine_run_id
 ON CONFLICT (engine_run_id) DO UPDATE
-SET last_seq = max(last_seq, excluded.last_seq), lines = lines + excluded.lines;
+SET last_seq = max(last_seq, excluded.last_seq), lines = lines + excluded.lines,
+    counted_to = max(counted_to, excluded.counted_to);
 
 -- name: EventsForgetRange :execrows
 -- One bounded step of forgetting: the run's rows after one seq and up to another that hold no once
