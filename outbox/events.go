@@ -167,14 +167,14 @@ func (s *Store) enqueueTx(ctx context.Context, tx *sql.Tx, runID, onceKey string
 		if err := s.txLost(); err != nil {
 			return 0, err
 		}
-		// The store's own transaction, on the writer connection: its lines are counted with the
-		// transaction's, when it commits.
-		w.st, w.counts = s.stmts, own.counts // counted by the transaction's own writer
+		// The store's own transaction, on the writer connection: its lines are added to the
+		// figures with the transaction's others, when write commits it.
+		w.st, w.counts = s.stmts, own.counts
 	}
 	seq, _, err = s.enqueue(ctx, w, runID, onceKey, build)
 	if w.st == nil {
-		// A transaction of the caller's, which the caller commits: the line is counted now, in it.
-		// A failed insert may have counted too (see undoInsert).
+		// A transaction of the caller's, which the caller commits: the line is added now, in it.
+		// A call that stored nothing has nothing to add.
 		if cerr := w.addCounts(context.WithoutCancel(ctx)); cerr != nil {
 			if _, ok := err.(userPanic); !ok {
 				seq, err = 0, errors.Join(err, cerr)
