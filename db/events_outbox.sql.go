@@ -59,9 +59,9 @@ func (q *Queries) EventGet(ctx context.Context, db DBTX, arg EventGetParams) (Ev
 }
 
 const EventInsert = `-- name: EventInsert :execrows
-INSERT INTO events_outbox (engine_run_id, seq, line, announce_key, enqueued_at, spill)
+INSERT INTO events_outbox (engine_run_id, seq, line, announce_key, enqueued_at, spill, counted)
 VALUES (?1, ?2, ?3, CAST(?4 AS TEXT),
-        ?5, ?6)
+        ?5, ?6, 1)
 `
 
 type EventInsertParams struct {
@@ -74,6 +74,8 @@ type EventInsertParams struct {
 }
 
 // spill: 0, or the rowid in events_lines of a large line, whose row then holds an empty line.
+// counted: the store adds the row to its run's figures itself, once per transaction (RunAddLines),
+// so the insert trigger passes it by (migrations/00007).
 func (q *Queries) EventInsert(ctx context.Context, db DBTX, arg EventInsertParams) (int64, error) {
 	result, err := db.ExecContext(ctx, EventInsert,
 		arg.EngineRunID,

@@ -18,6 +18,7 @@ type EventsOutbox struct {
 	EnqueuedAt  int64
 	Spill       int64
 	Digest      []byte
+	Counted     int64
 }
 
 type OutboxProgress struct {
@@ -33,6 +34,7 @@ type OutboxRun struct {
 	Forgotten   int64
 	Lines       int64
 	LedgerLines int64
+	CountedTo   int64
 }
 
 type OutboxStop struct {

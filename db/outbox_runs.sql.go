@@ -32,6 +32,35 @@ func (q *Queries) EventsForgetRange(ctx context.Context, db DBTX, arg EventsForg
 	return result.RowsAffected()
 }
 
+const RunAddLines = `-- name: RunAddLines :exec
+INSERT INTO outbox_runs (engine_run_id, last_seq, lines, counted_to)
+SELECT e.engine_run_id, MAX(e.seq), count(*), MAX(e.seq)
+FROM events_outbox AS e
+WHERE e.engine_run_id = CAST(?1 AS TEXT)
+  AND e.seq >= CAST(?2 AS INTEGER) AND e.seq <= CAST(?3 AS INTEGER)
+  AND e.counted = 1
+GROUP BY e.engine_run_id
+ON CONFLICT (engine_run_id) DO UPDATE
+SET last_seq = max(last_seq, excluded.last_seq), lines = lines + excluded.lines,
+    counted_to = max(counted_to, excluded.counted_to)
+`
+
+type RunAddLinesParams struct {
+	EngineRunID string
+	FirstSeq    int64
+	LastSeq     int64
+}
+
+// Adds to a run's figures, once, before the transaction commits, the lines the store inserted into it
+// in the transaction (seqs first_seq to last_seq) that are still stored: read from the rows, so that
+// one the transaction took out again (a DELETE, a rollback to a savepoint) is not added, and the
+// delete trigger left it out too (migrations/00007). counted_to moves to the highest, marking them
+// added. No row is made for a run none of whose lines is left.
+func (q *Queries) RunAddLines(ctx context.Context, db DBTX, arg RunAddLinesParams) error {
+	_, err := db.ExecContext(ctx, RunAddLines, arg.EngineRunID, arg.FirstSeq, arg.LastSeq)
+	return err
+}
+
 const RunGet = `-- name: RunGet :one
 SELECT last_seq, projected, forgotten, lines, ledger_lines
 FROM outbox_runs
@@ -76,27 +105,17 @@ func (q *Queries) RunSetForgotten(ctx context.Context, db DBTX, arg RunSetForgot
 	return err
 }
 
-const RunUndoInsert = `-- name: RunUndoInsert :exec
-UPDATE outbox_runs
-SET last_seq = CASE WHEN last_seq = CAST(?1 AS INTEGER) THEN last_seq - 1 ELSE last_seq END,
-    lines = (SELECT count(*) FROM events_outbox AS e WHERE e.engine_run_id = outbox_runs.engine_run_id),
-    ledger_lines = (SELECT count(*) FROM events_outbox AS e
-                    WHERE e.engine_run_id = outbox_runs.engine_run_id AND e.once_key <> '')
-WHERE engine_run_id = ?2
+const RunsLedgerSize = `-- name: RunsLedgerSize :one
+SELECT CAST(COALESCE(SUM(ledger_lines), 0) AS INTEGER) AS keys
+FROM outbox_runs
 `
 
-type RunUndoInsertParams struct {
-	Seq         interface{}
-	EngineRunID interface{}
-}
-
-// An insert that failed after its row was written is taken out again (see txWriter.undoInsert): the
-// run's highest seq goes back, since the seq was never given, and its counts are taken again from
-// its rows, since a trigger of the caller's that failed the insert can have run before the one that
-// counts it. A rare path of the caller's own triggers, so a pass over one run's rows is acceptable.
-func (q *Queries) RunUndoInsert(ctx context.Context, db DBTX, arg RunUndoInsertParams) error {
-	_, err := db.ExecContext(ctx, RunUndoInsert, arg.Seq, arg.EngineRunID)
-	return err
+// How many keys the ledger holds, from the runs' figures: a row per run, not a pass over the keys.
+func (q *Queries) RunsLedgerSize(ctx context.Context, db DBTX) (int64, error) {
+	row := db.QueryRowContext(ctx, RunsLedgerSize)
+	var keys int64
+	err := row.Scan(&keys)
+	return keys, err
 }
 
 const RunsOpenPage = `-- name: RunsOpenPage :many

@@ -285,3 +285,59 @@ func TestABookMigratedDownPastTheRunFiguresAndUpRebuildsThemFromItsRows(t *testi
 		t.Errorf("journal after recovery: %d lines, %d duplicates; want %d and none", rep.Lines, rep.Duplicates, journalBefore.Lines+2)
 	}
 }
+
+// TestABookMigratedDownPastTheCountingStoreKeepsItsFiguresAndItsTriggersCountEveryInsertAgain: the
+// down step of version 7 leaves the figures as the store counted them, and the triggers of version 5
+// count the inserts from then on (a release before 7 inserts its rows unmarked and relies on them);
+// up again, the store counts its own lines on from the same figures.
+func TestABookMigratedDownPastTheCountingStoreKeepsItsFiguresAndItsTriggersCountEveryInsertAgain(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dbPath, _ := recoveredBook(t)
+	before := runFigures(t, dbPath)
+	migrateDownTo(t, dbPath, 6)
+	d := outboxtest.RawDBRW(t, dbPath)
+	var counted int
+	if err := d.QueryRow(`SELECT count(*) FROM pragma_table_info('events_outbox') WHERE name = 'counted'`).Scan(&counted); err != nil {
+		t.Fatal(err)
+	}
+	if counted != 0 {
+		t.Error("events_outbox.counted is still there after the down step")
+	}
+	if diff := cmp.Diff(before, runFigures(t, dbPath)); diff != "" {
+		t.Errorf("figures after the down step (-before +after):\n%s", diff)
+	}
+	// What a release of version 6 writes: rows without the mark, counted by the triggers alone.
+	for _, stmt := range []string{
+		`INSERT INTO events_outbox (engine_run_id, seq, line) VALUES ('live', 5, '{"v6":5}'), ('v6', 1, '{"v6":1}'), ('v6', 2, '{"v6":2}')`,
+		`DELETE FROM events_outbox WHERE engine_run_id = 'v6' AND seq = 1`,
+	} {
+		if _, err := d.Exec(stmt); err != nil {
+			t.Fatalf("%s: %v", stmt, err)
+		}
+	}
+	d.Close()
+	want := []string{
+		before[0], before[1], before[2],
+		"live: last 5, projected 2, forgotten 2, 3 lines, 0 in the ledger",
+		"v6: last 2, projected 0, forgotten 0, 1 lines, 0 in the ledger",
+	}
+	if diff := cmp.Diff(want, runFigures(t, dbPath)); diff != "" {
+		t.Errorf("figures after version 6's writes (-want +got):\n%s", diff)
+	}
+	s, err := outbox.Open(ctx, dbPath) // migrates up again
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, run := range []string{"live", "v6", "v6"} {
+		if _, err := s.EnqueueEvent(ctx, run, journal.Builder(run, "x", 0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want[3] = "live: last 6, projected 2, forgotten 2, 4 lines, 0 in the ledger"
+	want[4] = "v6: last 4, projected 0, forgotten 0, 3 lines, 0 in the ledger"
+	if diff := cmp.Diff(want, runFigures(t, dbPath)); diff != "" {
+		t.Errorf("figures after the store enqueued again (-want +got):\n%s", diff)
+	}
+}

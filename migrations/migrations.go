@@ -194,11 +194,11 @@ var required = struct {
 	indexes map[string]string // name -> table; all unique and partial
 }{
 	tables: map[string][]string{
-		"events_outbox":   {"engine_run_id", "seq", "line", "once_key", "announce_key", "enqueued_at", "spill", "digest"},
+		"events_outbox":   {"engine_run_id", "seq", "line", "once_key", "announce_key", "enqueued_at", "spill", "digest", "counted"},
 		"outbox_progress": {"engine_run_id", "projected", "last_seq"},
 		"events_lines":    {"id", "line"},
 		"outbox_stops":    {"engine_run_id", "seq", "reason", "stopped_at"},
-		"outbox_runs":     {"engine_run_id", "last_seq", "projected", "forgotten", "lines", "ledger_lines"},
+		"outbox_runs":     {"engine_run_id", "last_seq", "projected", "forgotten", "lines", "ledger_lines", "counted_to"},
 	},
 	indexes: map[string]string{
 		"events_outbox_once_key":     "events_outbox",

@@ -58,6 +58,19 @@
 //   - Well-formed ids. A run id is valid UTF-8 without control characters, at most MaxRunIDLen bytes
 //     (ErrInvalidRunID); a once key the same, at most MaxOnceKeyLen bytes (ErrInvalidOnceKey). A line
 //     is at most WithMaxLineSize bytes (16 MiB by default). Nothing of a refused call is stored.
+//   - Exact figures. Each run's row of figures (outbox_runs: the highest seq given, how far it is
+//     projected and forgotten, its stored rows and ledger rows), which listing, Totals, OpenRuns and
+//     Recover read instead of the rows, is exact at every commit, whoever writes. The store adds the
+//     lines it inserted to each run's row once per transaction, just before COMMIT (one upsert per
+//     run touched, however many lines and calls a group or batch holds), reading which of them are
+//     still stored at that moment, so that neither a transaction that rolls back nor a WriteTx
+//     function that deletes a line it enqueued or rolls back to a savepoint moves a figure wrongly.
+//     Its rows are marked (events_outbox.counted) so that the insert trigger passes them by; a row
+//     inserted by anything else (plain SQL inside WriteTx,
+//     the sqlite3 shell, a release before migration 7) is counted by that trigger, and every delete
+//     and every change of a ledger key, the store's own included, by triggers in the same
+//     transaction. Counting per line in a trigger cost an enqueue a third of its time or more
+//     (docs/BENCHMARKS.md).
 //   - One writer, one name. Open takes an exclusive lock on the database file (flock on its own
 //     descriptor), so a second Open, in this process or another, fails at once with ErrLocked.
 //     OpenReadOnly takes none. Open refuses a file with more than one hard link (ErrHardLinked):

@@ -88,6 +88,7 @@ func (s *Store) attachWriter(ctx context.Context) error {
 	err = conn.Raw(func(dc any) error {
 		c := dc.(driver.Conn).Raw()
 		s.wconn = c
+		s.addLines.conn = c
 		// Only the store commits on its writer connection. A caller's function given a transaction
 		// could otherwise commit part of it: by calling tx.Commit itself, or by going on after one of
 		// its statements was interrupted, when SQLite has rolled the transaction back and each later

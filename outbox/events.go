@@ -161,14 +161,26 @@ func (s *Store) enqueueTx(ctx context.Context, tx *sql.Tx, runID, onceKey string
 		return 0, err
 	}
 	defer func() { err = s.named(err) }()
-	var st *statements
-	if s.current.Load() == tx {
+	w := s.newTxWriter(ctx, tx, nil, &lineCounts{})
+	own := s.current.Load()
+	if own != nil && own.tx == tx {
 		if err := s.txLost(); err != nil {
 			return 0, err
 		}
-		st = s.stmts // the store's own transaction, on the writer connection
+		// The store's own transaction, on the writer connection: its lines are added to the
+		// figures with the transaction's others, when write commits it.
+		w.st, w.counts = s.stmts, own.counts
 	}
-	seq, _, err = s.enqueue(ctx, s.newTxWriter(ctx, tx, st), runID, onceKey, build)
+	seq, _, err = s.enqueue(ctx, w, runID, onceKey, build)
+	if w.st == nil {
+		// A transaction of the caller's, which the caller commits: the line is added now, in it.
+		// A call that stored nothing has nothing to add.
+		if cerr := w.addCounts(context.WithoutCancel(ctx)); cerr != nil {
+			if _, ok := err.(userPanic); !ok {
+				seq, err = 0, errors.Join(err, cerr)
+			}
+		}
+	}
 	if up, ok := err.(userPanic); ok {
 		// The caller's own value: no recovery of the store's stands between here and the caller
 		// on a foreign transaction, and inside WriteTx its function's recovery marks it again.

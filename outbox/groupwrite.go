@@ -45,6 +45,7 @@ type groupRun struct {
 	taken   []*request
 	results []result
 	tx      *sql.Tx
+	w       *txWriter          // on tx, with the lines its calls inserted (see lineCounts)
 	ctx     context.Context    // the operation timeout, for the group's statements (errGroupOverran)
 	cancel  context.CancelFunc // nil without an operation timeout
 	bracket bool               // the durability's group bracket is open (see durability.groupStart)
@@ -305,8 +306,9 @@ func (c *committer) writeGroup(g *groupRun) (n int, owned bool) {
 	// A sync about to start waits for this group rather than leave its callers to the next one.
 	c.s.dur.groupStart()
 	g.bracket = true
-	w := c.s.newTxWriter(g.ctx, tx, c.s.stmts) // carries each run's last seq from call to call
+	w := c.s.newTxWriter(g.ctx, tx, c.s.stmts, &lineCounts{}) // carries each run's last seq from call to call
 	w.group = g
+	g.w = w
 	bytes := 0
 	for i, r := range g.taken {
 		if g.cut.Load() {
@@ -377,6 +379,15 @@ func (g *groupRun) commitGroup(n int) {
 			g.endBracket()
 		}
 	}()
+	// The group's lines, one upsert per run, whatever its calls' deadlines: like the COMMIT after it,
+	// this is no single caller's, and the calls that ran are to commit. A builder given up on inserted
+	// nothing, and its goroutine touches the writer no more (see takeOver).
+	if err := g.w.addCounts(context.WithoutCancel(g.ctx)); err != nil {
+		s.rollback(g.tx)
+		g.endBracket()
+		g.failAll(n, err)
+		return
+	}
 	faultpoint.Hit(faultpoint.BeforeCommit)
 	ticket, err := s.commitTx(g.tx, durable, n)
 	g.endBracket()

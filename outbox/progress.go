@@ -245,11 +245,12 @@ func (s *Store) Totals(ctx context.Context) (BookTotals, error) {
 		LedgerKeys: t.LedgerLines, Pending: t.Pending, EnqueuedTotal: t.Enqueued, ProjectedTotal: t.Projected}, nil
 }
 
-// LedgerSize returns how many once keys the ledger holds, counted without loading them.
+// LedgerSize returns how many once keys the ledger holds, read from the per-run figures: its cost
+// grows with the runs the book has held, not with its keys.
 func (s *Store) LedgerSize(ctx context.Context) (int64, error) {
 	var n int64
 	err := s.read(ctx, func(ctx context.Context) (err error) {
-		n, err = s.q.EventsLedgerSize(ctx, s.r)
+		n, err = s.q.RunsLedgerSize(ctx, s.r)
 		return err
 	})
 	if err != nil {

@@ -70,7 +70,7 @@ func (st *statements) close() {
 // txWriter is one write transaction as the store's methods use it: each method is one generated call,
 // run on the store's prepared statement when the transaction is the store's own. It also remembers
 // each run's last seq once read, so that the calls of a group, or the events of a batch, number on
-// from each other without reading it again.
+// from each other without reading it again, and counts the lines it inserts (see lineCounts).
 type txWriter struct {
 	ctx   context.Context // the operation's: it bounds each statement
 	q     *db.Queries
@@ -79,10 +79,17 @@ type txWriter struct {
 	bound [numStmts]prepared
 	last  map[string]int64
 	group *groupRun // the group committer's group this transaction is; nil for every other
+	// counts are the transaction's, shared by every txWriter on it (EnqueueTx makes one a call).
+	counts *lineCounts
+	raw    *rawAddLines // on a transaction of the store's own; nil on a caller's
 }
 
-func (s *Store) newTxWriter(ctx context.Context, tx *sql.Tx, st *statements) *txWriter {
-	return &txWriter{ctx: ctx, q: s.q, tx: tx, st: st}
+func (s *Store) newTxWriter(ctx context.Context, tx *sql.Tx, st *statements, counts *lineCounts) *txWriter {
+	w := &txWriter{ctx: ctx, q: s.q, tx: tx, st: st, counts: counts}
+	if st != nil && s.addLines.conn != nil {
+		w.raw = &s.addLines
+	}
+	return w
 }
 
 // on returns where the generated call for id runs: the prepared statement bound to the transaction,
@@ -152,6 +159,7 @@ func (w *txWriter) insert(p db.EventInsertParams) error {
 		w.last = map[string]int64{}
 	}
 	w.last[p.EngineRunID] = p.Seq
+	w.counts.add(p.EngineRunID, p.Seq)
 	return nil
 }
 
@@ -166,12 +174,10 @@ var errInsertIgnored = errors.New("outbox: the insert stored no row (a trigger i
 func (w *txWriter) undoInsert(p db.EventInsertParams, err error) error {
 	ctx := context.WithoutCancel(w.ctx)
 	if !errors.Is(err, sqlite3.CONSTRAINT_PRIMARYKEY) {
+		// The row is marked counted and above what the run's figures hold: neither its insert nor
+		// its delete moves them (migrations/00007).
 		if derr := w.q.EventDelete(ctx, w.tx, db.EventDeleteParams{EngineRunID: p.EngineRunID, Seq: p.Seq}); derr != nil {
 			err = errors.Join(err, fmt.Errorf("delete its row: %w", derr))
-		}
-		// The row's insert trigger counted the seq as given (migrations/00005); it was not.
-		if derr := w.q.RunUndoInsert(ctx, w.tx, db.RunUndoInsertParams{EngineRunID: p.EngineRunID, Seq: p.Seq}); derr != nil {
-			err = errors.Join(err, fmt.Errorf("take back its seq: %w", derr))
 		}
 	}
 	if p.Spill != 0 {

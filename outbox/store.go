@@ -50,9 +50,11 @@ type Store struct {
 	// still open (an interrupted write statement rolls the whole transaction back). The store never
 	// lets database/sql replace that connection; see write.
 	wconn *sqlite3.Conn
+	// addLines is the figures' upsert, prepared on wconn at its first use (see rawAddLines).
+	addLines rawAddLines
 	// current is the transaction write has open, so that EnqueueTx can tell the store's own transaction
-	// from a foreign one.
-	current atomic.Pointer[sql.Tx]
+	// from a foreign one, and count its lines with the transaction's (see lineCounts).
+	current atomic.Pointer[ownTx]
 	// writerG is the goroutine that holds the writer connection in a transaction while the caller's
 	// code runs in it (0: none), so that a write called on it fails at once instead of waiting for
 	// itself (ErrCallInsideTx).
@@ -372,7 +374,7 @@ func (s *Store) release() error {
 	if s.stmts != nil {
 		s.stmts.close()
 	}
-	errs := []error{s.pr.close()}
+	errs := []error{s.pr.close(), s.addLines.close()}
 	if s.r != nil {
 		errs = append(errs, s.r.Close())
 	}

@@ -109,7 +109,8 @@ func (s *Store) write(ctx context.Context, mode commitMode, fn func(w *txWriter)
 		ended = true
 		return fmt.Errorf("begin: %w", mapErr(ctx, err))
 	}
-	s.current.Store(tx)
+	w := s.newTxWriter(ctx, tx, s.stmts, &lineCounts{})
+	s.current.Store(&ownTx{tx: tx, counts: w.counts})
 	done := false
 	defer func() {
 		s.current.Store(nil)
@@ -130,7 +131,7 @@ func (s *Store) write(ctx context.Context, mode commitMode, fn func(w *txWriter)
 		s.rollback(tx)
 		ended = true
 	}()
-	if err := fn(s.newTxWriter(ctx, tx, s.stmts)); err != nil {
+	if err := fn(w); err != nil {
 		return err
 	}
 	if err := endOf(ctx); err != nil {
@@ -138,6 +139,11 @@ func (s *Store) write(ctx context.Context, mode commitMode, fn func(w *txWriter)
 		return err
 	}
 	if err := s.txLost(); err != nil {
+		return err
+	}
+	// The transaction's EnqueueTx calls are done: no other goroutine counts into it from here.
+	s.current.Store(nil)
+	if err := w.addCounts(ctx); err != nil {
 		return err
 	}
 	faultpoint.Hit(faultpoint.BeforeCommit)

@@ -1,8 +1,10 @@
 -- name: EventInsert :execrows
 -- spill: 0, or the rowid in events_lines of a large line, whose row then holds an empty line.
-INSERT INTO events_outbox (engine_run_id, seq, line, announce_key, enqueued_at, spill)
+-- counted: the store adds the row to its run's figures itself, once per transaction (RunAddLines),
+-- so the insert trigger passes it by (migrations/00007).
+INSERT INTO events_outbox (engine_run_id, seq, line, announce_key, enqueued_at, spill, counted)
 VALUES (sqlc.arg(engine_run_id), sqlc.arg(seq), sqlc.arg(line), CAST(sqlc.arg(announce_key) AS TEXT),
-        sqlc.arg(enqueued_at), sqlc.arg(spill));
+        sqlc.arg(enqueued_at), sqlc.arg(spill), 1);
 
 -- name: EventLineInsert :execlastid
 -- A large line, stored apart from its row (migrations/00003).

@@ -68,17 +68,22 @@ WHERE engine_run_id = sqlc.arg(engine_run_id);
 UPDATE outbox_runs SET forgotten = max(forgotten, CAST(sqlc.arg(seq) AS INTEGER))
 WHERE engine_run_id = sqlc.arg(engine_run_id);
 
--- name: RunUndoInsert :exec
--- An insert that failed after its row was written is taken out again (see txWriter.undoInsert): the
--- run's highest seq goes back, since the seq was never given, and its counts are taken again from
--- its rows, since a trigger of the caller's that failed the insert can have run before the one that
--- counts it. A rare path of the caller's own triggers, so a pass over one run's rows is acceptable.
-UPDATE outbox_runs
-SET last_seq = CASE WHEN last_seq = CAST(sqlc.arg(seq) AS INTEGER) THEN last_seq - 1 ELSE last_seq END,
-    lines = (SELECT count(*) FROM events_outbox AS e WHERE e.engine_run_id = outbox_runs.engine_run_id),
-    ledger_lines = (SELECT count(*) FROM events_outbox AS e
-                    WHERE e.engine_run_id = outbox_runs.engine_run_id AND e.once_key <> '')
-WHERE engine_run_id = sqlc.arg(engine_run_id);
+-- name: RunAddLines :exec
+-- Adds to a run's figures, once, before the transaction commits, the lines the store inserted into it
+-- in the transaction (seqs first_seq to last_seq) that are still stored: read from the rows, so that
+-- one the transaction took out again (a DELETE, a rollback to a savepoint) is not added, and the
+-- delete trigger left it out too (migrations/00007). counted_to moves to the highest, marking them
+-- added. No row is made for a run none of whose lines is left.
+INSERT INTO outbox_runs (engine_run_id, last_seq, lines, counted_to)
+SELECT e.engine_run_id, MAX(e.seq), count(*), MAX(e.seq)
+FROM events_outbox AS e
+WHERE e.engine_run_id = CAST(sqlc.arg(engine_run_id) AS TEXT)
+  AND e.seq >= CAST(sqlc.arg(first_seq) AS INTEGER) AND e.seq <= CAST(sqlc.arg(last_seq) AS INTEGER)
+  AND e.counted = 1
+GROUP BY e.engine_run_id
+ON CONFLICT (engine_run_id) DO UPDATE
+SET last_seq = max(last_seq, excluded.last_seq), lines = lines + excluded.lines,
+    counted_to = max(counted_to, excluded.counted_to);
 
 -- name: EventsForgetRange :execrows
 -- One bounded step of forgetting: the run's rows after one seq and up to another that hold no once
@@ -87,3 +92,8 @@ WHERE engine_run_id = sqlc.arg(engine_run_id);
 DELETE FROM events_outbox
 WHERE engine_run_id = sqlc.arg(engine_run_id) AND seq > sqlc.arg(after_seq) AND seq <= sqlc.arg(up_to)
   AND once_key = '';
+
+-- name: RunsLedgerSize :one
+-- How many keys the ledger holds, from the runs' figures: a row per run, not a pass over the keys.
+SELECT CAST(COALESCE(SUM(ledger_lines), 0) AS INTEGER) AS keys
+FROM outbox_runs;
