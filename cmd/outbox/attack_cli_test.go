@@ -277,7 +277,7 @@ func TestDemoWithTheEmbeddedServerRefusesADirectoryAnotherDemoUsed(t *testing.T)
 	if code, out, errOut := runOutbox(t, "demo", "--dir", dir, "--sink", "nats", "--units", "3", "--crashes", "0"); code != exitOK {
 		t.Fatalf("first demo: exit %d\n%s%s", code, out, errOut)
 	}
-	for _, f := range []string{"book.db", "journal.jsonl", "platform.db"} {
+	for _, f := range []string{"book.db", "journal", "platform.db"} {
 		os.Remove(filepath.Join(dir, f))
 	}
 	store := fileDigest(t, filepath.Join(dir, "stream.jsonl"))
