@@ -450,19 +450,23 @@ func crashCount(n int) string {
 	return strconv.Itoa(n) + " crashes"
 }
 
-// unfollowable says why the platform's inbox would refuse a journal in dir as a source (a source's
-// name is its absolute path: valid UTF-8, no control byte, at most inbox.MaxSourceNameLen bytes), or
-// "" when it would not.
+// unfollowable says why the platform's inbox would refuse the journal in dir as a source (a source's
+// name is its absolute path, after "journal:" for the journal directory: valid UTF-8, no control
+// byte, at most inbox.MaxSourceNameLen bytes), or "" when it would not.
 func unfollowable(dir string) string {
 	abs, err := filepath.Abs(filepath.Join(dir, "stream.jsonl"))
+	if err != nil {
+		return err.Error()
+	}
+	journalDir, err := filepath.Abs(filepath.Join(dir, "journal"))
 	if err != nil {
 		return err.Error()
 	}
 	switch {
 	case !utf8.ValidString(abs):
 		return "its path is not valid UTF-8"
-	case len(abs) > inbox.MaxSourceNameLen:
-		return fmt.Sprintf("its path is longer than %d bytes", inbox.MaxSourceNameLen)
+	case len(abs) > inbox.MaxSourceNameLen || len(inbox.JournalSourcePrefix)+len(journalDir) > inbox.MaxSourceNameLen:
+		return fmt.Sprintf("its path is longer than %d bytes", inbox.MaxSourceNameLen-len(inbox.JournalSourcePrefix)-len("/journal"))
 	}
 	for i := 0; i < len(abs); i++ {
 		if c := abs[i]; c < 0x20 || c == 0x7f {
