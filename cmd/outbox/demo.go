@@ -50,23 +50,23 @@ to the journal. The demo kills it with SIGKILL K times, at units drawn from the 
 restarting it each time. Beside it, the platform (another child) follows the journal through
 an inbox into a database of its own, counting each unit once from its unit_done line and
 summing the spend; it too is killed with SIGKILL, up to K times, once it has applied a
-number of lines drawn from the seed, and restarted. When the book is done, the platform catches up to
-the journal's end. The demo then checks the journal against the book, and the platform's
-database against both, each file read for itself: every line of every run applied once,
-none skipped, the platform's units and spend the book's. DIR keeps book.db, journal/
-and platform.db for inspection. The journal is a directory of segments (DIR/journal), small ones
+number of lines drawn from the seed, and restarted. When the book is done, the platform
+catches up to the journal's end. The demo then checks the journal against the book, and the
+platform's database against both, each file read for itself: every line of every run applied
+once, none skipped, the platform's units and spend the book's. DIR keeps book.db, journal/ and
+platform.db for inspection. The journal is a directory of segments (DIR/journal), small ones
 (--segment-size) so that a demo fills several; the platform registers its position with it as
-a reader, and the summary shows both (outbox journal status DIR/journal says more). With --sink nats the relay projects to a JetStream stream
-instead (a server started in DIR/nats when --nats is not given); the stream, written to
-DIR/stream.jsonl, is checked, and the platform reads the stream itself (jetstream.FollowStream,
-its stream position committed with its effects), killed and restarted as above, with a final
-catch-up (jetstream.ApplyStream) to the stream's end; its database is checked against the
-stream's lines as against a journal.
+the journal's reader, and the summary shows both (outbox journal status DIR/journal says more).
+With --sink nats the relay projects to a JetStream stream instead (a server started in
+DIR/nats when --nats is not given); the stream, written to DIR/stream.jsonl, is checked, and
+the platform reads the stream itself (jetstream.FollowStream, its stream position committed
+with its effects), killed and restarted as above, with a final catch-up (jetstream.ApplyStream)
+to the stream's end; its database is checked against the stream's lines as against a journal.
 
 Exit status: 0 when every guarantee held, 1 when one did not, 2 on a usage error.`
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("demo", "outbox demo [--dir DIR] [--units N] [--crashes K] [--seed S] [--sink KIND [--nats URL | --context NAME] [--stream NAME] [--subject-prefix PREFIX]]", demoAbout)
+	fs := newFlags("demo", "outbox demo [--dir DIR] [--units N] [--crashes K] [--seed S] [--segment-size BYTES] [--sink KIND [--nats URL | --context NAME] [--stream NAME] [--subject-prefix PREFIX]]", demoAbout)
 	dir := fs.String("dir", "", "work in `dir` (default: a new temporary directory)")
 	units := fs.Int("units", 2000, "the book's size: `n` units")
 	crashes := fs.Int("crashes", 3, "kill the engine, and the platform, with SIGKILL `k` times each")
