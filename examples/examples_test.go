@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/textmachine/outbox/inbox"
+	"github.com/textmachine/outbox/journal"
 	"github.com/textmachine/outbox/outbox"
 )
 
@@ -27,7 +28,7 @@ import (
 // (so that the second start recovers and must not announce a customer again) and a platform
 // following it, each stopped with SIGTERM. Every line the book recorded must then be in the
 // platform's tables exactly once, and nothing the engine committed left unprojected.
-func TestTheEngineAndThePlatformStopOnSIGTERMWithEveryLineAppliedOnce(t *testing.T) {
+func TestTheEngineAndThePlatformStopOnSIGTERMWithEveryLineAppliedOnceAndThePlatformRegisteredAtTheJournalsEnd(t *testing.T) {
 	bin := t.TempDir()
 	for _, name := range []string{"engine", "platform"} {
 		build := exec.Command("go", "build", "-o", filepath.Join(bin, name), "./"+name)
@@ -35,9 +36,15 @@ func TestTheEngineAndThePlatformStopOnSIGTERMWithEveryLineAppliedOnce(t *testing
 			t.Fatalf("go build ./%s: %v\n%s", name, err, out)
 		}
 	}
-	t.Run("journal file", func(t *testing.T) {
+	t.Run("journal directory", func(t *testing.T) {
 		dir := t.TempDir()
-		runExamples(t, bin, dir, "-journal", filepath.Join(dir, "journal.jsonl"))
+		runExamples(t, bin, dir, "-journal", filepath.Join(dir, "journal"))
+		// The platform registered the position it applied to, the journal's end, so that retention
+		// keeps every segment it has not read and no other.
+		st, err := journal.Status(context.Background(), filepath.Join(dir, "journal"))
+		if err != nil || len(st.Readers) != 1 || st.Readers[0].Position != st.End {
+			t.Errorf("the journal's readers after the platform stopped: %+v (end %d), %v; want the platform at the end", st.Readers, st.End, err)
+		}
 	})
 	t.Run("jetstream", func(t *testing.T) {
 		runExamples(t, bin, t.TempDir(), "-nats", startNATS(t), "-stream", "EVENTS")
@@ -56,7 +63,7 @@ func runExamples(t *testing.T, bin, dir string, sourceFlags ...string) {
 		runID := strings.TrimPrefix(engine.waitLine(t, "engine: running: run "), "engine: running: run ")
 		if start == 0 {
 			// After the engine, whose first start creates the stream: the file source would wait
-			// for a missing journal, the stream source would not.
+			// for a missing journal directory, the stream source would not.
 			platform = startProc(t, filepath.Join(bin, "platform"), append([]string{"-db", platformDB}, sourceFlags...)...)
 			platform.waitLine(t, "platform: following") // its database is created
 		}

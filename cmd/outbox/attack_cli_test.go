@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/textmachine/outbox/inbox"
 )
 
 // Run ids a terminal obeys without a control byte in them: a bidi override that reorders what
@@ -277,7 +279,7 @@ func TestDemoWithTheEmbeddedServerRefusesADirectoryAnotherDemoUsed(t *testing.T)
 	if code, out, errOut := runOutbox(t, "demo", "--dir", dir, "--sink", "nats", "--units", "3", "--crashes", "0"); code != exitOK {
 		t.Fatalf("first demo: exit %d\n%s%s", code, out, errOut)
 	}
-	for _, f := range []string{"book.db", "journal.jsonl", "platform.db"} {
+	for _, f := range []string{"book.db", "journal", "platform.db"} {
 		os.Remove(filepath.Join(dir, f))
 	}
 	store := fileDigest(t, filepath.Join(dir, "stream.jsonl"))
@@ -424,5 +426,35 @@ func TestMigrateStatusAndVersionNameAConsumersDatabaseAsOne(t *testing.T) {
 	}
 	if fileDigest(t, consumer) != before {
 		t.Errorf("the consumer's database was changed")
+	}
+}
+
+func TestDemoRefusesADirectoryWhoseJournalDirectoryIsTooLongForThePlatformsSourceName(t *testing.T) {
+	parent, err := filepath.Abs(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Short enough for the stream's file (its name has no prefix), one byte too long for
+	// "journal:" + DIR/journal.
+	n := inbox.MaxSourceNameLen - len(inbox.JournalSourcePrefix) - len("/journal") + 1 - len(parent) - 1
+	var b strings.Builder
+	for n-b.Len() > 201 {
+		b.WriteString(strings.Repeat("d", 200) + "/")
+	}
+	if rest := n - b.Len(); rest == 201 {
+		b.WriteString(strings.Repeat("d", 100) + "/" + strings.Repeat("d", 100))
+	} else {
+		b.WriteString(strings.Repeat("d", rest))
+	}
+	dir := filepath.Join(parent, b.String())
+	if len(inbox.JournalSourcePrefix)+len(filepath.Join(dir, "journal")) != inbox.MaxSourceNameLen+1 {
+		t.Fatalf("setup: journal source name of %d bytes", len(inbox.JournalSourcePrefix)+len(filepath.Join(dir, "journal")))
+	}
+	code, out, errOut := runOutbox(t, "demo", "--dir", dir, "--units", "2", "--crashes", "0")
+	if code != exitUsage || out != "" || !strings.Contains(errOut, "longer than") {
+		t.Errorf("exit %d, stdout %q, stderr %q; want exit 2 saying the path is too long", code, out, errOut)
+	}
+	if _, err := os.Lstat(dir); !os.IsNotExist(err) {
+		t.Errorf("--dir was created (%v)", err)
 	}
 }

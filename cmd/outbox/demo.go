@@ -50,26 +50,29 @@ to the journal. The demo kills it with SIGKILL K times, at units drawn from the 
 restarting it each time. Beside it, the platform (another child) follows the journal through
 an inbox into a database of its own, counting each unit once from its unit_done line and
 summing the spend; it too is killed with SIGKILL, up to K times, once it has applied a
-number of lines drawn from the seed, and restarted. When the book is done, the platform catches up to
-the journal's end. The demo then checks the journal against the book, and the platform's
-database against both, each file read for itself: every line of every run applied once,
-none skipped, the platform's units and spend the book's. DIR keeps book.db, journal.jsonl
-and platform.db for inspection. With --sink nats the relay projects to a JetStream stream
-instead (a server started in DIR/nats when --nats is not given); the stream, written to
-DIR/stream.jsonl, is checked, and the platform reads the stream itself (jetstream.FollowStream,
-its stream position committed with its effects), killed and restarted as above, with a final
-catch-up (jetstream.ApplyStream) to the stream's end; its database is checked against the
-stream's lines as against a journal.
+number of lines drawn from the seed, and restarted. When the book is done, the platform
+catches up to the journal's end. The demo then checks the journal against the book, and the
+platform's database against both, each file read for itself: every line of every run applied
+once, none skipped, the platform's units and spend the book's. DIR keeps book.db, journal/ and
+platform.db for inspection. The journal is a directory of segments (DIR/journal), small ones
+(--segment-size) so that a demo fills several; the platform registers its position with it as
+the journal's reader, and the summary shows both (outbox journal status DIR/journal says more).
+With --sink nats the relay projects to a JetStream stream instead (a server started in
+DIR/nats when --nats is not given); the stream, written to DIR/stream.jsonl, is checked, and
+the platform reads the stream itself (jetstream.FollowStream, its stream position committed
+with its effects), killed and restarted as above, with a final catch-up (jetstream.ApplyStream)
+to the stream's end; its database is checked against the stream's lines as against a journal.
 
 Exit status: 0 when every guarantee held, 1 when one did not, 2 on a usage error.`
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("demo", "outbox demo [--dir DIR] [--units N] [--crashes K] [--seed S] [--sink KIND [--nats URL | --context NAME] [--stream NAME] [--subject-prefix PREFIX]]", demoAbout)
+	fs := newFlags("demo", "outbox demo [--dir DIR] [--units N] [--crashes K] [--seed S] [--segment-size BYTES] [--sink KIND [--nats URL | --context NAME] [--stream NAME] [--subject-prefix PREFIX]]", demoAbout)
 	dir := fs.String("dir", "", "work in `dir` (default: a new temporary directory)")
 	units := fs.Int("units", 2000, "the book's size: `n` units")
 	crashes := fs.Int("crashes", 3, "kill the engine, and the platform, with SIGKILL `k` times each")
 	seed := fs.Uint64("seed", 1, "draw the moments of the kills from the seed `s`")
-	sinkKind := fs.String("sink", "file", "project to a journal file (`kind` file) or to JetStream (nats)")
+	sinkKind := fs.String("sink", "file", "project to a journal directory (`kind` file) or to JetStream (nats)")
+	segSize := fs.Int64("segment-size", demoSegmentSize, "seal the journal's segments at `bytes` (small, so that the demo shows several)")
 	streamName := fs.String("stream", "EVENTS", "with --sink nats: the stream's `name`; on a server of yours it must be empty")
 	nf := addNATSFlags(fs, "with --sink nats: the server's `url` (default: start one in DIR, on loopback)")
 	pos, code, done := parseFlags(fs, args, stderr)
@@ -81,6 +84,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if *units < 2 || *crashes < 0 || *crashes >= *units {
 		return usageError(stderr, "outbox demo", "need --units of at least 2 and 0 <= --crashes < --units")
+	}
+	if *segSize <= 0 {
+		return usageError(stderr, "outbox demo", "--segment-size must be positive")
 	}
 	if *sinkKind != "file" && *sinkKind != "nats" {
 		return usageError(stderr, "outbox demo", "--sink is file or nats, not %s", quote(*sinkKind))
@@ -106,7 +112,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	} else if err := os.MkdirAll(*dir, 0o755); err != nil {
 		return fail(stderr, exitUsage, "demo: %v", err)
 	}
-	dbPath, jPath := filepath.Join(*dir, "book.db"), filepath.Join(*dir, "journal.jsonl")
+	dbPath, jPath := filepath.Join(*dir, "book.db"), filepath.Join(*dir, "journal")
 	platformDB := filepath.Join(*dir, "platform.db")
 	used := []string{dbPath, jPath, platformDB}
 	if *sinkKind == "nats" {
@@ -130,7 +136,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		probe.Close()
 		os.Remove(probe.Name())
 	}
-	sinkArgs := []string{"--journal", jPath}
+	sinkArgs := []string{"--journal", jPath, "--segment-size", strconv.FormatInt(*segSize, 10)}
 	var engineEnv []string
 	checked := jPath
 	if *sinkKind == "nats" {
@@ -180,7 +186,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(stderr, exitUsage, "demo: %v", err)
 	}
-	plat := &platform{exe: exe, dbPath: platformDB, source: []string{"--journal", jPath}, stderr: stderr,
+	plat := &platform{exe: exe, dbPath: platformDB, source: []string{"--journal-dir", jPath}, stderr: stderr,
 		killAt: platKills, say: say}
 	if *sinkKind == "nats" {
 		// The platform reads what the engine's relay reads into: the stream, through the same
@@ -262,6 +268,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(tw, "units announced exactly once\t%d of %d\n", res.Announced, res.Units)
 	fmt.Fprintf(tw, "spend in the journal\t%d cents, in the database %d cents\n", res.SpendJournal, res.SpendDB)
 	fmt.Fprintf(tw, "database integrity\t%s\n", res.Integrity)
+	if *sinkKind == "file" {
+		journalRows(ctx, tw, jPath, *segSize)
+	}
 	fmt.Fprintf(tw, "time\t%v\n", time.Since(began).Round(10*time.Millisecond))
 	tw.Flush()
 	fmt.Fprintf(stdout, "%s\n", platformLine(pres, *units, plat))
@@ -284,6 +293,23 @@ func joinInts(ns []int) string {
 		return strings.Join(s, "")
 	}
 	return strings.Join(s[:len(s)-1], ", ") + " and " + s[len(s)-1]
+}
+
+// demoSegmentSize is the demo's segment size: a book of the default size fills about seven.
+const demoSegmentSize = 64 << 10
+
+// journalRows adds the journal directory's shape to the demo's summary: its segments, and the
+// position the platform registered as the journal's reader, which is what retention keeps lines for.
+func journalRows(ctx context.Context, tw io.Writer, dir string, segSize int64) {
+	st, err := journal.Status(ctx, dir)
+	if err != nil {
+		fmt.Fprintf(tw, "journal segments\t%s\n", quote(err.Error()))
+		return
+	}
+	fmt.Fprintf(tw, "journal segments\t%d (sealed at %s), %s in all\n", st.Segments, plural(segSize, "byte"), plural(st.End-st.First, "byte"))
+	for _, r := range st.Readers {
+		fmt.Fprintf(tw, "platform's position\tbyte %d of %d, registered as reader %s\n", r.Position, st.End, quote(r.Name))
+	}
 }
 
 // beforeDemoCheck, when set, is called with the demo's directory before its checks: a test changes
@@ -347,10 +373,11 @@ const demoNATSURLEnv = "OUTBOX_DEMO_NATS_URL"
 // runEngine is one start of the simulated engine, in the child process. It reports "done N" on
 // standard output after each unit.
 func runEngine(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags(engineCommand, "outbox "+engineCommand+" --db FILE --journal FILE --units N --run ID [--nats URL --stream NAME]",
+	fs := newFlags(engineCommand, "outbox "+engineCommand+" --db FILE --journal DIR [--segment-size BYTES] --units N --run ID [--nats URL --stream NAME]",
 		"One start of the demo's engine, run by outbox demo in a child process.")
 	dbPath := fs.String("db", "", "the database `file`")
-	jPath := fs.String("journal", "", "the journal `file`")
+	jPath := fs.String("journal", "", "the journal's `dir`ectory")
+	segSize := fs.Int64("segment-size", demoSegmentSize, "seal the journal's segments at `bytes`")
 	units := fs.Int("units", 0, "the book's size: `n` units")
 	runID := fs.String("run", "", "this start's run `id`")
 	streamName := fs.String("stream", "", "with --nats: the stream's `name`")
@@ -362,7 +389,7 @@ func runEngine(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		nf.url = u
 	}
 	cfg := demo.EngineConfig{
-		DB: *dbPath, Journal: *jPath, Units: *units, RunID: *runID,
+		DB: *dbPath, Journal: *jPath, SegmentSize: *segSize, Units: *units, RunID: *runID,
 		Progress: func(done int) { fmt.Fprintf(stdout, "done %d\n", done) },
 	}
 	if nf.chosen() {
@@ -423,19 +450,23 @@ func crashCount(n int) string {
 	return strconv.Itoa(n) + " crashes"
 }
 
-// unfollowable says why the platform's inbox would refuse a journal in dir as a source (a source's
-// name is its absolute path: valid UTF-8, no control byte, at most inbox.MaxSourceNameLen bytes), or
-// "" when it would not.
+// unfollowable says why the platform's inbox would refuse the journal in dir as a source (a source's
+// name is its absolute path, after "journal:" for the journal directory: valid UTF-8, no control
+// byte, at most inbox.MaxSourceNameLen bytes), or "" when it would not.
 func unfollowable(dir string) string {
 	abs, err := filepath.Abs(filepath.Join(dir, "stream.jsonl"))
+	if err != nil {
+		return err.Error()
+	}
+	journalDir, err := filepath.Abs(filepath.Join(dir, "journal"))
 	if err != nil {
 		return err.Error()
 	}
 	switch {
 	case !utf8.ValidString(abs):
 		return "its path is not valid UTF-8"
-	case len(abs) > inbox.MaxSourceNameLen:
-		return fmt.Sprintf("its path is longer than %d bytes", inbox.MaxSourceNameLen)
+	case len(abs) > inbox.MaxSourceNameLen || len(inbox.JournalSourcePrefix)+len(journalDir) > inbox.MaxSourceNameLen:
+		return fmt.Sprintf("its path is longer than %d bytes", inbox.MaxSourceNameLen-len(inbox.JournalSourcePrefix)-len("/journal"))
 	}
 	for i := 0; i < len(abs); i++ {
 		if c := abs[i]; c < 0x20 || c == 0x7f {

@@ -33,13 +33,14 @@ func init() {
 // runPlatform is one start of the platform, in the child process. After each batch it commits it
 // reports "batch APPLIED DUPLICATES" on standard output. With --follow it follows its source until
 // its standard input ends (the demo closes it, or the demo itself is gone), then exits 0. Its source
-// is the journal file, or with --stream the JetStream stream, on the server whose URL the demo puts
+// is the journal directory, or with --stream the JetStream stream, on the server whose URL the demo puts
 // in the environment (demoNATSURLEnv), as for the engine.
 func runPlatform(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags(platformCommand, "outbox "+platformCommand+" --db FILE (--journal FILE|DIR | --stream NAME) [--follow]",
+	fs := newFlags(platformCommand, "outbox "+platformCommand+" --db FILE (--journal-dir DIR | --journal FILE|DIR | --stream NAME) [--follow]",
 		"One start of the demo's platform, run by outbox demo in a child process.")
 	dbPath := fs.String("db", "", "the platform's database `file`")
 	jPath := fs.String("journal", "", "the journal `file`, or a segmented journal's directory")
+	jDir := fs.String("journal-dir", "", "the journal's `dir`ectory, which may not exist yet")
 	streamName := fs.String("stream", "", "read the JetStream stream `name` instead of the journal")
 	follow := fs.Bool("follow", false, "follow the journal, or the stream, until standard input ends")
 	nf := addNATSFlags(fs, "with --stream: the server's `url`")
@@ -61,6 +62,9 @@ func runPlatform(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	cfg := demo.PlatformConfig{
 		DB: *dbPath, Journal: *jPath, Follow: *follow,
 		Batch: func(r inbox.Report) { fmt.Fprintf(stdout, "batch %d %d\n", r.Applied, r.Duplicates) },
+	}
+	if *jDir != "" {
+		cfg.Journal, cfg.JournalDir = *jDir, true
 	}
 	if *streamName != "" {
 		js, closeConn, err := nf.connect()

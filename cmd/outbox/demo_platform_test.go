@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/textmachine/outbox/internal/demo"
+	"github.com/textmachine/outbox/journal"
 )
 
 // spendOf is the book's spend for units 1..n.
@@ -132,5 +133,24 @@ func TestTheDemoExplainsBookAndUnitFirstAndPrintsThePlatformsKillMoments(t *test
 	}
 	if !regexp.MustCompile(`(?m)^platform start 1: killed with SIGKILL after \d+ lines applied`).MatchString(out) {
 		t.Errorf("no platform kill reported:\n%s", out)
+	}
+}
+
+func TestTheDemoKeepsItsJournalAsADirectoryOfSegmentsTheCaughtUpPlatformIsRegisteredAtTheEndOf(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "demo")
+	code, out, errOut := cli(t, "demo", "--dir", dir, "--units", "200", "--crashes", "1", "--segment-size", "8192")
+	if code != exitOK {
+		t.Fatalf("demo: exit %d\n%s\n%s", code, out, errOut)
+	}
+	segs, err := journal.SegmentsOf(filepath.Join(dir, "journal"))
+	if err != nil || len(segs) < 3 {
+		t.Fatalf("the journal directory holds %d segments (%v), want several", len(segs), err)
+	}
+	if !strings.Contains(out, fmt.Sprintf("journal segments              %d (sealed at 8192 bytes)", len(segs))) {
+		t.Errorf("the summary does not count the %d segments:\n%s", len(segs), out)
+	}
+	m := regexp.MustCompile(`platform's position\s+byte (\d+) of (\d+), registered as reader`).FindStringSubmatch(out)
+	if m == nil || m[1] != m[2] {
+		t.Errorf("the summary does not show the platform registered at the journal's end: %q\n%s", m, out)
 	}
 }

@@ -375,7 +375,7 @@ func TestDemoKillsTheEngineAndFindsNothingLost(t *testing.T) {
 			t.Errorf("demo output lacks %q:\n%s", want, out)
 		}
 	}
-	for _, f := range []string{"book.db", "journal.jsonl"} {
+	for _, f := range []string{"book.db", "journal", "journal/00000000000000000000.jsonl"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 			t.Errorf("demo left no %s: %v", f, err)
 		}

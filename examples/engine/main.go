@@ -2,8 +2,8 @@
 
 // Command engine is a complete engine to copy: it keeps its own state (orders) in the book, the
 // SQLite database the outbox lives in, enqueues an event in the same transaction as each change,
-// and runs a relay beside that work to project the events to a journal file or to a NATS
-// JetStream stream, where the platform (../platform) reads them.
+// and runs a relay beside that work to project the events to a journal (a directory of segments)
+// or to a NATS JetStream stream, where the platform (../platform) reads them.
 //
 // It shows, in order, what every engine does:
 //
@@ -20,7 +20,7 @@
 //
 // Usage:
 //
-//	engine -book book.db -journal journal.jsonl
+//	engine -book book.db -journal journal
 //	engine -book book.db -nats nats://127.0.0.1:4222 -stream EVENTS
 package main
 
@@ -72,8 +72,8 @@ CREATE TABLE IF NOT EXISTS customers (id TEXT PRIMARY KEY);`
 
 func main() {
 	book := flag.String("book", "book.db", "the book: the engine's SQLite database, which holds the outbox")
-	journalPath := flag.String("journal", "journal.jsonl", "the journal file the relay appends to (without -nats)")
-	natsURL := flag.String("nats", "", "project to a JetStream stream on this NATS server instead of the journal file")
+	journalPath := flag.String("journal", "journal", "the journal directory the relay appends to (without -nats)")
+	natsURL := flag.String("nats", "", "project to a JetStream stream on this NATS server instead of the journal")
 	stream := flag.String("stream", "EVENTS", "the JetStream stream (with -nats); created when missing")
 	pace := flag.Duration("pace", 20*time.Millisecond, "the pause between two orders")
 	flag.Parse()
@@ -224,10 +224,13 @@ func work(ctx context.Context, s *outbox.Store, runID string, pace time.Duration
 	}
 }
 
-// openSink opens what the relay projects to: the journal file, or a JetStream stream.
+// openSink opens what the relay projects to: the journal directory, or a JetStream stream.
 func openSink(ctx context.Context, journalPath, natsURL, stream string) (outbox.Sink, func() error, error) {
 	if natsURL == "" {
-		j, err := journal.OpenFile(journalPath)
+		// Segments of the default size (128 MiB). Retention deletes a sealed segment once every
+		// registered reader has read it (the platform's inbox registers itself as it follows) and
+		// it was sealed a week ago; journal.WithMaxBytes would add a cap that wins over readers.
+		j, err := journal.Open(journalPath, journal.WithKeep(7*24*time.Hour))
 		if err != nil {
 			return nil, nil, err
 		}

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Command platform is a complete platform to copy: it applies the engine's events (../engine)
-// exactly once into a database of its own, from the journal file (inbox.FollowFile) or from a NATS
-// JetStream stream (jetstream.FollowStream), until SIGTERM or SIGINT.
+// exactly once into a database of its own, from the journal directory (inbox.FollowJournal, which
+// registers the platform's position with the journal as a reader, so that retention keeps what it
+// has not applied) or from a NATS JetStream stream (jetstream.FollowStream), until SIGTERM or SIGINT.
 //
 // It shows what every platform does: inbox.Open on its own database (never the engine's book); its
 // own tables, created in Inbox.WriteTx; an inbox.Router with one inbox.Decode handler per event type,
@@ -14,7 +15,7 @@
 //
 // Usage:
 //
-//	platform -db platform.db -journal journal.jsonl
+//	platform -db platform.db -journal journal
 //	platform -db platform.db -nats nats://127.0.0.1:4222 -stream EVENTS
 package main
 
@@ -61,8 +62,8 @@ CREATE TABLE IF NOT EXISTS customers (id TEXT PRIMARY KEY);`
 
 func main() {
 	db := flag.String("db", "platform.db", "the platform's own SQLite database, which holds its inbox")
-	journalPath := flag.String("journal", "journal.jsonl", "the journal file to follow (without -nats)")
-	natsURL := flag.String("nats", "", "follow a JetStream stream on this NATS server instead of the journal file")
+	journalPath := flag.String("journal", "journal", "the journal directory to follow (without -nats)")
+	natsURL := flag.String("nats", "", "follow a JetStream stream on this NATS server instead of the journal")
 	stream := flag.String("stream", "EVENTS", "the JetStream stream (with -nats)")
 	flag.Parse()
 	log.SetFlags(0)
@@ -92,7 +93,13 @@ func run(db, journalPath, natsURL, stream string) (err error) {
 
 	log.Printf("following")
 	if natsURL == "" {
-		err = in.FollowFile(ctx, journalPath, r.Route)
+		err = in.FollowJournal(ctx, journalPath, r.Route)
+		var gap *inbox.JournalGapError
+		if errors.As(err, &gap) {
+			// Retention deleted lines this platform had not applied (a cap, or a reader that was
+			// not registered): an operator decides (outbox inbox accept-retention-gap), never a silent skip.
+			log.Printf("journal %s: bytes %d to %d are gone", gap.Dir, max(gap.Position, 0), gap.First-1)
+		}
 	} else {
 		err = followStream(ctx, in, r, natsURL, stream)
 	}

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -66,20 +67,16 @@ func (r Result) Problems() []string {
 // equal to the database's; every event in the committed log present.
 func Check(ctx context.Context, dbPath, journalPath string, units int, committedLog string) (Result, error) {
 	res := Result{Units: units}
-	f, err := os.Open(journalPath)
-	if err != nil {
-		return res, err
-	}
-	defer f.Close()
-	res.Report, res.VerifyErr = journal.Verify(f)
+	res.Report, res.VerifyErr = verifyJournal(ctx, journalPath)
 	var ve *journal.Error
 	if res.VerifyErr != nil && !errors.As(res.VerifyErr, &ve) {
 		return res, res.VerifyErr // an I/O error, not a finding
 	}
-
-	if _, err := f.Seek(0, 0); err != nil {
+	f, err := openLines(journalPath)
+	if err != nil {
 		return res, err
 	}
+	defer f.Close()
 	type key struct {
 		run string
 		seq int64
@@ -160,6 +157,63 @@ func Check(ctx context.Context, dbPath, journalPath string, units int, committed
 		return res, fmt.Errorf("demo: integrity_check: %w", err)
 	}
 	return res, nil
+}
+
+// verifyJournal verifies a journal directory (journal.VerifyDir, which also checks that each segment
+// begins where the one before it ends) or a single journal file.
+func verifyJournal(ctx context.Context, path string) (journal.Report, error) {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return journal.VerifyDir(ctx, path)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return journal.Report{}, err
+	}
+	defer f.Close()
+	return journal.Verify(f)
+}
+
+// openLines reads a journal's lines in order: a directory's segments one after the other (what
+// cat DIR/*.jsonl reads), or the single file.
+func openLines(path string) (io.ReadCloser, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !st.IsDir() {
+		return os.Open(path)
+	}
+	segs, err := journal.SegmentsOf(path)
+	if err != nil {
+		return nil, err
+	}
+	sf := &segmentFiles{}
+	var readers []io.Reader
+	for _, s := range segs {
+		f, err := journal.OpenSegmentForReading(s.Path)
+		if err != nil {
+			sf.Close()
+			return nil, err
+		}
+		sf.files = append(sf.files, f)
+		readers = append(readers, f)
+	}
+	sf.Reader = io.MultiReader(readers...)
+	return sf, nil
+}
+
+// segmentFiles reads its files one after the other.
+type segmentFiles struct {
+	io.Reader
+	files []*os.File
+}
+
+func (s *segmentFiles) Close() error {
+	var errs []error
+	for _, f := range s.files {
+		errs = append(errs, f.Close())
+	}
+	return errors.Join(errs...)
 }
 
 // openRead opens the book read-only, the way the outbox's read-only store does: a check must not write

@@ -22,9 +22,13 @@ import (
 // EngineConfig describes one start of the engine.
 type EngineConfig struct {
 	DB      string // the book's database
-	Journal string // the journal file
-	Units   int    // the book's size
-	RunID   string // fresh for every start
+	Journal string // the journal: a directory of segments (journal.Open), or a single file (journal.OpenFile)
+	// SegmentSize, when set, is the journal directory's segment size (journal.WithSegmentSize), so
+	// that a short book fills several segments. With it, Journal is always a directory; without it,
+	// Journal is a directory when one exists there.
+	SegmentSize int64
+	Units       int    // the book's size
+	RunID       string // fresh for every start
 	// Committed, when set, is a file the engine appends "run seq" to after each enqueue returns: the
 	// events known to be committed, which Check then looks for in the journal.
 	Committed string
@@ -63,7 +67,7 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (err error) {
 		}
 		defer func() { err = errors.Join(err, closeSink()) }()
 	} else {
-		j, err := journal.OpenFile(cfg.Journal)
+		j, err := openJournal(cfg)
 		if err != nil {
 			return err
 		}
@@ -165,6 +169,22 @@ func RunEngine(ctx context.Context, cfg EngineConfig) (err error) {
 		return err
 	}
 	return relay.Flush(ctx)
+}
+
+// openJournal opens the engine's journal: the directory when one is asked for or exists, the
+// single file otherwise (the crash tests' older layout).
+func openJournal(cfg EngineConfig) (interface {
+	outbox.Sink
+	Close() error
+}, error) {
+	if st, err := os.Stat(cfg.Journal); cfg.SegmentSize > 0 || (err == nil && st.IsDir()) {
+		var opts []journal.Option
+		if cfg.SegmentSize > 0 {
+			opts = append(opts, journal.WithSegmentSize(cfg.SegmentSize))
+		}
+		return journal.Open(cfg.Journal, opts...)
+	}
+	return journal.OpenFile(cfg.Journal)
 }
 
 // workUnit is one unit's transaction: mark it done, record its spend, and enqueue the spend event,

@@ -21,6 +21,9 @@ import (
 type PlatformConfig struct {
 	DB      string // the platform's own database, never the book
 	Journal string // the journal it reads, when Source is nil: a file, or a segmented journal's directory
+	// JournalDir says Journal is a journal directory even before it exists (FollowJournal waits for
+	// it); without it, Journal is a directory when one exists there, a file otherwise.
+	JournalDir bool
 	// Follow makes the start follow the journal (FollowFile, FollowJournal) until ctx ends; without
 	// it the start applies the journal to its end (ApplyFile, ApplyJournal) and returns.
 	Follow bool
@@ -84,7 +87,7 @@ func RunPlatform(ctx context.Context, cfg PlatformConfig) (err error) {
 	if cfg.Source != nil {
 		return cfg.Source(ctx, in, applyLine, cfg.Follow)
 	}
-	if st, err := os.Stat(cfg.Journal); err == nil && st.IsDir() {
+	if st, err := os.Stat(cfg.Journal); cfg.JournalDir || (err == nil && st.IsDir()) {
 		if !cfg.Follow {
 			_, err := in.ApplyJournal(ctx, cfg.Journal, applyLine)
 			return err

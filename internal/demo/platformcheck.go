@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 
 	"github.com/textmachine/outbox/journal"
@@ -77,7 +76,7 @@ func firstFew(s []string) string {
 // last seq; the units the platform counted and the spend it summed the book's.
 func CheckPlatform(ctx context.Context, platformDB, bookDB, journalPath string) (PlatformResult, error) {
 	var res PlatformResult
-	last, err := journalKeys(journalPath, &res)
+	last, err := journalKeys(ctx, journalPath, &res)
 	if err != nil {
 		return res, err
 	}
@@ -124,21 +123,18 @@ type lineKey struct {
 }
 
 // journalKeys verifies the journal and returns its distinct lines, each run's mapped to its seqs.
-func journalKeys(path string, res *PlatformResult) (map[string]map[int64]bool, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	if _, res.VerifyErr = journal.Verify(f); res.VerifyErr != nil {
+func journalKeys(ctx context.Context, path string, res *PlatformResult) (map[string]map[int64]bool, error) {
+	if _, res.VerifyErr = verifyJournal(ctx, path); res.VerifyErr != nil {
 		var ve *journal.Error
 		if !errors.As(res.VerifyErr, &ve) {
 			return nil, res.VerifyErr // an I/O error, not a finding
 		}
 	}
-	if _, err := f.Seek(0, 0); err != nil {
+	f, err := openLines(path)
+	if err != nil {
 		return nil, err
 	}
+	defer f.Close()
 	runs := map[string]map[int64]bool{}
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
