@@ -43,8 +43,8 @@ func TestAReaderFileThatIsAFIFOIsAnErrorNotAWaitForAWriter(t *testing.T) {
 			<-done
 			t.Fatalf("%s waited for a writer of the FIFO named like a reader's file", what)
 		}
-		if err == nil || !strings.Contains(err.Error(), fifo) {
-			t.Errorf("%s = %v, want an error naming %s", what, err, fifo)
+		if err == nil || !strings.Contains(err.Error(), "x.reader") {
+			t.Errorf("%s = %v, want an error naming x.reader", what, err)
 		}
 	}
 }
