@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 
 	"github.com/textmachine/outbox/internal/faultpoint"
+	"github.com/textmachine/outbox/journal"
 )
 
 // FileSourcePrefix begins the name of a file source's stored position (Source.Name): the rest is
@@ -45,7 +46,8 @@ const FileSourcePrefix = "file:"
 //
 // On an error, the batches before it are committed with their position and the Report says what
 // they applied; the line where it stopped and those after it are not applied. A file that is not a
-// journal is journal.ErrNotJournal and nothing is applied; a path that names no file (and has no
+// journal, or is named as a segment of a journal directory (%020d.jsonl, read with ApplyJournal), is
+// journal.ErrNotJournal and nothing is applied; a path that names no file (and has no
 // stored position) is an error wrapping fs.ErrNotExist; a file the stored position was taken in that
 // can no longer be found is ErrFileLost (see ForgetFile).
 func (in *Inbox) ApplyFile(ctx context.Context, path string, h Handler) (Report, error) {
@@ -149,6 +151,12 @@ func (in *Inbox) newFileSource(call, path string, h Handler) (*fileSource, error
 	}
 	if err := checkName(call+" path", abs, MaxSourceNameLen-len(FileSourcePrefix)); err != nil {
 		return nil, err
+	}
+	// A segment is sealed once the journal rolls to the next: read as a file, it would stop growing
+	// there and the lines after it would never come, with nothing said.
+	if _, ok := parseSegmentName(filepath.Base(abs)); ok {
+		return nil, fmt.Errorf("inbox: %s: %w: %s is named as a segment of the journal directory %s, which is read as a whole (ApplyJournal, FollowJournal)",
+			call, journal.ErrNotJournal, abs, filepath.Dir(abs))
 	}
 	return &fileSource{in: in, path: abs, name: FileSourcePrefix + abs, h: h, follow: follow,
 		bounds: batchBounds{lines: in.batchLines(), bytes: in.batchBytes(), maxLine: in.maxLineSize()}, ends: map[fileKey]int64{}, done: map[fileID2]bool{}}, nil

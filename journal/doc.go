@@ -74,7 +74,8 @@
 //   - OpenFile opens only a regular file: a directory, a FIFO, a device or a socket is ErrNotJournal,
 //     refused from a stat of the path before anything opens it (opening a FIFO would wait for a
 //     writer, opening a device can act on it); the open does not block either, and what it opened is
-//     checked to be the file looked at.
+//     checked to be the file looked at. Nor does it open a file named as a segment of a journal
+//     directory (%020d.jsonl, see Segments): only the directory's Journal writes a segment.
 //   - OpenFile opens only a journal: an empty or new file, or one whose first and last complete lines
 //     are journal lines, whose torn tail (if any) begins with '{', and where what it reads holds no
 //     NUL byte. Anything else (a database, a log, a file of NUL bytes left by a copytruncate, or by a

@@ -89,13 +89,21 @@ func (osOps) Datasync(f *os.File) error                            { return data
 // file is a journal, any other must begin and end with journal lines (see ErrNotJournal). OpenFile
 // takes an exclusive lock on the file, failing with ErrLocked when another File, in this process or
 // another, has it open. A path that names a directory, a FIFO, a device or a socket is refused with
-// ErrNotJournal before anything opens it, so OpenFile never blocks on a FIFO. A last line without its newline was never acknowledged: OpenFile cuts it
-// off, so the next append cannot glue itself to half a line.
+// ErrNotJournal before anything opens it, so OpenFile never blocks on a FIFO; so is a path named as
+// a segment of a journal directory (%020d.jsonl), which only the directory's Journal writes. A last
+// line without its newline was never acknowledged: OpenFile cuts it off, so the next append cannot
+// glue itself to half a line.
 func OpenFile(path string) (*File, error) {
 	return openFile(path, osOps{})
 }
 
 func openFile(path string, ops fileOps) (*File, error) {
+	// A segment is written only by the Journal that holds its directory's lock: appended to as a
+	// file, a sealed one no longer ends where the next begins (the directory stops opening), and the
+	// last one takes lines beside that Journal, whose lock is the directory's, not the segment's.
+	if _, ok := parseBase(filepath.Base(path), segmentExt); ok {
+		return nil, fmt.Errorf("%w: %s is named as a segment of the journal directory %s, which is opened as a whole, never one segment; it was not opened", ErrNotJournal, path, filepath.Dir(path))
+	}
 	f, created, err := openRegular(path)
 	if err != nil {
 		return nil, err

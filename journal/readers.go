@@ -183,7 +183,16 @@ func writeFileAtomic(dir, final, pattern string, b []byte) error {
 // is an error naming the file.
 func readReader(dir, name string) (ReaderInfo, error) {
 	path := filepath.Join(dir, readerFileName(name))
-	f, err := os.Open(path)
+	// Looked at before it is opened, without following a link: opening a FIFO waits for a writer,
+	// and a link names another directory's reader, which Open refuses as no file of the journal.
+	lst, err := os.Lstat(path)
+	if err != nil {
+		return ReaderInfo{}, fmt.Errorf("journal: reader %s: %w", name, err)
+	}
+	if !lst.Mode().IsRegular() || lst.Size() > maxReaderFile {
+		return ReaderInfo{}, fmt.Errorf("journal: reader file %s: not a reader file (not a regular file of at most %d bytes)", path, maxReaderFile)
+	}
+	f, err := os.OpenFile(path, os.O_RDONLY|openNonblock, 0)
 	if err != nil {
 		return ReaderInfo{}, fmt.Errorf("journal: reader %s: %w", name, err)
 	}
@@ -192,7 +201,7 @@ func readReader(dir, name string) (ReaderInfo, error) {
 	if err != nil {
 		return ReaderInfo{}, fmt.Errorf("journal: reader %s: %w", name, err)
 	}
-	if !st.Mode().IsRegular() || st.Size() > maxReaderFile {
+	if !st.Mode().IsRegular() || st.Size() > maxReaderFile || !os.SameFile(lst, st) {
 		return ReaderInfo{}, fmt.Errorf("journal: reader file %s: not a reader file (not a regular file of at most %d bytes)", path, maxReaderFile)
 	}
 	b := make([]byte, maxReaderFile+1)

@@ -197,3 +197,34 @@ func TestAJournalOpensBesideReaderFilesButRefusesOtherFiles(t *testing.T) {
 		os.Remove(p)
 	}
 }
+
+func TestStatusAndTrimOfADirectoryThatIsNoJournalSayNotAJournalNotNoSegmentsYet(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "notes.txt")
+	for _, path := range []string{dir, file} {
+		if st, err := Status(t.Context(), path); !errors.Is(err, ErrNotJournal) {
+			t.Errorf("Status(%s) = %+v, %v; want ErrNotJournal", path, st, err)
+		}
+		if rep, err := Trim(t.Context(), path); !errors.Is(err, ErrNotJournal) {
+			t.Errorf("Trim(%s) = %+v, %v; want ErrNotJournal", path, rep, err)
+		}
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Errorf("the directory holds %d files, want notes.txt alone", len(ents))
+	}
+	// A journal's own files, an empty directory among them, are still reported.
+	j := filepath.Join(t.TempDir(), "j")
+	if err := os.Mkdir(j, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := SetReader(j, "r", 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Status(t.Context(), j); err != nil {
+		t.Errorf("Status of a directory holding a reader's file: %v", err)
+	}
+}

@@ -420,7 +420,8 @@ func (j *Journal) trimAfterSeal(ctx context.Context) {
 // Trim trims the journal in dir as Journal.Trim does, when no Journal has it open: it takes the
 // directory's lock (ErrLocked when a Journal has it; that Journal trims by itself when it was given
 // WithKeep or WithMaxBytes, and on its Trim). opts are Open's (WithKeep, WithMaxBytes, WithLogger).
-// A directory without segments has nothing to trim.
+// A directory without segments has nothing to trim; a path that is not a directory, or a directory
+// holding a file no journal keeps, is ErrNotJournal, as at Open.
 func Trim(ctx context.Context, dir string, opts ...Option) (TrimReport, error) {
 	if err := ctx.Err(); err != nil {
 		return TrimReport{}, err
@@ -430,6 +431,9 @@ func Trim(ctx context.Context, dir string, opts ...Option) (TrimReport, error) {
 		return TrimReport{}, err
 	}
 	if len(segs) == 0 {
+		if err := checkJournalNames(dir); err != nil {
+			return TrimReport{}, err
+		}
 		// Nothing to delete; a reader file that cannot be read is still worth saying.
 		_, err := Readers(dir)
 		return TrimReport{}, err
@@ -443,6 +447,39 @@ func Trim(ctx context.Context, dir string, opts ...Option) (TrimReport, error) {
 		err = cerr
 	}
 	return rep, err
+}
+
+// checkJournalNames refuses, as Open does, a directory holding a file no journal keeps: what reports
+// on a journal must not report a mistyped path as a journal with no segments yet.
+func checkJournalNames(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	for _, e := range ents {
+		if !isJournalName(e) {
+			return fmt.Errorf("%w: %s holds %q, which is not a file of a journal", ErrNotJournal, dir, e.Name())
+		}
+	}
+	return nil
+}
+
+// isJournalName says whether Open takes e as one of a journal's files (see Journal.open).
+func isJournalName(e os.DirEntry) bool {
+	name := e.Name()
+	if _, ok := parseBase(name, segmentExt); ok {
+		return true // Open says on its own what is wrong with one that is not a regular file
+	}
+	if !e.Type().IsRegular() {
+		return false
+	}
+	for _, ext := range []string{indexExt, tmpExt} {
+		if _, ok := parseBase(name, ext); ok {
+			return true
+		}
+	}
+	_, reader := parseReaderFileName(name)
+	return reader || parseReaderTmpName(name) || name == stateName || name == stateTmpName
 }
 
 // listSegments reads dir's segments in order, without its lock, checking that each sealed one ends
@@ -552,7 +589,9 @@ type DirStatus struct {
 
 // Status reports the journal in dir, its readers and their lag, and what a trim with opts
 // (WithKeep, WithMaxBytes) would delete and what it would keep and why, without the directory's
-// lock and changing nothing. It cannot see which segments readers hold open.
+// lock and changing nothing. It cannot see which segments readers hold open. A path that is not a
+// directory, or a directory holding a file no journal keeps, is ErrNotJournal, as at Open: a
+// mistyped path is not reported as a journal with no segments yet.
 func Status(ctx context.Context, dir string, opts ...Option) (DirStatus, error) {
 	if err := ctx.Err(); err != nil {
 		return DirStatus{}, err
@@ -568,11 +607,14 @@ func Status(ctx context.Context, dir string, opts ...Option) (DirStatus, error) 
 	if err != nil {
 		return DirStatus{}, err
 	}
-	readers, err := Readers(dir)
+	segs, err := listSegments(dir)
 	if err != nil {
 		return DirStatus{}, err
 	}
-	segs, err := listSegments(dir)
+	if err := checkJournalNames(dir); err != nil {
+		return DirStatus{}, err
+	}
+	readers, err := Readers(dir)
 	if err != nil {
 		return DirStatus{}, err
 	}

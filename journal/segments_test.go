@@ -787,3 +787,34 @@ func TestAnOpenWhoseDirectoryAnotherOpenCreatedFirstOpensIt(t *testing.T) {
 		t.Fatalf("LastSeq %d, %v; want 2", last, err)
 	}
 }
+
+func TestOpenFileRefusesASegmentOfAJournalDirectoryAndLeavesItAsItWas(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "j")
+	j := openDir(t, dir, WithSegmentSize(200))
+	for i := range 4 {
+		mustAppend(t, j, "r", runBatch("r", int64(3*i+1), 3, "x"))
+	}
+	segs, err := SegmentsOf(dir)
+	if err != nil || len(segs) < 2 {
+		t.Fatalf("segments %v, %v; want a sealed one and the last", segs, err)
+	}
+	for _, seg := range []string{filepath.Join(dir, segmentName(segs[0].Position)), filepath.Join(dir, segmentName(segs[len(segs)-1].Position))} {
+		before, err := os.ReadFile(seg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := OpenFile(seg)
+		if err == nil {
+			f.Append(context.Background(), "r", runBatch("r", 13, 1, "x"))
+			f.Close()
+		}
+		if !errors.Is(err, ErrNotJournal) || !strings.Contains(err.Error(), seg) {
+			t.Errorf("OpenFile(%s) beside its Journal = %v, want ErrNotJournal naming it", seg, err)
+		}
+		if after, _ := os.ReadFile(seg); string(after) != string(before) {
+			t.Errorf("%s changed", seg)
+		}
+	}
+	mustAppend(t, j, "r", runBatch("r", 13, 1, "x"))
+}

@@ -96,3 +96,34 @@ func TestRelayRefusesAnEmptyJournalDirectoryForABookThatProjectedAndLeavesItEmpt
 		t.Errorf("the directory now holds %v", entries)
 	}
 }
+
+func TestRelayPointedAtASegmentOfAJournalDirectoryRefusesAndTheDirectoryStillOpens(t *testing.T) {
+	dir := t.TempDir()
+	dbPath, file, jDir := filepath.Join(dir, "book.db"), filepath.Join(dir, "j.jsonl"), filepath.Join(dir, "journal")
+	project(t, dbPath, file, "r", 3, "x")
+	// Adopted, the file is the sealed first segment, holding every run the book projected.
+	if err := journal.Adopt(context.Background(), file, jDir); err != nil {
+		t.Fatal(err)
+	}
+	project(t, dbPath, "", "r", 2, "y")
+	seg := filepath.Join(jDir, "00000000000000000000.jsonl")
+	before, err := os.ReadFile(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := cli(t, "relay", "--db", dbPath, "--journal", seg)
+	if code != exitUsage || !strings.Contains(errOut, "segment") {
+		t.Errorf("relay --journal SEGMENT: exit %d\n%s%s; want exit %d saying it is a segment", code, out, errOut, exitUsage)
+	}
+	if after, _ := os.ReadFile(seg); string(after) != string(before) {
+		t.Errorf("the sealed segment was appended to")
+	}
+	j, err := journal.Open(jDir)
+	if err != nil {
+		t.Fatalf("the journal directory after the relay: %v", err)
+	}
+	j.Close()
+	if code, out, errOut := cli(t, "relay", "--db", dbPath, "--journal", jDir); code != exitOK {
+		t.Errorf("relay --journal DIR: exit %d\n%s%s", code, out, errOut)
+	}
+}
