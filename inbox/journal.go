@@ -37,8 +37,8 @@ import (
 // reader name: WithReaderName's, or one derived from the database's absolute path ("inbox-", the
 // file's name, '-', 12 hex digits of the path's SHA-256), the same across restarts and different for
 // two databases. It writes the registration once at the start (the position it reads from), after a
-// commit at most every 250 ms or 16 MiB, and when the call ends (FollowJournal: also each time it has
-// read all there is), always after the commit it names, so that it can lag the database (retention
+// commit at most every 250 ms or 16 MiB, and when the call ends (FollowJournal: also once it has had
+// nothing to read for the rest of those 250 ms), always after the commit it names, so that it can lag the database (retention
 // then keeps more), never run ahead of it (see the package doc); one that fails stops the call with
 // the batches committed.
 //
@@ -102,11 +102,7 @@ func (in *Inbox) FollowJournal(ctx context.Context, dir string, h Handler) error
 		if err = s.drain(ctx); err != nil {
 			break
 		}
-		// Idle: nothing left to read, so the position the last batches reached is registered now.
-		if err = s.registerPending(ctx); err != nil {
-			break
-		}
-		if err = k.wait(ctx); err != nil {
+		if err = s.idle(ctx, k); err != nil {
 			break
 		}
 		err = s.look(ctx)
@@ -238,8 +234,8 @@ type journalSource struct {
 
 // A journal source registers the position it committed with the journal (two fsyncs and a rename
 // a time) at most once per registerEvery or per registerBytes read, and whenever it stops reading:
-// at the end of an ApplyJournal, and each time a FollowJournal has read all there is. A registration
-// that lags only makes retention keep more.
+// at the end of an ApplyJournal or FollowJournal, and when a FollowJournal has had nothing to read
+// for the rest of registerEvery. A registration that lags only makes retention keep more.
 const registerBytes = 16 << 20
 
 // registerEvery is a variable so that a test can make every registration a call's start or end.
@@ -440,6 +436,27 @@ func (s *journalSource) registerSoon() error {
 		return nil
 	}
 	return s.register(s.pending)
+}
+
+// idle is FollowJournal's wait once it has read all there is. A position committed since the last
+// registration is registered when nothing more comes for the rest of registerEvery after that
+// registration (at once when it is older): a trickle of lines, each read as it comes, does not pay a
+// registration per line, and a follower that stays idle has its position registered.
+func (s *journalSource) idle(ctx context.Context, k *waker) error {
+	if s.pending > s.registered {
+		if rest := registerEvery - time.Since(s.registeredAt); rest > 0 {
+			wctx, cancel := context.WithTimeout(ctx, rest)
+			err := k.wait(wctx)
+			cancel()
+			if err == nil || ctx.Err() != nil {
+				return ctx.Err() // woken: read on, and come back here when nothing is left
+			}
+		}
+		if err := s.registerPending(ctx); err != nil {
+			return err
+		}
+	}
+	return k.wait(ctx)
 }
 
 // registerPending registers a position committed since the last registration, unless the stored
