@@ -38,9 +38,9 @@ import (
 // file's name, '-', 12 hex digits of the path's SHA-256), the same across restarts and different for
 // two databases. It writes the registration once at the start (the position it reads from), after a
 // commit at most every 250 ms or 16 MiB, and when the call ends (FollowJournal: also once it has had
-// nothing to read for the rest of those 250 ms), always after the commit it names, so that it can lag the database (retention
-// then keeps more), never run ahead of it (see the package doc); one that fails stops the call with
-// the batches committed.
+// nothing to read for the rest of those 250 ms), always after the commit it names, so that it can
+// lag the database (retention then keeps more), never run ahead of it (see the package doc); one
+// that fails stops the call with the batches committed.
 //
 // A stored position below the journal's first retained segment, and a reader with no position of a
 // journal whose first segment does not begin at byte 0, is a *JournalGapError wrapping
