@@ -139,11 +139,19 @@
 // position, every byte before it), so that a directory holding another journal is ErrJournalReplaced,
 // never misread. They take part in the journal's retention:
 //
-//   - After each commit they register the position with the journal (journal.SetReader) under the
+//   - They register the position they committed with the journal (journal.SetReader) under the
 //     inbox's reader name (WithReaderName; by default "inbox-", the database file's name and 12 hex
 //     digits of the SHA-256 of its absolute path: stable across restarts, different for two
-//     databases). The registration is written after the commit: it may lag the database, never run
-//     ahead of it.
+//     databases). The reader file is written at these moments, and only these: at the start of a
+//     call and whenever it takes up a stored position again (a Release rewound it), at the position
+//     it reads from; after a commit when the last write is 250 ms old or 16 MiB behind the committed
+//     position (a long catch-up writes it a few times a second, not with two fsyncs after every
+//     batch); at the end of every ApplyJournal, error or not, when it committed anything since; when
+//     a FollowJournal has read all there is and nothing more came for the rest of the 250 ms since
+//     its last write (it went idle); and when a FollowJournal returns. It is always written after
+//     the commit it names, and a pending position is dropped, not written, when the stored position
+//     is no longer the one the call committed (a Release rewound it): the file may lag the database
+//     (retention then keeps more), never run ahead of it.
 //   - They hold a shared flock on each segment they have open, for as long as it is open: retention
 //     removes no segment a reader holds.
 //   - A position below the first retained segment, or no position in a journal whose first segment

@@ -33,12 +33,14 @@ import (
 // While it has a segment open, it holds a shared flock on it, which the journal's retention
 // respects: a segment is never removed under a reader that is reading it.
 //
-// After each commit (and once at the start, at the position it reads from), it registers the
-// position with the journal (journal.SetReader) under the inbox's reader name: WithReaderName's, or
-// one derived from the database's absolute path ("inbox-", the file's name, '-', 12 hex digits of
-// the path's SHA-256), the same across restarts and different for two databases. The registration
-// is written after the commit, so that it can lag the database (retention then keeps more), never
-// run ahead of it; one that fails stops the call with the batch committed.
+// It registers the position it committed with the journal (journal.SetReader) under the inbox's
+// reader name: WithReaderName's, or one derived from the database's absolute path ("inbox-", the
+// file's name, '-', 12 hex digits of the path's SHA-256), the same across restarts and different for
+// two databases. It writes the registration once at the start (the position it reads from), after a
+// commit at most every 250 ms or 16 MiB, and when the call ends (FollowJournal: also once it has had
+// nothing to read for the rest of those 250 ms), always after the commit it names, so that it can
+// lag the database (retention then keeps more), never run ahead of it (see the package doc); one
+// that fails stops the call with the batches committed.
 //
 // A stored position below the journal's first retained segment, and a reader with no position of a
 // journal whose first segment does not begin at byte 0, is a *JournalGapError wrapping
@@ -72,6 +74,9 @@ func (in *Inbox) ApplyJournal(ctx context.Context, dir string, h Handler) (Repor
 		return s.rep, err
 	}
 	err = s.drain(ctx)
+	if rerr := s.registerPending(ctx); err == nil {
+		err = rerr
+	}
 	return s.rep, err
 }
 
@@ -97,10 +102,13 @@ func (in *Inbox) FollowJournal(ctx context.Context, dir string, h Handler) error
 		if err = s.drain(ctx); err != nil {
 			break
 		}
-		if err = k.wait(ctx); err != nil {
+		if err = s.idle(ctx, k); err != nil {
 			break
 		}
 		err = s.look(ctx)
+	}
+	if rerr := s.registerPending(ctx); err == nil {
+		err = rerr
 	}
 	if ctx.Err() != nil {
 		return ctx.Err()
@@ -218,7 +226,20 @@ type journalSource struct {
 	pos    FilePosition // where reading stands in cur
 	stopAt int64        // ApplyJournal: the journal's end when the call began
 	rep    Report
+
+	registered   int64     // the position last registered with the journal (-1: none this call)
+	registeredAt time.Time // when
+	pending      int64     // the position committed last; registered once it is registered's
 }
+
+// A journal source registers the position it committed with the journal (two fsyncs and a rename
+// a time) at most once per registerEvery or per registerBytes read, and whenever it stops reading:
+// at the end of an ApplyJournal or FollowJournal, and when a FollowJournal has had nothing to read
+// for the rest of registerEvery. A registration that lags only makes retention keep more.
+const registerBytes = 16 << 20
+
+// registerEvery is a variable so that a test can make every registration a call's start or end.
+var registerEvery = 250 * time.Millisecond
 
 func (in *Inbox) newJournalSource(call, dir string, h Handler) (*journalSource, error) {
 	if h == nil {
@@ -235,7 +256,7 @@ func (in *Inbox) newJournalSource(call, dir string, h Handler) (*journalSource, 
 		return nil, err
 	}
 	return &journalSource{in: in, dir: abs, name: JournalSourcePrefix + abs, reader: in.readerName(), h: h,
-		follow: call == "FollowJournal", stopAt: -1,
+		follow: call == "FollowJournal", stopAt: -1, registered: -1, pending: -1,
 		bounds: batchBounds{lines: in.batchLines(), bytes: in.batchBytes(), maxLine: in.maxLineSize()}}, nil
 }
 
@@ -397,7 +418,63 @@ func (s *journalSource) register(pos int64) error {
 	if err := journal.SetReader(s.dir, s.reader, pos); err != nil {
 		return fmt.Errorf("inbox: journal %s: register reader %s at byte %d: %w", quotePath(s.dir), s.reader, pos, err)
 	}
+	s.registered, s.pending, s.registeredAt = pos, pos, time.Now()
+	if afterJournalRegister != nil {
+		afterJournalRegister(s.dir, pos)
+	}
 	return nil
+}
+
+// afterJournalRegister, when set, is called after each registration a journal source writes: tests
+// compare what was registered with what was committed.
+var afterJournalRegister func(dir string, pos int64)
+
+// registerSoon registers the position just committed when the last registration is registerEvery
+// old or registerBytes behind it; otherwise it leaves it pending.
+func (s *journalSource) registerSoon() error {
+	if s.pending-s.registered < registerBytes && time.Since(s.registeredAt) < registerEvery {
+		return nil
+	}
+	return s.register(s.pending)
+}
+
+// idle is FollowJournal's wait once it has read all there is. A position committed since the last
+// registration is registered when nothing more comes for the rest of registerEvery after that
+// registration (at once when it is older): a trickle of lines, each read as it comes, does not pay a
+// registration per line, and a follower that stays idle has its position registered.
+func (s *journalSource) idle(ctx context.Context, k *waker) error {
+	if s.pending > s.registered {
+		if rest := registerEvery - time.Since(s.registeredAt); rest > 0 {
+			wctx, cancel := context.WithTimeout(ctx, rest)
+			err := k.wait(wctx)
+			cancel()
+			if err == nil || ctx.Err() != nil {
+				return ctx.Err() // woken: read on, and come back here when nothing is left
+			}
+		}
+		if err := s.registerPending(ctx); err != nil {
+			return err
+		}
+	}
+	return k.wait(ctx)
+}
+
+// registerPending registers a position committed since the last registration, unless the stored
+// position is no longer the one this call committed: a Release rewound it meanwhile and lowered the
+// registration, and a later write of the committed position would run ahead of the database.
+func (s *journalSource) registerPending(ctx context.Context) error {
+	if s.pending <= s.registered || s.in.lock == nil {
+		return nil
+	}
+	// The call may end because its ctx did: what it committed is registered all the same.
+	pos, err := s.in.SourcePosition(context.WithoutCancel(ctx), s.name)
+	if err != nil {
+		return err
+	}
+	if string(pos) != string(s.stored) {
+		return nil // the next load registers where the source reads from
+	}
+	return s.register(s.pending)
 }
 
 // resume goes on from jp, proven in its segment: the segment's first line, the line that ends at
@@ -766,7 +843,8 @@ func (s *journalSource) commit(ctx context.Context, to FilePosition, lines [][]b
 	s.rep.Quarantined += rep.Quarantined
 	s.stored = enc
 	s.pos = to
-	if err := s.register(jp.Position); err != nil {
+	s.pending = jp.Position
+	if err := s.registerSoon(); err != nil {
 		return err
 	}
 	faultpoint.Hit(faultpoint.InboxBetweenBatches)

@@ -21,6 +21,94 @@ import (
 	"github.com/textmachine/outbox/outbox"
 )
 
+// BenchmarkRelayDrainSegments projects the backlog BenchmarkRelayDrain does (20,000 lines, batches of
+// 256) into a segmented journal (Open, default segment size), beside the same relay into a single
+// file (OpenFile). Each pass drains a fresh copy of one book (the relay forgets what it projected);
+// the two alternate within each iteration, so that the disk's drift falls on both; the ratio is the
+// file's time over the segments'.
+func BenchmarkRelayDrainSegments(b *testing.B) {
+	backlog, batch := 20_000, 256
+	if testing.Short() {
+		backlog = 1000
+	}
+	ctx := context.Background()
+	dir := b.TempDir()
+	book := filepath.Join(dir, "book.db")
+	s, err := outbox.Open(ctx, book)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := s.WriteTx(ctx, func(tx *sql.Tx) error {
+		for i := 1; i <= backlog; i++ {
+			if _, err := s.EnqueueTx(ctx, tx, "run", journal.Builder("run", "spend", map[string]int{"unit": i, "amount": i % 1000})); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		b.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		b.Fatal(err)
+	}
+	content, err := os.ReadFile(book)
+	if err != nil {
+		b.Fatal(err)
+	}
+	drain := func(name string, open func(string) (interface {
+		outbox.Sink
+		Close() error
+	}, error)) time.Duration {
+		b.StopTimer()
+		path := filepath.Join(dir, name+".db")
+		if err := os.WriteFile(path, content, 0o644); err != nil {
+			b.Fatal(err)
+		}
+		s, err := outbox.Open(ctx, path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer s.Close()
+		sink, err := open(filepath.Join(dir, name))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer sink.Close()
+		relay := outboxtest.NewRelay(b, s, sink, "run", outbox.WithBatchSize(batch))
+		b.StartTimer()
+		t0 := time.Now()
+		if err := relay.Flush(ctx); err != nil {
+			b.Fatal(err)
+		}
+		d := time.Since(t0)
+		if last, err := sink.(interface {
+			LastSeq(string) (int64, error)
+		}).LastSeq("run"); err != nil || last != int64(backlog) {
+			b.Fatalf("%s: the journal ends at seq %d of %d: %v", name, last, backlog, err)
+		}
+		return d
+	}
+	var inFile, inSegments time.Duration
+	for i := 0; b.Loop(); i++ {
+		inFile += drain(fmt.Sprintf("file-%d", i), func(p string) (interface {
+			outbox.Sink
+			Close() error
+		}, error) {
+			return journal.OpenFile(p + ".jsonl")
+		})
+		inSegments += drain(fmt.Sprintf("segments-%d", i), func(p string) (interface {
+			outbox.Sink
+			Close() error
+		}, error) {
+			return journal.Open(p)
+		})
+	}
+	n := float64(backlog * b.N)
+	b.ReportMetric(n/inFile.Seconds(), "file-lines/s")
+	b.ReportMetric(n/inSegments.Seconds(), "segments-lines/s")
+	b.ReportMetric(inFile.Seconds()/inSegments.Seconds(), "ratio")
+}
+
 // BenchmarkRelayDrain projects a backlog of 20,000 lines from the store into a journal file, beside a
 // baseline that appends the same lines, in the same batch size, with one fdatasync per batch and no
 // database at all. Each iteration runs one baseline pass and one relay pass, one after the other, so
