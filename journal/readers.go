@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/textmachine/outbox/internal/faultpoint"
 )
 
 // A reader of a journal directory registers the position it has committed, one small file per reader
@@ -49,6 +51,9 @@ const (
 	maxReaderFile = 256
 	// A temporary reader file older than this was left by a crash, not by a write under way.
 	staleReaderTmp = 10 * time.Minute
+	// faultReaderTmp: a reader's new position is written and synced under its temporary name, not
+	// renamed: the file still holds the old one.
+	faultReaderTmp = "journal.reader_tmp"
 )
 
 // checkReaderName reports whether name can name a reader: the file it names in the directory can
@@ -170,6 +175,7 @@ func writeFileAtomic(dir, final, pattern string, b []byte) error {
 		err = cerr
 	}
 	if err == nil {
+		faultpoint.Hit(faultReaderTmp)
 		err = os.Rename(tmp, filepath.Join(dir, final))
 	}
 	if err != nil {
