@@ -146,6 +146,13 @@ func TestALargeOnceKeyedLineLeavesNothingBehindOnceProjected(t *testing.T) {
 // to 1300.
 func oldBook(t *testing.T) (path string, lines map[int64][]byte) {
 	t.Helper()
+	return oldBookOf(t, 1301, 100)
+}
+
+// oldBookOf is oldBook with a ledger row every other seq up to last, the line of every largeEvery-th
+// seq from 1 large, projected up to last-1.
+func oldBookOf(t *testing.T, last, largeEvery int64) (path string, lines map[int64][]byte) {
+	t.Helper()
 	ctx := context.Background()
 	path = filepath.Join(t.TempDir(), "book.db")
 	d := outboxtest.RawDBRW(t, path)
@@ -167,10 +174,10 @@ func oldBook(t *testing.T) (path string, lines map[int64][]byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for seq := int64(1); seq <= 1301; seq += 2 {
+	for seq := int64(1); seq <= last; seq += 2 {
 		line := []byte(fmt.Sprintf(`{"engine_run_id":"old","seq":%d,"type":"unit_done"}`, seq))
 		spill := int64(0)
-		if seq%100 == 1 {
+		if seq%largeEvery == 1 {
 			line = []byte(fmt.Sprintf(`{"engine_run_id":"old","seq":%d,"pad":%q}`, seq, strings.Repeat("y", 1000)))
 			res, err := tx.Exec(`INSERT INTO events_lines (line) VALUES (?)`, line)
 			if err != nil {
@@ -189,7 +196,7 @@ func oldBook(t *testing.T) (path string, lines map[int64][]byte) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := tx.Exec(`INSERT INTO outbox_progress (engine_run_id, projected, last_seq) VALUES ('old', 1300, 1301)`); err != nil {
+	if _, err := tx.Exec(`INSERT INTO outbox_progress (engine_run_id, projected, last_seq) VALUES ('old', ?, ?)`, last-1, last); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit(); err != nil {
@@ -204,8 +211,11 @@ func TestRecoverReplacesTheLinesAnEarlierReleaseKeptInItsLedgerWithTheirDigests(
 	// Recover empties the rows in steps of a transaction each, which the operation timeout would
 	// bound if the context had no deadline; what is under test is what they leave, not how fast.
 	ctx := outboxtest.Patient(t)
-	path, lines := oldBook(t)
-	s, err := outbox.Open(ctx, path)
+	// Forty ledger rows, five of them with a large line, emptied sixteen a step: two whole steps and
+	// a last one, as a book of any size is.
+	const last = 81
+	path, lines := oldBookOf(t, last, 20)
+	s, err := outbox.Open(ctx, path, outbox.WithLedgerStep(16))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,8 +240,8 @@ func TestRecoverReplacesTheLinesAnEarlierReleaseKeptInItsLedgerWithTheirDigests(
 	if n := countLargeLines(t, path); n != 0 {
 		t.Errorf("large lines left: %d", n)
 	}
-	if got := sink.All(); len(got) != 1 || got[0].Seq != 1301 {
-		t.Errorf("Recover sent %v, want seq 1301 (the first after the position)", outboxtest.SeqsOf(got))
+	if got := sink.All(); len(got) != 1 || got[0].Seq != last {
+		t.Errorf("Recover sent %v, want seq %d (the first after the position)", outboxtest.SeqsOf(got), last)
 	}
 	if ok, _, _ := s.EnqueueOnce(ctx, "new", "unit:7", outboxtest.LineOf("done")); ok {
 		t.Error("a converted key was announced again")
