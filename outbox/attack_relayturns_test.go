@@ -224,11 +224,13 @@ func TestTwoUnrecordedBatchesOfOnceKeysAreLedgeredByTheNextAttemptOrTheNextStart
 // after the store closed is left unrecorded, the record before it kept, and the relay is told
 // ErrClosed, not left hanging or touching a closed book. The next start re-sends that batch only.
 func TestCloseGivesUpOnAnAppendBlockedPastItsWaitAndTheNextStartResendsOnlyThatBatch(t *testing.T) {
-	// The short timeout is Close's wait for the append, and the record's bound; every other call has
-	// a deadline of its own (Patient), which the operation timeout does not shorten.
+	// The operation timeout is Close's wait for the append, and also the bound of the first batch's
+	// record, made beside the second append: short, it would let a loaded machine overrun that record
+	// and fail the run before Close. Any wait proves the point, since the append stays blocked until
+	// Close has returned. Every other call has a deadline of its own (Patient), which the operation
+	// timeout does not shorten.
 	ctx := outboxtest.Patient(t)
-	opts := []outbox.Option{outbox.WithOpTimeout(100 * time.Millisecond)}
-	s := openStore(t, opts...)
+	s := openStore(t, outbox.WithOpTimeout(2*time.Second))
 	path := filepath.Join(t.TempDir(), "journal.jsonl")
 	enqueueSpends(t, s, 30)
 	j := openJournal(t, path)
@@ -256,7 +258,8 @@ func TestCloseGivesUpOnAnAppendBlockedPastItsWaitAndTheNextStartResendsOnlyThatB
 	case <-time.After(liveness):
 		t.Fatal("Flush did not return after Close")
 	}
-	s2, err := outbox.Open(ctx, s.Path(), opts...)
+	// The next start has the default wait: its Recover records the batch it re-sends.
+	s2, err := outbox.Open(ctx, s.Path())
 	if err != nil {
 		t.Fatal(err)
 	}

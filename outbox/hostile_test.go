@@ -866,13 +866,16 @@ func TestDiskFullIsNamedAndStoresNothing(t *testing.T) {
 
 func TestErrNotDurableComesWithTheCommittedSeq(t *testing.T) {
 	t.Parallel()
+	// A deadline far off: under the operation timeout alone, a call a loaded machine keeps waiting
+	// would end with the context's error, not with the fault under test.
+	ctx := outboxtest.Patient(t)
 	setupCalls, total := outboxtest.CountCalls(t, 12)
 	seen := 0
 	for at := setupCalls + 1; at <= total; at++ {
 		s, _, path, name := outboxtest.FaultStore(t, func(v *faultvfs.VFS) { v.FailAt = at })
-		seq, err := s.EnqueueEvent(context.Background(), "r", outboxtest.LineOf("x"))
+		seq, err := s.EnqueueEvent(ctx, "r", outboxtest.LineOf("x"))
 		for i := 0; err == nil && i < 12; i++ {
-			seq, err = s.EnqueueEvent(context.Background(), "r", outboxtest.LineOf("x"))
+			seq, err = s.EnqueueEvent(ctx, "r", outboxtest.LineOf("x"))
 		}
 		s.Close()
 		if !errors.Is(err, outbox.ErrNotDurable) {
@@ -883,7 +886,7 @@ func TestErrNotDurableComesWithTheCommittedSeq(t *testing.T) {
 			t.Errorf("call %d: ErrNotDurable with seq 0", at)
 			continue
 		}
-		s2, oerr := outbox.Open(context.Background(), path, outbox.WithVFS(name))
+		s2, oerr := outbox.Open(ctx, path, outbox.WithVFS(name))
 		if oerr != nil {
 			t.Fatal(oerr)
 		}

@@ -54,7 +54,7 @@ func (s *Store) emptyLedgerLines(ctx context.Context) (int64, error) {
 		var n int
 		err := s.write(ctx, relaxed, func(w *txWriter) error {
 			ctx, tx := w.ctx, w.tx
-			rows, err := s.q.LedgerLinesToEmpty(ctx, tx, ledgerStep)
+			rows, err := s.q.LedgerLinesToEmpty(ctx, tx, int64(s.cfg.ledgerStep))
 			if err != nil {
 				return fmt.Errorf("list the ledger's lines: %w", mapErr(ctx, err))
 			}
@@ -85,7 +85,7 @@ func (s *Store) emptyLedgerLines(ctx context.Context) (int64, error) {
 			return total, fmt.Errorf("empty the ledger's lines: %w", err)
 		}
 		total += int64(n)
-		if n < ledgerStep {
+		if n < s.cfg.ledgerStep {
 			return total, nil
 		}
 	}

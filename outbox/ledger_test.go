@@ -5,6 +5,7 @@ package outbox_test
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -27,9 +28,15 @@ type ledgerRow struct {
 
 func readLedgerRow(t *testing.T, path, run string, seq int64) ledgerRow {
 	t.Helper()
+	return readLedgerRowOf(t, outboxtest.RawDB(t, path), run, seq)
+}
+
+// readLedgerRowOf is readLedgerRow over an open database, for a test that reads many rows.
+func readLedgerRowOf(t *testing.T, d *sql.DB, run string, seq int64) ledgerRow {
+	t.Helper()
 	var r ledgerRow
 	var digest []byte
-	row := outboxtest.RawDB(t, path).QueryRow(`SELECT line, digest IS NULL, COALESCE(digest, x''), announce_key, spill
+	row := d.QueryRow(`SELECT line, digest IS NULL, COALESCE(digest, x''), announce_key, spill
 		FROM events_outbox WHERE engine_run_id = ? AND seq = ? AND once_key <> ''`, run, seq)
 	if err := row.Scan(&r.line, &r.digestNull, &digest, &r.announceKey, &r.spill); err != nil {
 		t.Fatalf("ledger row %d of run %q: %v", seq, run, err)
@@ -139,6 +146,13 @@ func TestALargeOnceKeyedLineLeavesNothingBehindOnceProjected(t *testing.T) {
 // to 1300.
 func oldBook(t *testing.T) (path string, lines map[int64][]byte) {
 	t.Helper()
+	return oldBookOf(t, 1301, 100)
+}
+
+// oldBookOf is oldBook with a ledger row every other seq up to last, the line of every largeEvery-th
+// seq from 1 large, projected up to last-1.
+func oldBookOf(t *testing.T, last, largeEvery int64) (path string, lines map[int64][]byte) {
+	t.Helper()
 	ctx := context.Background()
 	path = filepath.Join(t.TempDir(), "book.db")
 	d := outboxtest.RawDBRW(t, path)
@@ -160,10 +174,10 @@ func oldBook(t *testing.T) (path string, lines map[int64][]byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for seq := int64(1); seq <= 1301; seq += 2 {
+	for seq := int64(1); seq <= last; seq += 2 {
 		line := []byte(fmt.Sprintf(`{"engine_run_id":"old","seq":%d,"type":"unit_done"}`, seq))
 		spill := int64(0)
-		if seq%100 == 1 {
+		if seq%largeEvery == 1 {
 			line = []byte(fmt.Sprintf(`{"engine_run_id":"old","seq":%d,"pad":%q}`, seq, strings.Repeat("y", 1000)))
 			res, err := tx.Exec(`INSERT INTO events_lines (line) VALUES (?)`, line)
 			if err != nil {
@@ -182,7 +196,7 @@ func oldBook(t *testing.T) (path string, lines map[int64][]byte) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := tx.Exec(`INSERT INTO outbox_progress (engine_run_id, projected, last_seq) VALUES ('old', 1300, 1301)`); err != nil {
+	if _, err := tx.Exec(`INSERT INTO outbox_progress (engine_run_id, projected, last_seq) VALUES ('old', ?, ?)`, last-1, last); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit(); err != nil {
@@ -194,9 +208,14 @@ func oldBook(t *testing.T) (path string, lines map[int64][]byte) {
 
 func TestRecoverReplacesTheLinesAnEarlierReleaseKeptInItsLedgerWithTheirDigests(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	path, lines := oldBook(t)
-	s, err := outbox.Open(ctx, path)
+	// Recover empties the rows in steps of a transaction each, which the operation timeout would
+	// bound if the context had no deadline; what is under test is what they leave, not how fast.
+	ctx := outboxtest.Patient(t)
+	// Forty ledger rows, five of them with a large line, emptied sixteen a step: two whole steps and
+	// a last one, as a book of any size is.
+	const last = 81
+	path, lines := oldBookOf(t, last, 20)
+	s, err := outbox.Open(ctx, path, outbox.WithLedgerStep(16))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,8 +228,10 @@ func TestRecoverReplacesTheLinesAnEarlierReleaseKeptInItsLedgerWithTheirDigests(
 	if err := outboxtest.FastRelay(t, s, sink, "new").Recover(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// One connection for every row: a connection opened a row would cost the test most of its time.
+	d := outboxtest.RawDB(t, path)
 	for seq, line := range lines {
-		r := readLedgerRow(t, path, "old", seq)
+		r := readLedgerRowOf(t, d, "old", seq)
 		if len(r.line) != 0 || r.spill != 0 || !bytes.Equal(r.digest, outbox.LineDigest(line)) || r.announceKey != "" {
 			t.Errorf("seq %d: line %q, spill %d, digest %x, announce key %q; want only the digest %x",
 				seq, r.line, r.spill, r.digest, r.announceKey, outbox.LineDigest(line))
@@ -219,8 +240,8 @@ func TestRecoverReplacesTheLinesAnEarlierReleaseKeptInItsLedgerWithTheirDigests(
 	if n := countLargeLines(t, path); n != 0 {
 		t.Errorf("large lines left: %d", n)
 	}
-	if got := sink.All(); len(got) != 1 || got[0].Seq != 1301 {
-		t.Errorf("Recover sent %v, want seq 1301 (the first after the position)", outboxtest.SeqsOf(got))
+	if got := sink.All(); len(got) != 1 || got[0].Seq != last {
+		t.Errorf("Recover sent %v, want seq %d (the first after the position)", outboxtest.SeqsOf(got), last)
 	}
 	if ok, _, _ := s.EnqueueOnce(ctx, "new", "unit:7", outboxtest.LineOf("done")); ok {
 		t.Error("a converted key was announced again")

@@ -56,6 +56,8 @@ type config struct {
 	maxLine     int
 	walLimit    int64
 	lineCheck   func(runID string, seq int64, line []byte) error
+	// ledgerStep is ledgerStep but for a test, which spans several steps with a small book.
+	ledgerStep int
 }
 
 func newConfig(opts []Option) (config, error) {
@@ -68,6 +70,7 @@ func newConfig(opts []Option) (config, error) {
 		groupCommit: true,
 		maxLine:     DefaultMaxLineSize,
 		walLimit:    DefaultWALSizeLimit,
+		ledgerStep:  ledgerStep,
 	}
 	for _, o := range opts {
 		if o == nil {

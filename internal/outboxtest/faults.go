@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/ncruces/go-sqlite3/vfs"
 
@@ -37,11 +38,11 @@ func FaultStore(t testing.TB, arm func(*faultvfs.VFS)) (s *outbox.Store, v *faul
 	t.Helper()
 	v, name = NewFaultVFS(t, arm)
 	path = filepath.Join(t.TempDir(), "book.db")
-	s, err := outbox.Open(context.Background(), path, outbox.WithVFS(name))
+	s, err := outbox.Open(Patient(t), path, outbox.WithVFS(name))
 	if err != nil {
 		t.Fatalf("open through %s: %v", name, err)
 	}
-	if err := s.WriteTx(context.Background(), func(tx *sql.Tx) error {
+	if err := s.WriteTx(Patient(t), func(tx *sql.Tx) error {
 		_, err := tx.Exec(`CREATE TABLE spend (seq INTEGER PRIMARY KEY, cents INTEGER NOT NULL)`)
 		return err
 	}); err != nil {
@@ -51,9 +52,12 @@ func FaultStore(t testing.TB, arm func(*faultvfs.VFS)) (s *outbox.Store, v *faul
 }
 
 // Workload enqueues events of three kinds until one fails, and returns the lines acknowledged and the
-// error that stopped it.
+// error that stopped it. Its calls have a deadline far off, which the store's operation timeout does
+// not shorten: on a loaded machine a call that outlived that timeout would end with the context's
+// error, not with the fault under test.
 func Workload(s *outbox.Store, n int) (map[int64][]byte, error) {
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
 	acked := map[int64][]byte{}
 	for i := 1; i <= n; i++ {
 		var seq int64
@@ -105,7 +109,7 @@ func CountCalls(t testing.TB, n int) (setup, total int) {
 // event and every spend event its row.
 func CheckDurable(t testing.TB, label, path string, acked map[int64][]byte) {
 	t.Helper()
-	s, err := outbox.Open(context.Background(), path)
+	s, err := outbox.Open(Patient(t), path)
 	if err != nil {
 		t.Fatalf("%s: reopen: %v", label, err)
 	}
