@@ -52,11 +52,16 @@ and left quarantined (counters kept in its database: outbox_inbox_lines_applied_
 others), how many runs it has applied, each quarantined run (one series per quarantined run, none
 for a healthy one) with its high-water mark, per file source the bytes still to be read to the
 file's end, and per JetStream stream source the last stream sequence applied (the stream's own
-last sequence is the server's to export: the exporter connects to no server). Give either or both.
-It opens each database read-only, as stats does: it runs beside an engine and a consumer, keeps
+last sequence is the server's to export: the exporter connects to no server). With --journal, a
+segmented journal's directory: its bytes and segments, per registered reader the bytes and segments
+it has not read (label "reader"), and the segments retention deleted and, of those, the ones deleted
+under the size cap while a reader had not read them (counters kept in the directory:
+outbox_journal_segments_deleted_total, outbox_journal_segments_deleted_under_cap_total). Give any
+of them, or several. It reads the journal without its lock, as journal status does. It opens each
+database read-only, as stats does: it runs beside an engine and a consumer, keeps
 working when one starts or stops, and on a database no process holds open leaves the directory as
-it found it. A book or an inbox that does not exist yet is not an error: until it does,
-outbox_up (outbox_inbox_up) is 0, so that an exporter started before its engine serves. Each read
+it found it. A book, an inbox or a journal that does not exist yet is not an error: until it
+does, outbox_up (outbox_inbox_up, outbox_journal_up) is 0, so that an exporter started before its engine serves. Each read
 that fails says why on standard error, and its scrape answers outbox_up 0. outbox_build_info names
 the version (as outbox version prints it), and the go_ and process_ series are the exporter's own
 process.
@@ -78,15 +83,16 @@ const defaultListen = "localhost:9465"
 
 // metricsConfig is the parsed command line of metrics.
 type metricsConfig struct {
-	db, inbox, listen string
+	db, inbox, journal, listen string
 }
 
 // parseMetrics parses the command line of metrics; done is set when parsing ended the command,
 // with the exit status to return.
 func parseMetrics(args []string, stderr io.Writer) (cfg metricsConfig, code int, done bool) {
-	fs := newFlags("metrics", "outbox metrics (--db FILE | --inbox FILE | --db FILE --inbox FILE) [--listen ADDR]", metricsAbout)
+	fs := newFlags("metrics", "outbox metrics [--db FILE] [--inbox FILE] [--journal DIR] [--listen ADDR]", metricsAbout)
 	fs.StringVar(&cfg.db, "db", "", "the book's database `file`")
 	fs.StringVar(&cfg.inbox, "inbox", "", "a consumer's database `file`, holding its inbox")
+	fs.StringVar(&cfg.journal, "journal", "", "a segmented journal's `dir`ectory")
 	fs.StringVar(&cfg.listen, "listen", defaultListen, "listen on `addr` (port 0: any free port)")
 	pos, code, done := parseFlags(fs, args, stderr)
 	if done {
@@ -95,8 +101,8 @@ func parseMetrics(args []string, stderr io.Writer) (cfg metricsConfig, code int,
 	if cfg.listen == "" {
 		return cfg, usageError(stderr, "outbox metrics", "--listen needs an address, HOST:PORT or :PORT"), true
 	}
-	if len(pos) != 0 || (cfg.db == "" && cfg.inbox == "") {
-		return cfg, usageError(stderr, "outbox metrics", "need --db FILE or --inbox FILE (or both), and no arguments"), true
+	if len(pos) != 0 || (cfg.db == "" && cfg.inbox == "" && cfg.journal == "") {
+		return cfg, usageError(stderr, "outbox metrics", "need --db FILE, --inbox FILE or --journal DIR (or several), and no arguments"), true
 	}
 	return cfg, 0, false
 }
@@ -153,6 +159,15 @@ func runMetrics(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			return failErr(stderr, exitUsage, "metrics", err)
 		}
 		served = append(served, "the inbox of "+quote(cfg.inbox))
+	}
+	if cfg.journal != "" {
+		report := metrics.WithErrorHandler(func(err error) {
+			fmt.Fprintf(stderr, "outbox metrics: journal %s: %s\n", quote(cfg.journal), message(err))
+		})
+		if err := reg.Register(metrics.NewJournalCollector(cfg.journal, report)); err != nil {
+			return failErr(stderr, exitUsage, "metrics", err)
+		}
+		served = append(served, "the journal "+quote(cfg.journal))
 	}
 	ln, err := net.Listen("tcp", cfg.listen)
 	if err != nil {
