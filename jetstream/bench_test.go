@@ -104,7 +104,9 @@ func benchSink(b *testing.B, js njs.JetStream, replicas int) {
 		if _, err := store.EnqueueEvents(ctx, run, builds); err != nil {
 			b.Fatal(err)
 		}
-		relay := outboxtest.NewRelay(b, store, s, run, opts...)
+		// The other cases append to the same stream around the book, so the book does not know their
+		// runs: the start's comparison of the book with the stream would stop the relay.
+		relay := outboxtest.NewRelay(b, store, s, run, append([]outbox.RelayOption{outbox.WithBookCheck(false)}, opts...)...)
 		return func() {
 			if err := relay.Flush(ctx); err != nil {
 				b.Fatal(err)
@@ -125,7 +127,7 @@ func benchSink(b *testing.B, js njs.JetStream, replicas int) {
 			if _, err := store.EnqueueEvents(ctx, sub, builds); err != nil {
 				b.Fatal(err)
 			}
-			relay := outboxtest.NewRelay(b, store, s, sub)
+			relay := outboxtest.NewRelay(b, store, s, sub, outbox.WithBookCheck(false))
 			flush[r] = func() {
 				if err := relay.Flush(ctx); err != nil {
 					b.Error(err)

@@ -160,7 +160,10 @@ func BenchmarkEngineStart(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				r, err := outbox.NewRelay(s, j, runID)
+				// The journal's history is written straight into its segments, not through this book,
+				// so the book does not know its runs and the start's comparison would stop the relay;
+				// BenchmarkStartBookCheck measures that comparison.
+				r, err := outbox.NewRelay(s, j, runID, outbox.WithBookCheck(false))
 				if err != nil {
 					b.Fatal(err)
 				}

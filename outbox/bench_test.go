@@ -285,7 +285,8 @@ func BenchmarkSchemaLayout(b *testing.B) {
 			d.SetMaxOpenConns(1)
 			ddl := `CREATE TABLE events_outbox (engine_run_id TEXT NOT NULL, seq INTEGER NOT NULL, line BLOB NOT NULL,
 				once_key TEXT NOT NULL DEFAULT '', announce_key TEXT NOT NULL DEFAULT '',
-				enqueued_at INTEGER NOT NULL DEFAULT 0, spill INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (engine_run_id, seq))`
+				enqueued_at INTEGER NOT NULL DEFAULT 0, spill INTEGER NOT NULL DEFAULT 0, counted INTEGER NOT NULL DEFAULT 0,
+				PRIMARY KEY (engine_run_id, seq))`
 			if layout == "without_rowid" {
 				ddl += " WITHOUT ROWID"
 			}
