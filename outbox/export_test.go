@@ -5,3 +5,7 @@ package outbox
 // QueuedCalls is how many group-commit calls wait in the committer's queue, so that a test can line
 // calls up in one group in a known order.
 func QueuedCalls(s *Store) int { return len(s.group.queue) }
+
+// ForgetStep is how many seqs one step of forgetting covers, so that a test can make a book several
+// steps long.
+const ForgetStep = forgetStep
