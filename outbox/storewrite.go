@@ -54,19 +54,6 @@ const (
 	relaxed
 )
 
-// mayWrite refuses, as write does before it begins a transaction, a write the store cannot take now:
-// closed, read-only or broken, ctx ended, or a call from inside the store's own transaction.
-func (s *Store) mayWrite(ctx context.Context) error {
-	if err := s.enter(true); err != nil {
-		return err
-	}
-	defer s.exit()
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	return s.checkNotInsideTx()
-}
-
 // write runs fn in a write transaction on the writer connection and commits it; a durable write
 // returns only once the commit is durable (see durability). It is every write of the store's but the
 // group committer's.
