@@ -638,23 +638,34 @@ func (s *Store) EventsUsed(ctx context.Context, runID string) (bool, error) {
 // earlier runs. Either way no run ever reuses a number: each run's highest seq is recorded before its
 // rows go, and its next seq follows it; and a run's projection progress is kept, so its ledger rows
 // are never re-sent.
+//
+// It deletes in bounded steps, a transaction each, as Recover does, so that a large book neither
+// outlasts the operation timeout nor fills the WAL. A failure or an ended ctx midway returns the error
+// with the rows the steps so far deleted (and counted) gone; a later ForgetEvents, or Recover for the
+// projected rows, goes on from there. No step leaves a run's stored rows with a hole after its
+// projected position, which a relay would refuse (ErrRowsMissing): a run's projected rows go from
+// the oldest up, its unprojected rows from the newest down.
 func (s *Store) ForgetEvents(ctx context.Context, runID string) (forgotten int64, err error) {
 	if err := checkRunID(runID); err != nil {
 		return 0, err
 	}
-	err = s.write(ctx, durable, func(w *txWriter) error {
-		ctx, tx := w.ctx, w.tx
-		if err := s.q.ProgressKeepLastSeqs(ctx, tx, runID); err != nil {
-			return fmt.Errorf("record other runs' last seqs: %w", mapErr(ctx, err))
-		}
-		forgotten, err = s.q.EventsForget(ctx, tx, runID)
-		if err != nil {
-			return fmt.Errorf("forget other runs: %w", mapErr(ctx, err))
-		}
-		return s.giveBackPages(w)
-	})
-	if err != nil {
+	// Refused up front, and waiting for the writer within ctx, as any write is, also when no run
+	// has a row to forget: an empty transaction takes the same way in as every step.
+	if err := s.write(ctx, durable, func(*txWriter) error { return nil }); err != nil {
 		return 0, err
+	}
+	for run, err := range s.OpenRuns(ctx) {
+		if err != nil {
+			return forgotten, fmt.Errorf("forget other runs: %w", err)
+		}
+		if run.RunID == runID {
+			continue
+		}
+		n, err := s.forgetRun(ctx, run.RunID, true)
+		forgotten += n
+		if err != nil {
+			return forgotten, fmt.Errorf("forget the rows of run %q: %w", run.RunID, err)
+		}
 	}
 	return forgotten, nil
 }

@@ -14,3 +14,7 @@ func WithLedgerStep(n int) Option {
 		return nil
 	}
 }
+
+// ForgetStep is how many seqs one step of forgetting covers, so that a test can make a book several
+// steps long.
+const ForgetStep = forgetStep

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"math"
 	"strings"
 	"time"
 
@@ -324,14 +325,24 @@ func (s *Store) forgetRange(w *txWriter, runID string, from, upTo, lastSeq int64
 // forgetRun forgets runID's projected rows that hold no once key, forgetStep seqs a transaction, each
 // step recording how far it got: a crash or an ended ctx between steps leaves the rows after that
 // point for the next call, and never a line the sink lacks (only rows up to the projected position go).
-// Between steps it gives way to the engine's writers, and it returns when ctx ends, with what the
-// steps so far committed kept. It returns how many rows it deleted.
-func (s *Store) forgetRun(ctx context.Context, runID string) (int64, error) {
+// With unprojected, it then deletes the rows after the projected position too (ForgetEvents), from
+// the highest down, so that what a step leaves of them still follows the projected position without
+// a hole (ErrRowsMissing) and a later Recover projects it as it is. Between steps it gives way to the
+// engine's writers, and it returns when ctx ends, with what the steps so far committed kept. It
+// returns how many rows it deleted.
+func (s *Store) forgetRun(ctx context.Context, runID string, unprojected bool) (int64, error) {
 	var n int64
+	below := int64(math.MaxInt64) // the unprojected rows above this seq are gone
+	// Recover's steps may be lost to a power failure at no cost but doing them again; ForgetEvents
+	// tells its caller what is gone, so each of its steps waits for its commit to be durable.
+	mode := relaxed
+	if unprojected {
+		mode = durable
+	}
 	for {
 		var done bool
 		began := time.Now()
-		err := s.write(ctx, relaxed, func(w *txWriter) error {
+		err := s.write(ctx, mode, func(w *txWriter) error {
 			r, err := s.q.RunGet(w.ctx, w.tx, runID)
 			switch {
 			case errors.Is(err, sql.ErrNoRows):
@@ -339,21 +350,43 @@ func (s *Store) forgetRun(ctx context.Context, runID string) (int64, error) {
 				return nil
 			case err != nil:
 				return fmt.Errorf("read the figures of run %q: %w", runID, mapErr(w.ctx, err))
-			case r.Forgotten >= r.Projected:
+			}
+			before := r.Lines
+			switch {
+			case r.Forgotten < r.Projected:
+				upTo := min(r.Projected, r.Forgotten+forgetStep)
+				if err := s.forgetRange(w, runID, r.Forgotten, upTo, r.LastSeq); err != nil {
+					return err
+				}
+				done = upTo >= r.Projected && !unprojected
+			case unprojected:
+				stored, err := s.q.EventsLastSeq(w.ctx, w.tx, runID)
+				if err != nil {
+					return fmt.Errorf("read the last stored seq of run %q: %w", runID, mapErr(w.ctx, err))
+				}
+				hi := min(stored, below)
+				if hi <= r.Projected {
+					done = true
+					return nil
+				}
+				lo := max(r.Projected, hi-forgetStep)
+				if err := s.q.ProgressKeepLastSeq(w.ctx, w.tx, db.ProgressKeepLastSeqParams{EngineRunID: runID, LastSeq: r.LastSeq}); err != nil {
+					return fmt.Errorf("record the last seq of run %q: %w", runID, mapErr(w.ctx, err))
+				}
+				if _, err := s.q.EventsForgetRange(w.ctx, w.tx, db.EventsForgetRangeParams{EngineRunID: runID, AfterSeq: lo, UpTo: hi}); err != nil {
+					return fmt.Errorf("forget unprojected lines of run %q: %w", runID, mapErr(w.ctx, err))
+				}
+				below = lo
+				done = lo <= r.Projected
+			default:
 				done = true
 				return nil
-			}
-			upTo := min(r.Projected, r.Forgotten+forgetStep)
-			before := r.Lines
-			if err := s.forgetRange(w, runID, r.Forgotten, upTo, r.LastSeq); err != nil {
-				return err
 			}
 			after, err := s.q.RunGet(w.ctx, w.tx, runID)
 			if err != nil {
 				return fmt.Errorf("read the figures of run %q: %w", runID, mapErr(w.ctx, err))
 			}
 			n += before - after.Lines
-			done = upTo >= r.Projected
 			return s.giveBackPages(w)
 		})
 		if err != nil {

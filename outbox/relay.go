@@ -397,7 +397,7 @@ func (r *Relay) Recover(ctx context.Context) error {
 		if run.RunID == r.runID || r.s.isLive(run.RunID) || run.forgotten >= run.Projected {
 			continue
 		}
-		n, err := r.s.forgetRun(ctx, run.RunID)
+		n, err := r.s.forgetRun(ctx, run.RunID, false)
 		forgotten += n
 		if err != nil {
 			return fmt.Errorf("recover: forget the projected lines of run %q: %w", run.RunID, errors.Join(err, stuckError(stuck)))
