@@ -130,7 +130,12 @@ func TestTheSinkWorksWithAnOlderServerOneLineAtATime(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := outboxtest.NewRelay(t, store, sink(t, js), "c", outbox.WithBatchSize(16)).Flush(ctx); err != nil {
+	// Runs a and b went to the stream around this book: the start's comparison, which lists the
+	// stream's subjects, tells so on the older server too, before anything is published.
+	if err := outboxtest.NewRelay(t, store, sink(t, js), "c").Flush(ctx); !errors.Is(err, outbox.ErrBookBehind) {
+		t.Fatalf("relay of a book that never recorded the stream's runs: %v, want ErrBookBehind", err)
+	}
+	if err := outboxtest.NewRelay(t, store, sink(t, js), "c", outbox.WithBatchSize(16), outbox.WithBookCheck(false)).Flush(ctx); err != nil {
 		t.Fatalf("relay: %v", err)
 	}
 	rep := verify(t, js)
