@@ -118,7 +118,10 @@ func consumerCrashes(t *testing.T, seed uint64) {
 	relayCtx, stopRelays := context.WithCancel(ctx)
 	var relays sync.WaitGroup
 	for _, run := range runs {
-		r := outboxtest.NewRelay(t, store, s, run, outbox.WithBatchSize(5), outbox.WithBackoff(5*time.Millisecond, 50*time.Millisecond))
+		// rawRun is published beside the relays, around the book: the start's comparison of the book
+		// with the stream would stop a relay whose first call comes after its first line.
+		r := outboxtest.NewRelay(t, store, s, run, outbox.WithBatchSize(5), outbox.WithBackoff(5*time.Millisecond, 50*time.Millisecond),
+			outbox.WithBookCheck(false))
 		relays.Add(1)
 		go func() {
 			defer relays.Done()
