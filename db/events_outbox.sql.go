@@ -266,21 +266,6 @@ func (q *Queries) EventsAnnouncedKeys(ctx context.Context, db DBTX) ([]string, e
 	return items, nil
 }
 
-const EventsForget = `-- name: EventsForget :execrows
-DELETE FROM events_outbox
-WHERE engine_run_id <> ?1 AND once_key = ''
-`
-
-// Drops the buffered rows of every run but the given one. Ledger rows stay: they are what a reader has
-// been told, and losing them would re-announce the book.
-func (q *Queries) EventsForget(ctx context.Context, db DBTX, engineRunID string) (int64, error) {
-	result, err := db.ExecContext(ctx, EventsForget, engineRunID)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected()
-}
-
 const EventsLastSeq = `-- name: EventsLastSeq :one
 SELECT CAST(COALESCE(MAX(seq), 0) AS INTEGER) AS last_seq
 FROM events_outbox

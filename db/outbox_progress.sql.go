@@ -47,22 +47,6 @@ func (q *Queries) ProgressKeepLastSeq(ctx context.Context, db DBTX, arg Progress
 	return err
 }
 
-const ProgressKeepLastSeqs = `-- name: ProgressKeepLastSeqs :exec
-INSERT INTO outbox_progress (engine_run_id, projected, last_seq)
-SELECT engine_run_id, 0, MAX(seq)
-FROM events_outbox
-WHERE engine_run_id <> CAST(?1 AS TEXT) AND once_key = ''
-GROUP BY engine_run_id
-ON CONFLICT (engine_run_id) DO UPDATE SET last_seq = max(last_seq, excluded.last_seq)
-`
-
-// Records, before ForgetEvents drops them, the highest seq of every other run's buffered rows, so that
-// no run reuses a number after its rows are gone.
-func (q *Queries) ProgressKeepLastSeqs(ctx context.Context, db DBTX, engineRunID string) error {
-	_, err := db.ExecContext(ctx, ProgressKeepLastSeqs, engineRunID)
-	return err
-}
-
 const ProgressPage = `-- name: ProgressPage :many
 SELECT engine_run_id, projected, last_seq
 FROM outbox_progress

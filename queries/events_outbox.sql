@@ -70,12 +70,6 @@ FROM events_outbox
 WHERE announce_key = CAST(sqlc.arg(once_key) AS TEXT) AND announce_key <> ''
 LIMIT 1;
 
--- name: EventsForget :execrows
--- Drops the buffered rows of every run but the given one. Ledger rows stay: they are what a reader has
--- been told, and losing them would re-announce the book.
-DELETE FROM events_outbox
-WHERE engine_run_id <> sqlc.arg(engine_run_id) AND once_key = '';
-
 -- name: EventsOnceKeyExists :one
 -- Whether the key is in the ledger or pending on a row not yet projected. Each non-empty test is what
 -- lets the planner use its partial index (migrations/00001): with a bound parameter it cannot prove

@@ -1,13 +1,3 @@
--- name: ProgressKeepLastSeqs :exec
--- Records, before ForgetEvents drops them, the highest seq of every other run's buffered rows, so that
--- no run reuses a number after its rows are gone.
-INSERT INTO outbox_progress (engine_run_id, projected, last_seq)
-SELECT engine_run_id, 0, MAX(seq)
-FROM events_outbox
-WHERE engine_run_id <> CAST(sqlc.arg(engine_run_id) AS TEXT) AND once_key = ''
-GROUP BY engine_run_id
-ON CONFLICT (engine_run_id) DO UPDATE SET last_seq = max(last_seq, excluded.last_seq);
-
 -- name: ProgressKeepLastSeq :exec
 -- The same for one run, before recovery drops its projected rows.
 INSERT INTO outbox_progress (engine_run_id, projected, last_seq)
