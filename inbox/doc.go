@@ -104,32 +104,12 @@
 // # Failure model
 //
 // Exactly once covers the inbox's own database: what a handler writes through the transaction it is
-// given. A handler's effects outside that transaction (a message sent, a file written, a call to
-// another service) are not covered: after a crash, or a call that fails after the handler ran, the
-// line is applied again and those effects happen again. Make them idempotent, or record them in the
-// transaction and act on them afterwards (an outbox of the consumer's own).
-//
-// A handler must not commit or roll back the transaction, nor call the inbox: the first is refused
-// (ErrTxEnded: the writer connection's commit hook turns a foreign commit into a rollback, and the
-// inbox checks after each handler that its transaction is still open), the second is refused when
-// the handler passes on the context it was given (ErrInHandler). A call that writes, made from a
-// handler or a WriteTx function with any context, fails at once with ErrCallInsideTx (the inbox
-// knows the goroutine that holds its writer), as the outbox's does: only a call handed to another
-// goroutine and waited for is not caught, and waits for the writer until its own context ends.
-//
-// A handler may use savepoints of its own. The inbox runs each line's handler inside a savepoint of
-// its own, which a quarantined line is rolled back to, and names it at random for each transaction:
-// SQLite matches a savepoint by name, innermost first, and has no statement that lists them, so no
-// handler can name it. Whatever savepoints a handler opens, releases or leaves open, they end with
-// the line: an applied line keeps what they kept, a quarantined or failed line leaves none of its
-// writes. The inbox checks after each handler that its savepoint is still there, and that none of
-// its name is left once it ended it; one released or shadowed (possible only to a handler that knew
-// the name) fails the call with nothing of it stored (ErrSavepointMisused).
-//
-// A crash at any moment leaves each call committed whole or not at all (SQLite's WAL); a source then
-// resumes from the position committed with the last effects. Power loss is covered at
-// DurabilityFull. Two names for one database file (a hard link) are refused, since SQLite would give
-// each its own WAL. Network file systems are not supported.
+// given. Its effects outside that transaction (a message sent, a file written) happen again when the
+// line is applied again after a crash or a failed call: make them idempotent, or record them in the
+// transaction and act on them afterwards. A handler must not commit or roll back the transaction,
+// nor call the inbox (ErrTxEnded, ErrInHandler, ErrCallInsideTx); its own savepoints end with its
+// line. A crash at any moment leaves each call committed whole or not at all, and a source resumes
+// from the position committed with the last effects. The model in full is in [docs/RELIABILITY.md].
 //
 // # Segmented journals
 //
@@ -171,4 +151,6 @@
 // where a tracer starts the line's span; package github.com/textmachine/outbox/otel does that with
 // OpenTelemetry, a span linked to the producer's. Without the option the handler's context is the
 // inbox's, as it always was.
+//
+// [docs/RELIABILITY.md]: https://github.com/textmachine/outbox/blob/main/docs/RELIABILITY.md#the-failure-model
 package inbox

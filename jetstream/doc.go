@@ -4,6 +4,24 @@
 // into a platform's inbox exactly once, so that engines on many machines can feed one platform
 // through a broker instead of files.
 //
+// # Guarantees
+//
+//   - No gap enters the stream: every publication expects the stream sequence of its run's previous
+//     line, so the server refuses a line out of place, and an atomic batch is stored whole or not at
+//     all.
+//   - A re-delivery is compared, not published again: a line the stream holds with the same bytes is
+//     success, with other bytes a conflict that stops the run's projection (ErrConflict).
+//   - A batch is refused whole, before anything of it is published, when a line is not its row's, holds
+//     a newline, skips a seq or exceeds the server's limits (errors wrapping outbox.ErrSinkRefused).
+//   - Distinct run ids get distinct subjects and Msg-Ids.
+//   - Nothing is removed behind a reader: Trim removes only what every registered reader applied, and
+//     its hard cap stops each reader it leaves behind with ErrRetentionGap, never a skip.
+//   - ApplyStream and FollowStream apply a stream into an inbox exactly once, its position committed
+//     with the effects; a message missing from the middle quarantines its run, never skipped.
+//
+// What an acknowledged line survives is under Durability below; the failure model of the whole
+// path, a server restarted and a stream leader killed included, is in [docs/RELIABILITY.md].
+//
 // # What the broker enforces
 //
 // Each run's lines go to their own subject, <prefix>.<token>, where the token is the run id with every
@@ -178,4 +196,6 @@
 // messages after the position is reported as a retention gap too (the server does not say which
 // subjects a removal took): ApplyStream keeps its position up with the stream's last sequence when
 // it has read everything of its filter, so this happens only to a consumer that was behind.
+//
+// [docs/RELIABILITY.md]: https://github.com/textmachine/outbox/blob/main/docs/RELIABILITY.md
 package jetstream

@@ -90,6 +90,9 @@
 //     outbox.ErrSinkRefused) without writing, so its bytes are not overwritten, no hole of NUL bytes
 //     is left, and no line goes to a file the path no longer names.
 //
+// The failure model of the whole path, the journal's part in it included (what a crash, a power cut,
+// an I/O error, a full disk or a torn line costs, as tested), is in [docs/RELIABILITY.md].
+//
 // # Segments
 //
 // Open keeps a journal as a directory of segment files, each named by the journal-wide byte
@@ -215,4 +218,6 @@
 // where a legitimate one lies. An older repeat is checked by its key (the run already has that seq)
 // and counted in Report.Unchecked, its bytes not compared. Every other rule (each run from seq 1 up
 // by one, every line well formed) holds for the whole journal.
+//
+// [docs/RELIABILITY.md]: https://github.com/textmachine/outbox/blob/main/docs/RELIABILITY.md
 package journal

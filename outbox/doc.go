@@ -94,67 +94,19 @@
 //
 // # Failure model
 //
-// Every method that touches the database takes a context; a context without a deadline gets the
-// operation timeout (WithOpTimeout). Cancellation is the caller's business alone: a context that ends
-// at any moment of any call (inside a WriteTx function, a builder, a group-commit wait, Flush, Recover,
-// Run) fails that call and no other, and the store stays fully usable. The store's transactions are
-// begun without the caller's context, because database/sql closes a transaction's connection when its
-// context ends, and the store has one writer connection. A failed call leaves nothing behind: no
-// row, no used number, no open transaction. The one exception is ErrNotDurable, returned only when the
-// disk failed a sync of the WAL: the call's commit was made, and its seq is returned with the error.
-// Inside a group commit, a call that fails (its builder, its line, a constraint, ErrSeqExhausted) fails
-// alone (an insert that fails after a trigger kept its row takes the row out again); only a
-// transaction SQLite itself ended fails the calls that ran in it, a failed COMMIT the group, and a
-// builder that calls runtime.Goexit on the committer's goroutine its group. A builder is the caller's
-// code and may be slow or never return; no other caller waits for it past its own deadline (its
-// context's, or the operation timeout): a caller whose deadline passes makes the committer stop
-// running builders in its group and commit what has run, and a builder running then is given up on,
-// its call failing with ErrBuilderStuck (nothing stored, its line thrown away when it returns). Close
-// gives up on such a builder once it has waited the operation timeout, and returns ErrBuilderStuck
-// naming it. A panic inside the driver or SQLite (out of memory, a VFS that panics) fails its call with
-// ErrStoreBroken, never the process; the store then refuses every call until reopened, and Close
-// returns. Errors that callers branch on are sentinels (ErrInvalidRunID, ErrLocked, …) found with
-// errors.Is; everything else is wrapped with what was being done, the package's own errors naming
-// it once ("outbox: …"), the wraps around them adding only context. An error wraps context.Canceled
-// or context.DeadlineExceeded only when the caller's own context ended, or the operation timeout that
-// stands in for its missing deadline passed: never because the store ended a context of its own (a
-// group whose COMMIT failed on a full disk says so, not Canceled), and not for a bound of the store's
-// that no caller set (a group's statements, the record of a batch the sink holds), which names itself.
-// A write refused for lack of space (every write of the store, Open and the relay's record) is
-// errors.Is syscall.ENOSPC: SQLITE_FULL, and the generic I/O error (SQLITE_IOERR) that the driver
-// makes of a real ENOSPC, whenever the file system holding the book then has less than 64 KiB
-// available or no free inode (any other I/O error on a file system that full is named so too).
-//
-// Resources are bounded by configuration, not by the data: a line by WithMaxLineSize (16 MiB by
-// default; each SQLite connection may use 1 GiB, reserved and committed as used), a group commit by
-// 512 calls and about 1 MiB of lines, the WAL file by WithWALSizeLimit once SQLite starts it over
-// after a checkpoint (64 MiB by default), and the store's own readers hold no read transaction past
-// one bounded query. A reader of another program that holds a read transaction keeps every commit
-// since its snapshot in the WAL until it lets go (docs/RELIABILITY.md).
-//
-// A process that dies mid-call loses only its uncommitted transaction: SQLite's WAL makes the commit
-// atomic. Power loss loses no acknowledged event at DurabilityFull; at DurabilityNormal it can lose the
-// last commits. The one transaction the store commits without waiting for a sync is the relay's
-// progress record: losing it re-sends the batches it recorded since the last commit that waited for a
-// sync, and loses nothing. A failed fdatasync of the WAL fails
-// the calls it was to cover with ErrNotDurable (committed, durability unknown), and every write begun
-// after it with ErrSyncFailed, until the store is reopened: after such a failure the kernel may have
-// dropped the pages it could not write. A sink that fails is retried with backoff
-// (Run never gives up; Flush and Recover return the sink's error after their attempts); a sink that
-// refuses a batch for good (ErrSinkRefused) stops the relay, and so does a record of a batch that the
-// ledger refuses (ErrAnnounceConflict): the sink then holds the batch exactly once. A refusal is
-// logged at Error level and recorded in the book (RunStats.StoppedSeq) until the run projects again;
-// Recover goes on with the other runs and names the stuck ones in its error; RetireEvent replaces the
-// refused line with a tombstone of its key, and the run projects on. A write of the store called from
-// inside one of its transactions (a WriteTx function, a builder) fails at once with ErrCallInsideTx. Close waits for a
-// relay's batch in flight to be recorded, up to the operation timeout, and no relay starts another
-// append once Close has begun (ErrClosed): a clean shutdown leaves nothing to send again, unless a
-// sink takes longer than that wait. Once the sink holds a batch, its record is made whatever the
-// caller's context does (a context cancelled by a signal while the batch was appended included),
-// bounded by the operation timeout; and what is recorded is read from the batch before the sink is
-// given it, so a sink that clears, reorders or renumbers the slice changes nothing of it.
+// A failed call leaves nothing behind (no row, no used number, no open transaction), except
+// ErrNotDurable: its commit was made, a sync of the WAL failed, and its seq comes with the error. A
+// context that ends at any moment of a call fails that call and no other, and the store stays
+// usable; an error wraps the context's only when the caller's own context ended or the operation
+// timeout passed. Errors that callers branch on are sentinels, found with errors.Is. A sink that
+// fails is retried; one that refuses a batch for good (ErrSinkRefused) stops the relay, the refusal
+// recorded in the book until the run projects again (RetireEvent). The model in full (builders that
+// never return, a panic inside SQLite, a full disk, a failed sync, power loss, resources, Close) is
+// in [docs/RELIABILITY.md].
 //
 // The store logs nothing unless given a logger (WithLogger). The schema is created and evolved by the
 // goose migrations in package migrations, which Open applies. Network file systems are not
 // supported: the writer lock and SQLite's own locking need a local file system.
+//
+// [docs/RELIABILITY.md]: https://github.com/textmachine/outbox/blob/main/docs/RELIABILITY.md#the-failure-model
 package outbox

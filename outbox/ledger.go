@@ -102,7 +102,7 @@ const vacuumStep = 1024
 
 // giveBackPages gives free pages beyond freePagesKept back to the file system, at most vacuumStep in
 // w's transaction, when the book is in incremental auto-vacuum mode (a book created by this release
-// is; an older one is after a VACUUM, see the README). The file shrinks at the next checkpoint.
+// is; an older one is after a VACUUM, see docs/OPERATING.md). The file shrinks at the next checkpoint.
 func (s *Store) giveBackPages(w *txWriter) error {
 	_, err := s.givePages(w)
 	return err

@@ -28,7 +28,7 @@ does not:
     projected position;
   - runs and lines the journal holds that the book does not know: a run the book has no record
     of, or seqs beyond the highest the book ever gave the run. A book restored from a backup older
-    than the journal shows so (see the README on backing a book up);
+    than the journal shows so (see docs/OPERATING.md on backing a book up);
   - lines that differ: a line the book still stores and the journal holds under the same run and
     seq, with other bytes.
 

@@ -207,7 +207,7 @@ func TestCheckFindsLinesTheJournalLacks(t *testing.T) {
 	}
 }
 
-// backUp copies the book at dbPath to a new file with VACUUM INTO, as the README says to back up a
+// backUp copies the book at dbPath to a new file with VACUUM INTO, as docs/OPERATING.md says to back up a
 // book while its engine runs.
 func backUp(t *testing.T, dbPath, to string) {
 	t.Helper()
@@ -270,7 +270,7 @@ func TestCheckFindsRunsAndLinesTheBookDoesNotKnowAfterARestore(t *testing.T) {
 	if diff := cmp.Diff(want, rep.Findings); diff != "" {
 		t.Errorf("findings (-want +got):\n%s", diff)
 	}
-	// The README shows this output, run in the book's directory.
+	// docs/OPERATING.md shows this output, run in the book's directory.
 	cmd := outboxCmd(t, "check", "--db", "backup.db", "--journal", "journal.jsonl")
 	cmd.Dir = dir
 	code, out, _ := runCmd(t, cmd)

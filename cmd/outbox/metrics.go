@@ -72,7 +72,7 @@ instrumented with OpenTelemetry may run on the same host; nor NATS's 4222 and 82
 exporter's 7777, nor Prometheus's own 9090.
 
 What only the engine's process knows (the sink's latency, errors and batch sizes) comes from the
-relay in that process: metrics.RelayOption; the README shows how. Prints the address it listens
+relay in that process: metrics.RelayOption; docs/OPERATING.md shows how. Prints the address it listens
 on, then serves.
 
 Exit status: 0 when interrupted, 2 on a usage or I/O error (such as the address in use, or a

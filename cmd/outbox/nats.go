@@ -253,7 +253,7 @@ func (f *natsFlags) openSink(stream string) (outbox.Sink, func() error, error) {
 
 // embeddedNATS starts a JetStream server on a loopback port with its store under dir, and creates the
 // stream if it is missing, with the subjects prefix.>, as `outbox stream create` does with one
-// replica: the demo's settings, not a durable deployment's (see the README). It returns the client URL
+// replica: the demo's settings, not a durable deployment's (docs/RELIABILITY.md). It returns the client URL
 // and a function that stops the server.
 func embeddedNATS(ctx context.Context, dir, stream, prefix string) (string, func(), error) {
 	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true,

@@ -36,7 +36,7 @@ func TestNATSDemoPlatformFollowsTheStreamKilledAndItsTotalsEqualTheBooks(t *test
 		t.Errorf("platform line %q, want units 200 of 200 and spend %s cents", m[0], want)
 	}
 	// Killed as the file demo's platform is: the first kill is always reached, a later one may be
-	// passed unseen (see the README).
+	// passed unseen (see docs/CLI.md, "The demo").
 	if restarts, _ := strconv.Atoi(m[5]); restarts < 1 || restarts > 2 {
 		t.Errorf("the platform restarted %d times, want 1 or 2", restarts)
 	}
