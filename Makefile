@@ -23,8 +23,7 @@ FUZZTIME ?= 10000x
 INDEX_FUZZTIME ?= 10000x
 
 ## test: everything CI runs: formatting, vet, generated code, the licence lines, the tests under the
-## race detector, the journal's tests again without its assembly (-tags purego, what other
-## processors run), the tests again with the oldest Go the go.mod files allow (the hundred-thousand-
+## race detector, the tests again with the oldest Go the go.mod files allow (the hundred-thousand-
 ## line tests among them, which the race detector makes about 15 times slower and so skips), and
 ## each benchmark once (-short, small prefills) so that none of them rots. docs/TESTING.md holds
 ## what each step costs. While the race detector runs, test-warm builds, at the lowest priority,
@@ -43,8 +42,6 @@ test: fmt-check vet-native check-license
 	@$(MAKE) --no-print-directory -j2 test-race test-warm
 	@$(MAKE) --no-print-directory vet-arm64
 	@$(MAKE) --no-print-directory check-generated
-	@$(STEP) "test: the journal's tests without its assembly (-tags purego)" \
-		go test -count=1 -tags purego ./journal/
 	@$(MAKE) --no-print-directory test-min-go
 	@$(MAKE) --no-print-directory test-old-nats
 	@$(STEP) "test: each benchmark once (-short)" \
@@ -123,8 +120,6 @@ test-old-nats:
 fuzz:
 	@$(STEP) "fuzz: FuzzVerify" go test -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME) ./journal/
 	@$(STEP) "fuzz: FuzzParseLine" go test -run '^$$' -fuzz '^FuzzParseLine$$' -fuzztime $(FUZZTIME) ./journal/
-	@$(STEP) "fuzz: FuzzParseShaped" go test -run '^$$' -fuzz '^FuzzParseShaped$$' -fuzztime $(FUZZTIME) ./journal/
-	@$(STEP) "fuzz: FuzzMatchSteps" go test -run '^$$' -fuzz '^FuzzMatchSteps$$' -fuzztime $(FUZZTIME) ./journal/
 	@$(STEP) "fuzz: FuzzLineTraceContext" go test -run '^$$' -fuzz '^FuzzLineTraceContext$$' -fuzztime $(FUZZTIME) ./journal/
 	@$(STEP) "fuzz: FuzzTerminalSafeText" go test -run '^$$' -fuzz '^FuzzTerminalSafeText$$' -fuzztime $(FUZZTIME) ./cmd/outbox/
 	@$(STEP) "fuzz: FuzzToken" go test -run '^$$' -fuzz '^FuzzToken$$' -fuzztime $(FUZZTIME) ./jetstream/
@@ -158,7 +153,6 @@ vet: vet-native vet-arm64
 
 vet-native:
 	@$(STEP) "vet: go vet of every module (builds every dependency on first use)" go vet $(MODULES)
-	@$(STEP) "vet: the journal without its assembly (-tags purego)" go vet -tags purego ./journal/
 
 vet-arm64:
 	@GOARCH=arm64 $(STEP) "vet: the journal for arm64" go vet ./journal/

@@ -18,7 +18,7 @@ import (
 // foldedKeyLines are lines keyed (r, 1) by their exact members that also hold a member whose name
 // encoding/json folds to "engine_run_id" or "seq" without being it: a reader that decodes them into
 // a struct tagged `json:"seq"` may read another key. Renamed from folded to plain, the line is a
-// good line of the same shape.
+// good line with the same members otherwise.
 var foldedKeyLines = []struct{ name, line, folded, plain string }{
 	{"both in upper case after the keys", `{"engine_run_id":"r","seq":1,"ENGINE_RUN_ID":"upstream-7","SEQ":1001}`, `"ENGINE_RUN_ID":"upstream-7","SEQ"`, `"ENGINE_RUN_IX":"upstream-7","SEX"`},
 	{"Seq", `{"engine_run_id":"r","seq":1,"Seq":1001}`, `"Seq"`, `"Sex"`},
@@ -84,9 +84,8 @@ func TestAMemberWhoseNameFoldsToAKeyIsRefusedLikeASecondKey(t *testing.T) {
 			t.Errorf("%s: the journal holds %q", c.name, b)
 		}
 
-		// The verifier: as the first line, and after lines of a shape the line differs from only
-		// in the folded member's name, so that a learnt shape is tried first; from a file and from a
-		// stream.
+		// The verifier: as the first line, and after good lines that differ from it only in the
+		// folded member's name; from a file and from a stream.
 		for _, in := range []string{
 			c.line + "\n",
 			strings.Replace(good, `"r"`, `"p"`, 1) + "\n" + strings.Replace(good, `"r"`, `"q"`, 1) + "\n" + c.line + "\n",

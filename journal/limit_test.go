@@ -127,7 +127,7 @@ func TestWithMaxLineSizeRefusesALimitVerifyCannotKeep(t *testing.T) {
 }
 
 // TestVerifyFindsALongLineWhileReading: a line of 64 MiB, with a limit of 1 MiB, is refused after
-// reading about the limit and a block, not the line.
+// reading about the limit and a buffer, not the line.
 func TestVerifyFindsALongLineWhileReading(t *testing.T) {
 	t.Parallel()
 	r := &longLine{before: ln("a", 1, ""), after: ln("a", 3, ""), n: 64 << 20}

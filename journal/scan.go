@@ -3,8 +3,11 @@
 package journal
 
 import (
+	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math/bits"
 	"unicode"
 	"unicode/utf8"
 )
@@ -26,8 +29,7 @@ func parseLine(b []byte) (runID []byte, seq int64, reason string) {
 	return runID, seq, w.String()
 }
 
-// why is the reason a line is malformed, as a code: a parsed line then holds no pointer, and a block
-// of them costs the garbage collector nothing to scan.
+// why is the reason a line is malformed, as a code: the parser returns it without building a string.
 type why uint8
 
 const (
@@ -80,7 +82,6 @@ func (w why) String() string { return whyText[w] }
 // allocated once.
 func (s *scanner) parse(b []byte) (runID []byte, seq int64, reason why) {
 	s.b, s.i = b, 0
-	s.runAt, s.runEsc = -1, false
 	s.ws()
 	if s.i >= len(b) || b[s.i] != '{' {
 		if s.i < len(b) && s.value() && s.end() {
@@ -140,9 +141,7 @@ func (s *scanner) parse(b []byte) (runID []byte, seq int64, reason why) {
 					note(whyRunSurrogate)
 				default:
 					runID = val[1 : len(val)-1]
-					s.runAt = v0 + 1
 					if s.esc {
-						s.runEsc = true
 						var r string
 						json.Unmarshal(val, &r)
 						runID = []byte(r)
@@ -274,19 +273,21 @@ func integer(tok []byte) (int64, why) {
 }
 
 type scanner struct {
-	b      []byte
-	i      int
-	runAt  int    // where the run id's string body starts in b, or -1
-	runEsc bool   // the run id held an escape: parse returned it decoded, not as a part of b
-	esc    bool   // the last string scanned held an escape
-	stack  []byte // open containers of the value being scanned
+	b     []byte
+	i     int
+	esc   bool   // the last string scanned held an escape
+	stack []byte // open containers of the value being scanned
+}
 
-	// parseShaped's state: the known shapes, most recently used first, and how learning is paced.
-	shapes                  []*shape
-	seq                     int64 // the seq of the line matchShapes last matched
-	vals                    [2 * (maxValues + 2)]int
-	spare                   []byte // parseShaped's copy of a line
-	misses, pause, pauseLen int
+// parseNext parses the line at the start of b, which is whole lines each ending in a newline (or one
+// line without it), and returns its length.
+func (s *scanner) parseNext(b []byte) (n int, runID []byte, seq int64, reason why) {
+	n = bytes.IndexByte(b, '\n')
+	if n < 0 {
+		n = len(b)
+	}
+	runID, seq, reason = s.parse(b[:n])
+	return n, runID, seq, reason
 }
 
 func (s *scanner) peek(c byte) bool { return s.i < len(s.b) && s.b[s.i] == c }
@@ -319,18 +320,12 @@ func (s *scanner) str() bool {
 	return true
 }
 
-// plainWindow bounds what one call of plainLen or matchSteps scans of a string. A function in
-// assembly cannot be preempted, so a string of a gigabyte scanned in one call would hold off every
-// stop-the-world pause of the process for a tenth of a second; in windows it costs nothing more.
-// match_amd64.s reads it as const_plainWindow.
-const plainWindow = 64 << 10
-
 // scanString scans the string that starts at b[i] == '"', validating escapes and UTF-8. It returns
 // the index just past the closing quote, or -1, and whether the string held an escape.
 func scanString(b []byte, i int) (end int, esc bool) {
 	i++
 	for {
-		i += plainLen(b[i:min(len(b), i+plainWindow)])
+		i += plainLen(b[i:])
 		if i >= len(b) {
 			return -1, esc
 		}
@@ -371,6 +366,32 @@ func scanString(b []byte, i int) (end int, esc bool) {
 			i += n
 		}
 	}
+}
+
+// plainLen returns the length of the longest prefix of b that holds no quote, no backslash, no
+// control byte and no byte of 0x80 or above: the bytes a JSON string body can take as they are.
+func plainLen(b []byte) int {
+	const (
+		lo8 = 0x0101010101010101
+		hi8 = 0x8080808080808080
+	)
+	i := 0
+	// Eight bytes at a time. The mask's false positives (borrows) sit only above a true match, so its
+	// lowest set bit is the first byte that needs a look.
+	for ; i+8 <= len(b); i += 8 {
+		x := binary.LittleEndian.Uint64(b[i:])
+		q := x ^ (lo8 * '"')
+		bs := x ^ (lo8 * '\\')
+		if m := ((x-lo8*0x20)&^x | (q-lo8)&^q | (bs-lo8)&^bs | x) & hi8; m != 0 {
+			return i + bits.TrailingZeros64(m)>>3
+		}
+	}
+	for ; i < len(b); i++ {
+		if c := b[i]; c == '"' || c == '\\' || c < 0x20 || c >= 0x80 {
+			return i
+		}
+	}
+	return i
 }
 
 // number scans a JSON number at s.b[s.i].

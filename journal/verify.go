@@ -3,13 +3,12 @@
 package journal
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"hash/maphash"
 	"io"
-	"runtime"
-	"sync"
 
 	"github.com/textmachine/outbox/outbox"
 )
@@ -145,7 +144,7 @@ const windowRuns = 256
 const firstWindow = 8
 
 // remember records the digest of seq, the run's new last seq, in its window.
-func (v *Verifier) remember(st *runState, seq int64, d *uint64) {
+func (v *Verifier) remember(st *runState, seq int64, d uint64) {
 	if st.winFrom == 0 {
 		st.win, st.winFrom = make([]uint64, min(firstWindow, v.window)), seq
 		v.windows++
@@ -162,7 +161,7 @@ func (v *Verifier) remember(st *runState, seq int64, d *uint64) {
 			st.win = grown
 		}
 	}
-	st.win[(seq-1)%int64(len(st.win))] = *d
+	st.win[(seq-1)%int64(len(st.win))] = d
 	// To the front of the list.
 	st.prev, st.next = nil, v.head
 	if v.head != nil {
@@ -204,17 +203,6 @@ func (v *Verifier) drop(st *runState) {
 	v.windows--
 }
 
-// parsed is one line of a block after parsing, as offsets into the block: it holds no pointer, so a
-// block's worth of them costs the garbage collector nothing to scan.
-type parsed struct {
-	start, end int32 // the line, in block.data
-	runAt      int32 // the run id's body in block.data, or an index in block.escaped when runEsc
-	runLen     int32
-	seq        int64
-	why        why
-	runEsc     bool
-}
-
 // VerifyOption configures Verify, VerifyDir and NewVerifier.
 type VerifyOption func(*verifyConfig) error
 
@@ -225,7 +213,7 @@ type verifyConfig struct {
 }
 
 // MaxLineSizeLimit is the largest limit WithMaxLineSize takes: the verifier holds a line whole to
-// parse it, and addresses the lines of a block of input with 32-bit offsets. It is larger than
+// parse it, so the limit is what a line may cost the reader's memory. It is larger than
 // outbox.MaxLineSizeLimit (64 MiB), the largest line limit a store takes, on purpose: that one is
 // bounded by SQLite's memory per connection, this one only by the reader's, so a journal written by
 // another writer with longer lines can still be checked. Lines the store and File write are at most
@@ -295,25 +283,25 @@ func (v *Verifier) Check(line []byte) error {
 		return v.err
 	}
 	if len(line) > v.maxLine {
-		return v.accept(line, nil, 0, whyTooLong, nil)
+		return v.tooLong(int64(len(line)))
 	}
-	run, seq, w := v.scan.parseShaped(line)
-	var digest uint64
-	if w == whyNone {
-		digest = maphash.Bytes(v.seed, line)
-	}
-	return v.accept(line, run, seq, w, &digest)
-}
-
-// accept applies the reader's rules to the next line, in input order; digest is its hash.
-func (v *Verifier) accept(line []byte, run []byte, seq int64, w why, digest *uint64) error {
+	run, seq, w := v.scan.parse(line)
 	v.line++
-	if w == whyTooLong {
-		return &Error{Line: v.line, Reason: w.String(), Length: int64(len(line)), Limit: v.maxLine, Err: ErrMalformed}
-	}
 	if w != whyNone {
 		return &Error{Line: v.line, Run: string(run), Seq: seq, Reason: w.String(), Err: ErrMalformed}
 	}
+	return v.accept(run, seq, maphash.Bytes(v.seed, line))
+}
+
+// tooLong is the error for the next line, of at least n bytes, over the limit.
+func (v *Verifier) tooLong(n int64) error {
+	v.line++
+	return &Error{Line: v.line, Reason: whyTooLong.String(), Length: n, Limit: v.maxLine, Err: ErrMalformed}
+}
+
+// accept applies the reader's rules to a well-formed line, the next in input order; digest is its
+// hash.
+func (v *Verifier) accept(run []byte, seq int64, digest uint64) error {
 	st := v.runs[string(run)] // no allocation: the compiler looks up by the bytes
 	var last int64
 	switch {
@@ -337,7 +325,7 @@ func (v *Verifier) accept(line []byte, run []byte, seq int64, w why, digest *uin
 		v.lines++
 	case seq <= last:
 		first := st.held(seq)
-		if first != nil && *first != *digest {
+		if first != nil && *first != digest {
 			return &Error{Line: v.line, Run: string(run), Seq: seq, Err: ErrPayloadConflict}
 		}
 		if first == nil {
@@ -374,14 +362,12 @@ func (v *Verifier) Report() Report {
 // repeat has its key checked (it is a seq the run already has) and is counted in Report.Unchecked,
 // not compared.
 //
-// Parsing is spread over the available cores, block by block; the rules are applied to the lines in
-// input order by one goroutine, so the result is the same as checking line by line. A line with the
-// shape of a recent one (the same members in the same order, other scalar values) is checked against
-// that shape, with the same verdict as a full parse.
+// Verify reads r a buffer at a time and passes each line to Check, on the calling goroutine: its
+// verdict is Check's, line by line.
 //
 // A line longer than the limit (WithMaxLineSize, by default outbox.DefaultMaxLineSize) is
-// ErrMalformed "line too long", found while reading: Verify holds no more of it than the limit and a
-// block of input.
+// ErrMalformed "line too long", found while reading: the buffer grows for a long line up to the limit
+// and a byte, never past it, so Verify reads no more of such a line than that.
 //
 // Memory does not grow with the journal's lines: each run costs a small constant, about 200 bytes
 // (BenchmarkVerifyManyRuns), and the repeat windows at most 1 MiB by default.
@@ -403,73 +389,52 @@ func verify(r io.Reader, opts []VerifyOption) (*Verifier, error) {
 	return v, v.run(context.Background(), r)
 }
 
-// run is the pipeline: read blocks of whole lines, parse them in parallel, accept them in order. It
-// stops at the block after ctx is done.
-func (v *Verifier) run(ctx context.Context, r io.Reader) error {
-	workers := max(1, runtime.GOMAXPROCS(0))
-	jobs := make(chan *block, workers)
-	ordered := make(chan *block, workers+1)
-	free := make(chan *block, 2*workers+3)
-	quit := make(chan struct{})
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var s scanner
-			for b := range jobs {
-				parseBlock(&s, b, &v.seed, v.maxLine)
-				close(b.done)
-			}
-		}()
-	}
-	readErr := make(chan error, 1)
-	go func() {
-		defer close(ordered)
-		defer close(jobs)
-		readErr <- readBlocks(r, -1, v.maxLine, free, func(b *block) bool {
-			select {
-			case ordered <- b:
-			case <-quit:
-				return false
-			}
-			jobs <- b
-			return true
-		}, &v.torn)
-	}()
+// readSize is the buffer Verify reads into: a read call per MiB costs nothing beside parsing the MiB.
+// A line longer than the buffer grows it.
+const readSize = 1 << 20
 
-	var err error
-	for b := range ordered {
-		<-b.done
-		if err == nil {
-			if err = ctx.Err(); err != nil {
-				close(quit)
-			}
+// run checks r's lines with Check, reading r a buffer at a time. It stops before the next read once
+// ctx is done.
+func (v *Verifier) run(ctx context.Context, r io.Reader) error {
+	buf := make([]byte, readSize)
+	start, end := 0, 0 // buf[start:end] is read and not yet checked: the beginning of a line
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
 		}
-		for i := 0; err == nil && i < len(b.lines); i++ {
-			p := &b.lines[i]
-			line := b.data[p.start:p.end]
-			run := b.data[p.runAt : p.runAt+p.runLen]
-			if p.runEsc {
-				run = b.escaped[p.runAt]
+		n, rerr := r.Read(buf[end:])
+		end += n
+		for {
+			i := bytes.IndexByte(buf[start:end], '\n')
+			if i < 0 {
+				break
 			}
-			if err = v.accept(line, run, p.seq, p.why, &b.digests[i]); err != nil {
-				close(quit)
+			if err := v.Check(buf[start : start+i]); err != nil {
+				return err
 			}
+			start += i + 1
 		}
-		if err == nil && b.tooLong > 0 {
-			v.line++
-			err = &Error{Line: v.line, Reason: whyTooLong.String(), Length: b.tooLong, Limit: v.maxLine, Err: ErrMalformed}
-			close(quit)
+		switch {
+		case rerr == io.EOF && end-start > v.maxLine:
+			return v.tooLong(int64(end - start))
+		case rerr == io.EOF:
+			v.torn = end > start
+			return nil
+		case rerr != nil:
+			return fmt.Errorf("journal: read: %w", rerr)
 		}
-		select {
-		case free <- b:
-		default:
+		// Keep the part-line at the front. Past the limit it is refused now, without reading the
+		// rest of it; when it fills the buffer, the buffer doubles, up to the limit and a byte (a
+		// line that fills that without a newline is over the limit).
+		end = copy(buf, buf[start:end])
+		start = 0
+		switch {
+		case end > v.maxLine:
+			return v.tooLong(int64(end))
+		case end == len(buf):
+			grown := make([]byte, min(2*len(buf), v.maxLine+1))
+			copy(grown, buf)
+			buf = grown
 		}
 	}
-	wg.Wait()
-	if rerr := <-readErr; err == nil && rerr != nil {
-		err = fmt.Errorf("journal: read: %w", rerr)
-	}
-	return err
 }

@@ -188,7 +188,7 @@ func TestVerifyHandlesLinesLongerThanItsBuffer(t *testing.T) {
 	if err != nil || rep.Lines != 2 || rep.Duplicates != 1 {
 		t.Errorf("(%+v, %v)", rep, err)
 	}
-	// Starting inside a block, after lines of their own, and ending one byte short of a newline.
+	// Starting inside a buffer, after lines of their own, and ending one byte short of a newline.
 	pad := strings.Repeat(ln("p", 1, "")+ln("p", 1, ""), 10_000)
 	in = ln("p", 1, "") + pad + ln("a", 1, `,"big":"`+big+`"`) + pad + ln("a", 2, "") + ln("a", 1, `,"big":"`+big+`"`) + strings.TrimSuffix(ln("a", 3, `,"big":"`+big), "\n")
 	for _, r := range []io.Reader{strings.NewReader(in), struct{ io.Reader }{strings.NewReader(in)}} {
@@ -283,8 +283,8 @@ func FuzzVerify(f *testing.F) {
 }
 
 // TestRunIDsThatAreNotCharactersAreMalformed: decoded, a lone surrogate becomes U+FFFD, so runs
-// "\ud800", "\udfff" and "\ufffd" would be one run; they are refused instead, in Verify (by the
-// full parser and by a learnt shape alike) and in LineKey.
+// "\ud800", "\udfff" and "\ufffd" would be one run; they are refused instead, in Verify (as the
+// first line and after a good one) and in LineKey.
 func TestRunIDsThatAreNotCharactersAreMalformed(t *testing.T) {
 	t.Parallel()
 	for _, run := range []string{`\ud800`, `\udfff`, `r\ud800n`, `\ud800\u0041`, `\udc00\ud800`, `\ud800\ud800`, `\ud83d`} {
