@@ -31,7 +31,7 @@ func segmentWriter() int {
 	batches, _ := strconv.Atoi(os.Getenv("SEG_BATCHES"))
 	opts := []Option{WithSegmentSize(size)}
 	if every, err := strconv.ParseInt(os.Getenv("SEG_CKPT"), 10, 64); err == nil {
-		opts = append(opts, withCheckpointEvery(every))
+		opts = append(opts, WithCheckpointEvery(every))
 	}
 	j, err := Open(os.Getenv("SEG_DIR"), opts...)
 	if err != nil {

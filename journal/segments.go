@@ -76,8 +76,14 @@ type options struct {
 // exceeds n only when it holds a single batch larger than n. n must be positive.
 func WithSegmentSize(n int64) Option { return func(o *options) { o.segmentSize = n } }
 
-// withCheckpointEvery sets how far the last segment grows between its checkpoints, for tests.
-func withCheckpointEvery(n int64) Option { return func(o *options) { o.checkpointEvery = n } }
+// WithCheckpointEvery sets how many bytes may be appended to the last segment after its checkpoint
+// before the next checkpoint is written (16 MiB by default): at most what a start reads of lines,
+// whatever the segment size. A smaller n makes starts read less for a few more small writes (each
+// checkpoint is written to a temporary name, synced and renamed); a larger one the other way round.
+// n must be positive.
+func WithCheckpointEvery(n int64) Option {
+	return func(o *options) { o.checkpointEvery = n }
+}
 
 // withOps replaces the file system calls of appends, for tests.
 func withOps(ops fileOps) Option { return func(o *options) { o.ops = ops } }
@@ -147,6 +153,9 @@ func Open(dir string, opts ...Option) (*Journal, error) {
 	}
 	if o.segmentSize <= 0 {
 		return nil, fmt.Errorf("journal: Open: segment size %d: it must be positive", o.segmentSize)
+	}
+	if o.checkpointEvery <= 0 {
+		return nil, fmt.Errorf("journal: Open: checkpoint interval %d: it must be positive", o.checkpointEvery)
 	}
 	ret, err := newRetention(&o)
 	if err != nil {

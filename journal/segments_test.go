@@ -411,7 +411,7 @@ func TestADirectoryHoldingAForeignFileIsNotOpened(t *testing.T) {
 
 func TestOpenRefusesBadOptionsAndCreatesNothing(t *testing.T) {
 	t.Parallel()
-	for _, opts := range [][]Option{{WithSegmentSize(0)}, {WithSegmentSize(-1)}, {nil}} {
+	for _, opts := range [][]Option{{WithSegmentSize(0)}, {WithSegmentSize(-1)}, {WithCheckpointEvery(0)}, {WithCheckpointEvery(-1)}, {nil}} {
 		dir := filepath.Join(t.TempDir(), "j")
 		if j, err := Open(dir, opts...); err == nil {
 			j.Close()
