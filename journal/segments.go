@@ -61,6 +61,7 @@ type Option func(*options)
 type options struct {
 	segmentSize     int64
 	checkpointEvery int64
+	summaryEvery    int
 	ops             fileOps
 
 	keep     time.Duration
@@ -104,12 +105,15 @@ type Journal struct {
 	ckptEvery int64
 	ckptEnd   int64 // the position the last segment's checkpoint covers up to (tailBase without one)
 
-	sealed   []segment // in order; the last segment (the tail) follows them
-	tailBase int64
-	lastLine int64    // where the tail's last complete line starts, when it has one
-	tailRuns runIndex // the tail's own spans, written beside it when it is sealed
-	loaded   int      // sealed segments whose spans are in runs
-	merged   bool     // tailRuns is in runs too
+	sealed []segment // in order; the last segment (the tail) follows them
+	// unsummarized counts the sealed segments the summary on disk leaves out (see writeSummary).
+	unsummarized int
+	sumEvery     int
+	tailBase     int64
+	lastLine     int64    // where the tail's last complete line starts, when it has one
+	tailRuns     runIndex // the tail's own spans, written beside it when it is sealed
+	loaded       int      // sealed segments whose spans are in runs
+	merged       bool     // tailRuns is in runs too
 
 	rd    *os.File // a sealed segment open for reading, kept for the next read
 	rdIdx int
@@ -118,7 +122,14 @@ type Journal struct {
 	st  *retState // the directory's retention record, as last written
 }
 
-type segment struct{ base, size int64 }
+// segment is a sealed segment: where it lies, and what Open found of its file (its modification
+// time and inode number), with its index once a lookup has read it.
+type segment struct {
+	base, size int64
+	mtime      int64
+	ino        uint64
+	si         *segIndex
+}
 
 func segmentName(base int64) string { return fmt.Sprintf("%0*d%s", nameDigits, base, segmentExt) }
 func indexName(base int64) string   { return fmt.Sprintf("%0*d%s", nameDigits, base, indexExt) }
@@ -144,7 +155,7 @@ func parseBase(name, ext string) (int64, bool) {
 // segment's torn tail, and reads the last segment's checkpoint (see the package's doc), removing one
 // it does not trust. It reads no sealed segment: the first Append or LastSeq reads their indexes.
 func Open(dir string, opts ...Option) (*Journal, error) {
-	o := options{segmentSize: DefaultSegmentSize, checkpointEvery: checkpointEvery, ops: osOps{}}
+	o := options{segmentSize: DefaultSegmentSize, checkpointEvery: checkpointEvery, summaryEvery: summaryEvery, ops: osOps{}}
 	for _, opt := range opts {
 		if opt == nil {
 			return nil, errors.New("journal: Open: a nil Option")
@@ -197,7 +208,7 @@ func Open(dir string, opts ...Option) (*Journal, error) {
 		}
 		return nil, fmt.Errorf("journal: lock %s: %w", dir, err)
 	}
-	j := &Journal{dir: dir, dirf: dirf, segSize: o.segmentSize, ckptEvery: o.checkpointEvery, rdIdx: -1, ret: ret}
+	j := &Journal{dir: dir, dirf: dirf, segSize: o.segmentSize, ckptEvery: o.checkpointEvery, sumEvery: o.summaryEvery, rdIdx: -1, ret: ret}
 	j.name, j.src, j.ops = dir, j, o.ops
 	if err := j.open(); err != nil {
 		if j.f != nil {
@@ -245,6 +256,13 @@ func (j *Journal) open() error {
 			remove = append(remove, name) // a record whose write a crash interrupted
 			continue
 		}
+		if name == summaryName && e.Type().IsRegular() {
+			continue // read, and judged record by record, by the first lookup
+		}
+		if name == summaryTmpName && e.Type().IsRegular() {
+			remove = append(remove, name) // a summary whose write a crash interrupted
+			continue
+		}
 		if parseReaderTmpName(name) && e.Type().IsRegular() {
 			// A reader's write under way, or one a crash interrupted: only an old one is left over.
 			if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > staleReaderTmp {
@@ -283,7 +301,7 @@ func (j *Journal) open() error {
 			return fmt.Errorf("%w: %s: sealed segment %s is %d bytes, and the next segment's name says %d: "+
 				"another program appended to it or cut it: %w", ErrModified, j.dir, segmentName(base), st.Size(), want, outbox.ErrSinkRefused)
 		}
-		j.sealed = append(j.sealed, segment{base, want})
+		j.sealed = append(j.sealed, segment{base: base, size: want, mtime: st.ModTime().UnixNano(), ino: fileID(st)})
 	}
 	j.tailBase = bases[len(bases)-1]
 	segs := make(map[int64]bool, len(bases))
@@ -470,6 +488,9 @@ func (j *Journal) Append(ctx context.Context, runID string, lines []outbox.Event
 	j.lastLine = off + int64(len(buf)-len(lines[len(lines)-1].Line)-1)
 	if rolled {
 		j.trimAfterSeal(ctx)
+		if j.unsummarized >= j.sumEvery {
+			j.writeSummary()
+		}
 	}
 	if j.checkpointDue() {
 		j.checkpoint()
@@ -508,15 +529,25 @@ func (j *Journal) index(ctx context.Context) error {
 	if j.merged {
 		return nil
 	}
+	if j.loaded == 0 && len(j.sealed) > 0 && j.sealed[0].si == nil {
+		if err := j.readSummary(); err != nil {
+			return err
+		}
+	}
 	for j.loaded < len(j.sealed) {
 		if err := j.interrupted(ctx); err != nil {
 			return err
 		}
-		si, err := j.segmentIndex(ctx, j.sealed[j.loaded])
-		if err != nil {
-			return err
+		seg := &j.sealed[j.loaded]
+		if seg.si == nil {
+			si, err := j.segmentIndex(ctx, *seg)
+			if err != nil {
+				return err
+			}
+			seg.si = si
+			j.unsummarized++
 		}
-		si.mergeInto(&j.runs)
+		seg.si.mergeInto(&j.runs)
 		j.loaded++
 	}
 	if err := j.scanInto(ctx, &j.tailRuns, j.tailBase+j.size); err != nil {
@@ -542,6 +573,10 @@ func (j *Journal) index(ctx context.Context) error {
 		}
 	}
 	j.runs.built, j.merged = true, true
+	if j.unsummarized >= j.sumEvery {
+		// The start read that many index files: the next one need not.
+		j.writeSummary()
+	}
 	if j.checkpointDue() {
 		// The segment was read whole (no checkpoint, or one not trusted): the next start need not.
 		j.checkpoint()
@@ -672,7 +707,8 @@ func (j *Journal) roll() error {
 	if err != nil {
 		return fmt.Errorf("journal: %w", err)
 	}
-	if err := j.writeIndex(segIndexOf(&j.tailRuns, j.tailBase, j.size, st.ModTime().UnixNano(), j.lastLine, sum)); err != nil {
+	si := segIndexOf(&j.tailRuns, j.tailBase, j.size, st.ModTime().UnixNano(), j.lastLine, sum)
+	if err := j.writeIndex(si); err != nil {
 		return err
 	}
 	faultpoint.Hit(faultAfterIndex)
@@ -702,8 +738,9 @@ func (j *Journal) roll() error {
 	j.st = ns
 	faultpoint.Hit(faultAfterRoll)
 	j.f.Close()
-	j.sealed = append(j.sealed, segment{j.tailBase, j.size})
+	j.sealed = append(j.sealed, segment{base: j.tailBase, size: j.size, mtime: si.mtime, ino: fileID(st), si: si})
 	j.loaded = len(j.sealed)
+	j.unsummarized++
 	j.tailBase, j.path, j.f, j.size, j.tail, j.lastLine = end, path, f, 0, j.tail[:0], end
 	j.tailRuns.init(0)
 	j.tailRuns.scanned = end

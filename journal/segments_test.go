@@ -70,7 +70,7 @@ func segmentsOf(t *testing.T, dir string) []segment {
 		if err != nil {
 			t.Fatal(err)
 		}
-		segs = append(segs, segment{base, st.Size()})
+		segs = append(segs, segment{base: base, size: st.Size()})
 		pos = base + st.Size()
 	}
 	return segs
