@@ -146,8 +146,9 @@ func parseBase(name, ext string) (int64, bool) {
 
 // Open opens the journal kept in dir for appending, creating dir (and its first segment) when it is
 // missing or empty. dir holds only the journal's files: segments named by the journal-wide position
-// of their first byte (%020d.jsonl), the sealed segments' index files (%020d.idx), the registered
-// readers' files (NAME.reader) and the retention record (retention.state). Anything else
+// of their first byte (%020d.jsonl), the sealed segments' index files (%020d.idx), the seal summary
+// (seals.summary), the registered readers' files (NAME.reader) and the retention record
+// (retention.state). Anything else
 // in it, a path that is not a directory, or a last segment that is not a journal, is ErrNotJournal,
 // left as it was. A sealed segment whose size does not end where the next one's name begins (another
 // program appended to it, or cut it) is ErrModified. Open takes an exclusive lock on dir, failing
@@ -504,7 +505,8 @@ func (j *Journal) LastSeq(runID string) (int64, error) {
 }
 
 // LastSeqContext returns the highest seq of runID's lines in the journal, or 0 when it holds none.
-// The first call after Open (or the first Append) reads the sealed segments' indexes, rebuilding
+// The first call after Open (or the first Append) reads the sealed segments' indexes (from the seal
+// summary where it holds a record it can trust, from their own files for the rest), rebuilding
 // one that is missing or does not match its segment from that segment alone, and reads the last
 // segment from its checkpoint on (writing a checkpoint when it had to read more than 16 MiB); it stops with ctx's error when ctx is done, or when Close is called, and the next call
 // takes it up where it stopped.
