@@ -63,8 +63,9 @@ func NewProvider(db *sql.DB, opts ...goose.ProviderOption) (*goose.Provider, err
 // or a table, column or index the protocol relies on is missing.
 var ErrSchemaMismatch = errors.New("outbox: schema mismatch")
 
-// Up applies every pending migration to db, after checking that the database holds no version newer
-// than the module knows, and checks the schema it leaves (see Check).
+// Up applies every pending migration to db, one at a time, each in its own transaction with its
+// version row, after checking that the database holds no version newer than the module knows, and
+// checks the schema it leaves (see Check).
 func Up(ctx context.Context, db *sql.DB) error {
 	if err := checkVersions(ctx, db); err != nil {
 		return err

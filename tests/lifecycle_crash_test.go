@@ -492,8 +492,8 @@ func (c *lcCampaign) applied(name string) map[lcKey]int {
 // life of a segmented journal with retention as real processes: an engine (store and relay into a
 // journal of 64 KiB segments, no keep, a cap of four segments), a consumer following it and one held
 // back for a while and resumed, each under its own reader name. The engine is killed at each step of
-// a roll, a seal and its index, a retention delete, its record, a bounded step of forgetting and the
-// write path; the consumers at each step of applying and of writing their reader file. Then an
+// a roll, a seal and its index, the last segment's checkpoint, a retention delete, its record, a
+// bounded step of forgetting, the write path and a start migrating an older book up; the consumers at each step of applying and of writing their reader file. Then an
 // independent reader compares, per run, what each consumer applied with what the book says was
 // enqueued: nothing applied twice, nothing missing but what a retention gap named, and the held
 // consumer told, by an ErrRetentionGap naming the runs, exactly the lines the cap took from it.
