@@ -129,7 +129,8 @@ fuzz:
 	@$(STEP) "fuzz: FuzzApply" go test -run '^$$' -fuzz '^FuzzApply$$' -fuzztime $(FUZZTIME) ./inbox/
 	@$(STEP) "fuzz: FuzzParseFilePosition" go test -run '^$$' -fuzz '^FuzzParseFilePosition$$' -fuzztime $(FUZZTIME) ./inbox/
 
-## reliability: the long form of the fault campaigns: many crash seeds, longer fuzzing.
+## reliability: the long form of the fault campaigns: many crash seeds, longer fuzzing, and three
+## minutes of the soak (a year of journal in miniature; docs/RELIABILITY.md says what it checks).
 reliability:
 	OUTBOX_CRASH_SEEDS=25 go test -race -count=1 -run 'Crash|ServerProcesses|KilledTogether' -v ./tests/ ./jetstream/
 	OUTBOX_CRASH_SEEDS=25 go test -race -count=1 -run 'EveryStepOfALongLifeKilled' -v ./tests/
@@ -138,6 +139,7 @@ reliability:
 	go test -race -count=1 -run 'PowerLossOfTheDatabase|SQLiteIOError' -v ./tests/
 	OUTBOX_MODEL_STEPS=3000 go test -count=5 -run 'RandomOperations' -v ./tests/
 	OUTBOX_LOAD_SECONDS=60 go test -count=1 -run 'SustainedLoad' -v ./tests/
+	OUTBOX_SOAK_SECONDS=180 go test -count=1 -timeout 20m -run 'AYearInMiniature' -v ./tests/
 	OUTBOX_HEAVY=1 go test -count=1 -run 'LargestLimit|WALShrinks' -v ./outbox/
 	OUTBOX_HEAVY=1 go test -race -count=1 -run 'LongLineAnywhere' -v ./journal/
 	OUTBOX_RELAY_MEMORY_LINES=200 go test -count=1 -run 'RelayMemory' -v ./outbox/

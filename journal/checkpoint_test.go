@@ -56,7 +56,7 @@ func TestAStartReadsOnlyTheLinesAfterTheLastSegmentsCheckpoint(t *testing.T) {
 func checkpointed(t *testing.T, first string) (dir string, ck *segIndex) {
 	t.Helper()
 	dir = filepath.Join(t.TempDir(), "j")
-	j, err := Open(dir, withCheckpointEvery(1<<30))
+	j, err := Open(dir, WithCheckpointEvery(1<<30))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +174,7 @@ func TestACopiedJournalReadsItsLastSegmentWholeOnceAndCheckpointsIt(t *testing.T
 		os.WriteFile(filepath.Join(cp, e.Name()), b, 0o644)
 	}
 	segs := segmentsOf(t, cp)
-	j, err := Open(cp, withCheckpointEvery(1))
+	j, err := Open(cp, WithCheckpointEvery(1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +211,7 @@ func TestASealIndexBesideTheLastSegmentIsNotTakenForItsCheckpoint(t *testing.T) 
 func TestACheckpointIsReplacedByTheSealIndexWhenItsSegmentIsSealed(t *testing.T) {
 	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "j")
-	j := openDir(t, dir, WithSegmentSize(1000), withCheckpointEvery(100))
+	j := openDir(t, dir, WithSegmentSize(1000), WithCheckpointEvery(100))
 	for i := range 30 {
 		mustAppend(t, j, "r", runBatch("r", int64(3*i+1), 3, "w"))
 	}
@@ -242,7 +242,7 @@ func TestACheckpointIsReplacedByTheSealIndexWhenItsSegmentIsSealed(t *testing.T)
 func TestAnAppendWhoseCheckpointCannotBeWrittenSucceeds(t *testing.T) {
 	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "j")
-	j := openDir(t, dir, withCheckpointEvery(200))
+	j := openDir(t, dir, WithCheckpointEvery(200))
 	// A directory where the checkpoint's temporary file goes: its create fails.
 	block := filepath.Join(dir, indexName(0)+".tmp")
 	if err := os.Mkdir(block, 0o755); err != nil {

@@ -124,7 +124,22 @@
 // before a segment grew, or after a copy that did not keep the files' times) is rebuilt from that segment alone, read once, and written again;
 // then it reads the last segment, from its checkpoint on.
 //
-// The last segment is checkpointed as it grows: once 16 MiB have been appended to it since its last
+// So that a start does not read an index file per sealed segment (thousands after a year), the
+// sealed segments' indexes are also kept together in the seal summary (seals.summary): a header
+// line ("outbox journal seal summary 1"), then varints: the number of records and, per record, the
+// inode number of the segment file it was written for, the length of the segment's index and the
+// index as its .idx file holds it (its own checksum included); the file ends with the SHA-256 of
+// all that precedes it. It is written, as durably as an index, by the append that seals the 64th
+// segment it leaves out, and by a start that had to read 64 index files one by one; it is an aid,
+// never a record: a failure to write it fails nothing. A start reads it once and trusts a record
+// only when the summary's checksum holds and the segment file is the one the record was written
+// for, as Open found it: the same position, size, modification time and inode (a sealed segment is
+// never written again, so its record stays true while its file is the same; a copy of the
+// directory is new files). Any other segment's index is read from its .idx file, as above. A start
+// therefore reads one summary and fewer than 64 index files, whatever the number of segments; Open
+// still lists the directory and looks up each sealed segment's size.
+//
+// The last segment is checkpointed as it grows: once 16 MiB (WithCheckpointEvery) have been appended to it since its last
 // checkpoint (or since it was started), the append that passed the mark writes the segment's index
 // as it is then beside it, under the segment's .idx name, as durably as a seal index (temporary
 // name, synced, renamed, the directory synced), with its own header line ("outbox journal tail
@@ -149,8 +164,8 @@
 // last segment's torn tail cut at Open, an exclusive flock on the directory (ErrLocked), and
 // another program's write to the last segment refused before each append (ErrModified); a write to
 // a sealed segment is found when the journal is opened or the segment read. A directory that holds
-// anything but segments, their indexes (the last segment's checkpoint among them), readers' files,
-// the retention record (see Retention) and the temporary files of their writes is ErrNotJournal,
+// anything but segments, their indexes (the last segment's checkpoint among them), the seal summary,
+// readers' files, the retention record (see Retention) and the temporary files of their writes is ErrNotJournal,
 // and so is a path that is not a directory (a single-file journal is carried over
 // by `outbox journal adopt FILE DIR`). The run index in memory costs what File's costs for the same
 // lines.

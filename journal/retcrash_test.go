@@ -23,7 +23,8 @@ import (
 func retentionWriter() int {
 	crashtest.ArmFromEnv()
 	dir := os.Getenv("SEG_DIR")
-	opts := []Option{WithSegmentSize(500), WithKeep(0)}
+	// A seal summary every third seal, so that retention deletes segments a summary holds.
+	opts := []Option{WithSegmentSize(500), WithKeep(0), withSummaryEvery(3)}
 	if c, _ := strconv.ParseInt(os.Getenv("RET_CAP"), 10, 64); c > 0 {
 		opts = append(opts, WithMaxBytes(c))
 	}

@@ -479,7 +479,8 @@ func isJournalName(e os.DirEntry) bool {
 		}
 	}
 	_, reader := parseReaderFileName(name)
-	return reader || parseReaderTmpName(name) || name == stateName || name == stateTmpName
+	return reader || parseReaderTmpName(name) || name == stateName || name == stateTmpName ||
+		name == summaryName || name == summaryTmpName
 }
 
 // listSegments reads dir's segments in order, without its lock, checking that each sealed one ends

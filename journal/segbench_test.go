@@ -113,7 +113,7 @@ func BenchmarkJournalAppendCheckpoints(b *testing.B) {
 	pad := strings.Repeat("p", 150)
 	run := func(every int64) time.Duration {
 		dir := filepath.Join(b.TempDir(), "j")
-		j, err := Open(dir, withCheckpointEvery(every))
+		j, err := Open(dir, WithCheckpointEvery(every))
 		if err != nil {
 			b.Fatal(err)
 		}

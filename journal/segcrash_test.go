@@ -23,7 +23,8 @@ func TestMain(m *testing.M) {
 }
 
 // segmentWriter appends batches of three lines of run "r" to the journal in SEG_DIR, at the segment
-// size SEG_SIZE (with a checkpoint of the last segment every SEG_CKPT bytes, when set), going on from the run's last seq there, and prints each batch's last seq once Append
+// size SEG_SIZE (with a checkpoint of the last segment every SEG_CKPT bytes, and a seal summary
+// every SEG_SUMMARY seals, when set), going on from the run's last seq there, and prints each batch's last seq once Append
 // has returned: what the journal has acknowledged.
 func segmentWriter() int {
 	crashtest.ArmFromEnv()
@@ -31,7 +32,10 @@ func segmentWriter() int {
 	batches, _ := strconv.Atoi(os.Getenv("SEG_BATCHES"))
 	opts := []Option{WithSegmentSize(size)}
 	if every, err := strconv.ParseInt(os.Getenv("SEG_CKPT"), 10, 64); err == nil {
-		opts = append(opts, withCheckpointEvery(every))
+		opts = append(opts, WithCheckpointEvery(every))
+	}
+	if every, err := strconv.Atoi(os.Getenv("SEG_SUMMARY")); err == nil {
+		opts = append(opts, withSummaryEvery(every))
 	}
 	j, err := Open(os.Getenv("SEG_DIR"), opts...)
 	if err != nil {
@@ -113,6 +117,12 @@ func checkJournal(t *testing.T, dir string, acked int64) int64 {
 			}
 		}
 	}
+	var recs map[int64]summaryRecord
+	if b, err := os.ReadFile(filepath.Join(dir, summaryName)); err == nil {
+		if recs, err = parseSummary(b); err != nil {
+			t.Fatalf("the seal summary after the start: %v", err)
+		}
+	}
 	for _, s := range segs[:len(segs)-1] {
 		b, err := os.ReadFile(filepath.Join(dir, indexName(s.base)))
 		if err != nil {
@@ -121,6 +131,15 @@ func checkJournal(t *testing.T, dir string, acked int64) int64 {
 		si, err := parseSegIndex(b)
 		if err != nil || si.base != s.base || si.size != s.size {
 			t.Fatalf("the index of segment %d: %+v, %v", s.base, si, err)
+		}
+		// A summary never holds another account of a segment than its own index.
+		if r, ok := recs[s.base]; ok && !bytes.Equal(r.si.encode(), b) {
+			t.Fatalf("the seal summary's record of segment %d is not its index", s.base)
+		}
+	}
+	for base := range recs {
+		if base >= tail.base {
+			t.Fatalf("the seal summary holds a record of segment %d, which is not sealed", base)
 		}
 	}
 	return last
@@ -226,6 +245,31 @@ func TestAJournalKilledAtEveryStepOfACheckpointOpensWithEveryAcknowledgedLine(t 
 				t.Fatalf("%s #%d: the next life acknowledged up to %d, from %d", point, at, acked, last)
 			}
 			checkJournal(t, dir, acked)
+		}
+	}
+}
+
+func TestAJournalKilledAtEveryStepOfASealSummaryOpensWithEveryAcknowledgedLine(t *testing.T) {
+	t.Parallel()
+	points := []string{faultBeforeSummary, faultSummaryTmp, faultAfterSummary}
+	for _, point := range points {
+		for _, at := range []int{1, 2} {
+			dir := filepath.Join(t.TempDir(), "j")
+			// Batches of about 210 bytes in segments of 500: a seal every other batch, a summary
+			// every third seal.
+			acked, killed := runWriter(t, dir, 500, 30, append(crashtest.KillAt(point, at), "SEG_SUMMARY=3")...)
+			if !killed {
+				t.Fatalf("%s #%d: the writer was not killed", point, at)
+			}
+			last := checkJournal(t, dir, acked)
+			acked, _ = runWriter(t, dir, 500, 10, "SEG_SUMMARY=3")
+			if acked != last+30 {
+				t.Fatalf("%s #%d: the next life acknowledged up to %d, from %d", point, at, acked, last)
+			}
+			checkJournal(t, dir, acked)
+			if _, err := os.Stat(filepath.Join(dir, summaryName)); err != nil {
+				t.Fatalf("%s #%d: no seal summary after the next life: %v", point, at, err)
+			}
 		}
 	}
 }

@@ -61,6 +61,7 @@ type Option func(*options)
 type options struct {
 	segmentSize     int64
 	checkpointEvery int64
+	summaryEvery    int
 	ops             fileOps
 
 	keep     time.Duration
@@ -76,8 +77,14 @@ type options struct {
 // exceeds n only when it holds a single batch larger than n. n must be positive.
 func WithSegmentSize(n int64) Option { return func(o *options) { o.segmentSize = n } }
 
-// withCheckpointEvery sets how far the last segment grows between its checkpoints, for tests.
-func withCheckpointEvery(n int64) Option { return func(o *options) { o.checkpointEvery = n } }
+// WithCheckpointEvery sets how many bytes may be appended to the last segment after its checkpoint
+// before the next checkpoint is written (16 MiB by default): at most what a start reads of lines,
+// whatever the segment size. A smaller n makes starts read less for a few more small writes (each
+// checkpoint is written to a temporary name, synced and renamed); a larger one the other way round.
+// n must be positive.
+func WithCheckpointEvery(n int64) Option {
+	return func(o *options) { o.checkpointEvery = n }
+}
 
 // withOps replaces the file system calls of appends, for tests.
 func withOps(ops fileOps) Option { return func(o *options) { o.ops = ops } }
@@ -98,12 +105,15 @@ type Journal struct {
 	ckptEvery int64
 	ckptEnd   int64 // the position the last segment's checkpoint covers up to (tailBase without one)
 
-	sealed   []segment // in order; the last segment (the tail) follows them
-	tailBase int64
-	lastLine int64    // where the tail's last complete line starts, when it has one
-	tailRuns runIndex // the tail's own spans, written beside it when it is sealed
-	loaded   int      // sealed segments whose spans are in runs
-	merged   bool     // tailRuns is in runs too
+	sealed []segment // in order; the last segment (the tail) follows them
+	// unsummarized counts the sealed segments the summary on disk leaves out (see writeSummary).
+	unsummarized int
+	sumEvery     int
+	tailBase     int64
+	lastLine     int64    // where the tail's last complete line starts, when it has one
+	tailRuns     runIndex // the tail's own spans, written beside it when it is sealed
+	loaded       int      // sealed segments whose spans are in runs
+	merged       bool     // tailRuns is in runs too
 
 	rd    *os.File // a sealed segment open for reading, kept for the next read
 	rdIdx int
@@ -112,7 +122,14 @@ type Journal struct {
 	st  *retState // the directory's retention record, as last written
 }
 
-type segment struct{ base, size int64 }
+// segment is a sealed segment: where it lies, and what Open found of its file (its modification
+// time and inode number), with its index once a lookup has read it.
+type segment struct {
+	base, size int64
+	mtime      int64
+	ino        uint64
+	si         *segIndex
+}
 
 func segmentName(base int64) string { return fmt.Sprintf("%0*d%s", nameDigits, base, segmentExt) }
 func indexName(base int64) string   { return fmt.Sprintf("%0*d%s", nameDigits, base, indexExt) }
@@ -129,8 +146,9 @@ func parseBase(name, ext string) (int64, bool) {
 
 // Open opens the journal kept in dir for appending, creating dir (and its first segment) when it is
 // missing or empty. dir holds only the journal's files: segments named by the journal-wide position
-// of their first byte (%020d.jsonl), the sealed segments' index files (%020d.idx), the registered
-// readers' files (NAME.reader) and the retention record (retention.state). Anything else
+// of their first byte (%020d.jsonl), the sealed segments' index files (%020d.idx), the seal summary
+// (seals.summary), the registered readers' files (NAME.reader) and the retention record
+// (retention.state). Anything else
 // in it, a path that is not a directory, or a last segment that is not a journal, is ErrNotJournal,
 // left as it was. A sealed segment whose size does not end where the next one's name begins (another
 // program appended to it, or cut it) is ErrModified. Open takes an exclusive lock on dir, failing
@@ -138,7 +156,7 @@ func parseBase(name, ext string) (int64, bool) {
 // segment's torn tail, and reads the last segment's checkpoint (see the package's doc), removing one
 // it does not trust. It reads no sealed segment: the first Append or LastSeq reads their indexes.
 func Open(dir string, opts ...Option) (*Journal, error) {
-	o := options{segmentSize: DefaultSegmentSize, checkpointEvery: checkpointEvery, ops: osOps{}}
+	o := options{segmentSize: DefaultSegmentSize, checkpointEvery: checkpointEvery, summaryEvery: summaryEvery, ops: osOps{}}
 	for _, opt := range opts {
 		if opt == nil {
 			return nil, errors.New("journal: Open: a nil Option")
@@ -147,6 +165,9 @@ func Open(dir string, opts ...Option) (*Journal, error) {
 	}
 	if o.segmentSize <= 0 {
 		return nil, fmt.Errorf("journal: Open: segment size %d: it must be positive", o.segmentSize)
+	}
+	if o.checkpointEvery <= 0 {
+		return nil, fmt.Errorf("journal: Open: checkpoint interval %d: it must be positive", o.checkpointEvery)
 	}
 	ret, err := newRetention(&o)
 	if err != nil {
@@ -188,7 +209,7 @@ func Open(dir string, opts ...Option) (*Journal, error) {
 		}
 		return nil, fmt.Errorf("journal: lock %s: %w", dir, err)
 	}
-	j := &Journal{dir: dir, dirf: dirf, segSize: o.segmentSize, ckptEvery: o.checkpointEvery, rdIdx: -1, ret: ret}
+	j := &Journal{dir: dir, dirf: dirf, segSize: o.segmentSize, ckptEvery: o.checkpointEvery, sumEvery: o.summaryEvery, rdIdx: -1, ret: ret}
 	j.name, j.src, j.ops = dir, j, o.ops
 	if err := j.open(); err != nil {
 		if j.f != nil {
@@ -236,6 +257,13 @@ func (j *Journal) open() error {
 			remove = append(remove, name) // a record whose write a crash interrupted
 			continue
 		}
+		if name == summaryName && e.Type().IsRegular() {
+			continue // read, and judged record by record, by the first lookup
+		}
+		if name == summaryTmpName && e.Type().IsRegular() {
+			remove = append(remove, name) // a summary whose write a crash interrupted
+			continue
+		}
 		if parseReaderTmpName(name) && e.Type().IsRegular() {
 			// A reader's write under way, or one a crash interrupted: only an old one is left over.
 			if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > staleReaderTmp {
@@ -274,7 +302,7 @@ func (j *Journal) open() error {
 			return fmt.Errorf("%w: %s: sealed segment %s is %d bytes, and the next segment's name says %d: "+
 				"another program appended to it or cut it: %w", ErrModified, j.dir, segmentName(base), st.Size(), want, outbox.ErrSinkRefused)
 		}
-		j.sealed = append(j.sealed, segment{base, want})
+		j.sealed = append(j.sealed, segment{base: base, size: want, mtime: st.ModTime().UnixNano(), ino: fileID(st)})
 	}
 	j.tailBase = bases[len(bases)-1]
 	segs := make(map[int64]bool, len(bases))
@@ -461,6 +489,9 @@ func (j *Journal) Append(ctx context.Context, runID string, lines []outbox.Event
 	j.lastLine = off + int64(len(buf)-len(lines[len(lines)-1].Line)-1)
 	if rolled {
 		j.trimAfterSeal(ctx)
+		if j.unsummarized >= j.sumEvery {
+			j.writeSummary()
+		}
 	}
 	if j.checkpointDue() {
 		j.checkpoint()
@@ -474,7 +505,8 @@ func (j *Journal) LastSeq(runID string) (int64, error) {
 }
 
 // LastSeqContext returns the highest seq of runID's lines in the journal, or 0 when it holds none.
-// The first call after Open (or the first Append) reads the sealed segments' indexes, rebuilding
+// The first call after Open (or the first Append) reads the sealed segments' indexes (from the seal
+// summary where it holds a record it can trust, from their own files for the rest), rebuilding
 // one that is missing or does not match its segment from that segment alone, and reads the last
 // segment from its checkpoint on (writing a checkpoint when it had to read more than 16 MiB); it stops with ctx's error when ctx is done, or when Close is called, and the next call
 // takes it up where it stopped.
@@ -499,15 +531,25 @@ func (j *Journal) index(ctx context.Context) error {
 	if j.merged {
 		return nil
 	}
+	if j.loaded == 0 && len(j.sealed) > 0 && j.sealed[0].si == nil {
+		if err := j.readSummary(); err != nil {
+			return err
+		}
+	}
 	for j.loaded < len(j.sealed) {
 		if err := j.interrupted(ctx); err != nil {
 			return err
 		}
-		si, err := j.segmentIndex(ctx, j.sealed[j.loaded])
-		if err != nil {
-			return err
+		seg := &j.sealed[j.loaded]
+		if seg.si == nil {
+			si, err := j.segmentIndex(ctx, *seg)
+			if err != nil {
+				return err
+			}
+			seg.si = si
+			j.unsummarized++
 		}
-		si.mergeInto(&j.runs)
+		seg.si.mergeInto(&j.runs)
 		j.loaded++
 	}
 	if err := j.scanInto(ctx, &j.tailRuns, j.tailBase+j.size); err != nil {
@@ -533,6 +575,10 @@ func (j *Journal) index(ctx context.Context) error {
 		}
 	}
 	j.runs.built, j.merged = true, true
+	if j.unsummarized >= j.sumEvery {
+		// The start read that many index files: the next one need not.
+		j.writeSummary()
+	}
 	if j.checkpointDue() {
 		// The segment was read whole (no checkpoint, or one not trusted): the next start need not.
 		j.checkpoint()
@@ -663,7 +709,8 @@ func (j *Journal) roll() error {
 	if err != nil {
 		return fmt.Errorf("journal: %w", err)
 	}
-	if err := j.writeIndex(segIndexOf(&j.tailRuns, j.tailBase, j.size, st.ModTime().UnixNano(), j.lastLine, sum)); err != nil {
+	si := segIndexOf(&j.tailRuns, j.tailBase, j.size, st.ModTime().UnixNano(), j.lastLine, sum)
+	if err := j.writeIndex(si); err != nil {
 		return err
 	}
 	faultpoint.Hit(faultAfterIndex)
@@ -693,8 +740,9 @@ func (j *Journal) roll() error {
 	j.st = ns
 	faultpoint.Hit(faultAfterRoll)
 	j.f.Close()
-	j.sealed = append(j.sealed, segment{j.tailBase, j.size})
+	j.sealed = append(j.sealed, segment{base: j.tailBase, size: j.size, mtime: si.mtime, ino: fileID(st), si: si})
 	j.loaded = len(j.sealed)
+	j.unsummarized++
 	j.tailBase, j.path, j.f, j.size, j.tail, j.lastLine = end, path, f, 0, j.tail[:0], end
 	j.tailRuns.init(0)
 	j.tailRuns.scanned = end

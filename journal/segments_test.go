@@ -4,6 +4,7 @@ package journal
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -70,7 +71,7 @@ func segmentsOf(t *testing.T, dir string) []segment {
 		if err != nil {
 			t.Fatal(err)
 		}
-		segs = append(segs, segment{base, st.Size()})
+		segs = append(segs, segment{base: base, size: st.Size()})
 		pos = base + st.Size()
 	}
 	return segs
@@ -411,7 +412,7 @@ func TestADirectoryHoldingAForeignFileIsNotOpened(t *testing.T) {
 
 func TestOpenRefusesBadOptionsAndCreatesNothing(t *testing.T) {
 	t.Parallel()
-	for _, opts := range [][]Option{{WithSegmentSize(0)}, {WithSegmentSize(-1)}, {nil}} {
+	for _, opts := range [][]Option{{WithSegmentSize(0)}, {WithSegmentSize(-1)}, {WithCheckpointEvery(0)}, {WithCheckpointEvery(-1)}, {nil}} {
 		dir := filepath.Join(t.TempDir(), "j")
 		if j, err := Open(dir, opts...); err == nil {
 			j.Close()
@@ -544,7 +545,31 @@ func FuzzParseSegmentIndex(f *testing.F) {
 	f.Add(ck.encode())
 	f.Add([]byte(segIndexMagic))
 	f.Add([]byte{})
+	f.Add(encodeSummary([]segment{{base: 100, size: 400, ino: 7, si: si}}))
 	f.Fuzz(func(t *testing.T, b []byte) {
+		// The seal summary holds indexes with the same checks.
+		if recs, err := parseSummary(b); err != nil {
+			if !errors.Is(err, errBadIndex) {
+				t.Fatalf("a summary's error that is not errBadIndex: %v", err)
+			}
+		} else {
+			var segs []segment
+			for _, r := range recs {
+				if r.ino != 0 {
+					segs = append(segs, segment{base: r.si.base, size: r.si.size, ino: r.ino, si: r.si})
+				}
+			}
+			slices.SortFunc(segs, func(a, b segment) int { return cmp.Compare(a.base, b.base) })
+			again, err := parseSummary(encodeSummary(segs))
+			if err != nil || len(again) != len(segs) {
+				t.Fatalf("a summary does not survive encode and parse: %d of %d records, %v", len(again), len(segs), err)
+			}
+			for _, sg := range segs {
+				if fmt.Sprint(again[sg.base].si) != fmt.Sprint(sg.si) || again[sg.base].ino != sg.ino {
+					t.Fatalf("encode and parse changed segment %d's record", sg.base)
+				}
+			}
+		}
 		if c, err := parseCheckpoint(b); err == nil {
 			if _, err := parseSegIndex(b); err == nil {
 				t.Fatal("one file parsed both as a checkpoint and as a seal index")

@@ -31,6 +31,8 @@ import (
 	"strings"
 
 	"github.com/pressly/goose/v3"
+
+	"github.com/textmachine/outbox/internal/faultpoint"
 )
 
 // TableName is the goose version table of the outbox schema.
@@ -61,8 +63,9 @@ func NewProvider(db *sql.DB, opts ...goose.ProviderOption) (*goose.Provider, err
 // or a table, column or index the protocol relies on is missing.
 var ErrSchemaMismatch = errors.New("outbox: schema mismatch")
 
-// Up applies every pending migration to db, after checking that the database holds no version newer
-// than the module knows, and checks the schema it leaves (see Check).
+// Up applies every pending migration to db, one at a time, each in its own transaction with its
+// version row, after checking that the database holds no version newer than the module knows, and
+// checks the schema it leaves (see Check).
 func Up(ctx context.Context, db *sql.DB) error {
 	if err := checkVersions(ctx, db); err != nil {
 		return err
@@ -74,8 +77,17 @@ func Up(ctx context.Context, db *sql.DB) error {
 	if err != nil {
 		return err
 	}
-	if _, err := p.Up(ctx); err != nil {
-		return fmt.Errorf("migrations: up: %w", err)
+	// One at a time: each migration commits with its version row, and a crash between two leaves a
+	// database at the first one's version, which the next Up takes on from (the fault point is there).
+	for {
+		_, err := p.UpByOne(ctx)
+		if errors.Is(err, goose.ErrNoNextVersion) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("migrations: up: %w", err)
+		}
+		faultpoint.Hit(faultpoint.MigrationStep)
 	}
 	return Check(ctx, db)
 }

@@ -23,7 +23,9 @@ import (
 	"github.com/textmachine/outbox/inbox"
 	"github.com/textmachine/outbox/internal/crashtest"
 	"github.com/textmachine/outbox/internal/faultpoint"
+	"github.com/textmachine/outbox/internal/outboxtest"
 	"github.com/textmachine/outbox/journal"
+	"github.com/textmachine/outbox/migrations"
 	"github.com/textmachine/outbox/outbox"
 )
 
@@ -32,12 +34,16 @@ import (
 const (
 	lcSegment = 64 << 10
 	lcCap     = 4 * lcSegment
+	// lcCheckpoint: a checkpoint of the last segment every 8 KiB, several a segment, where the
+	// default (16 MiB) would never write one in segments this small.
+	lcCheckpoint = 8 << 10
 	// lcPad makes a line about 600 bytes: a hundred lines fill a segment.
 	lcPad = 560
 )
 
 func lcOpenJournal(dir string) (*journal.Journal, error) {
-	return journal.Open(dir, journal.WithSegmentSize(lcSegment), journal.WithKeep(0), journal.WithMaxBytes(lcCap))
+	return journal.Open(dir, journal.WithSegmentSize(lcSegment), journal.WithCheckpointEvery(lcCheckpoint),
+		journal.WithKeep(0), journal.WithMaxBytes(lcCap))
 }
 
 // lifecycleEngine runs one start of an engine whose relay appends to a segmented journal: recover
@@ -160,11 +166,15 @@ func runLifecycleConsumer(ctx context.Context, follow bool) (err error) {
 }
 
 // The steps the engine is killed at: each step of a roll (the seal's index before, under its
-// temporary name, in place; the next segment created), each step of a retention delete, the
-// retention record, a bounded step of forgetting, and the write path's own.
+// temporary name, in place; the next segment created), each step of the last segment's checkpoint
+// (before it, under its temporary name, in place), each step of a retention delete, the retention
+// record, a bounded step of forgetting, the write path's own, and a start's migration of an older
+// book between two of its steps.
 var lcEnginePoints = []string{"journal.before_index", "journal.index_tmp", "journal.after_index", "journal.after_roll",
+	"journal.before_checkpoint", "journal.checkpoint_tmp", "journal.after_checkpoint",
 	"journal.trim_locked", "journal.trim_recorded", "journal.trim_segment", "journal.trim_index", "journal.state_tmp",
-	faultpoint.ForgetStep, faultpoint.AfterCommit, faultpoint.RelayAfterAppend, faultpoint.JournalMidWrite}
+	faultpoint.ForgetStep, faultpoint.AfterCommit, faultpoint.RelayAfterAppend, faultpoint.JournalMidWrite,
+	faultpoint.MigrationStep}
 
 // The steps a consumer is killed at: before and after its commit, between two batches, and while
 // its reader file is written (synced under the temporary name, not renamed).
@@ -194,8 +204,15 @@ func (c *lcCampaign) consumerEnv(name string) []string {
 // engine runs one engine start, killed at the at-th pass of point ("" for none), and then copies
 // every segment into the mirror: a start writes less than the cap, so each segment is copied after
 // it is sealed and before retention can delete it, and the mirror is the whole journal ever written.
+// A start killed at a migration step opens an older book: the book is migrated down first (see
+// olderBook), and at is then chosen among the steps up.
 func (c *lcCampaign) engine(point string, at int) {
 	c.t.Helper()
+	var from, pass int64
+	if point == faultpoint.MigrationStep {
+		from, pass = c.olderBook()
+		at = int(pass)
+	}
 	c.starts++
 	env := []string{"DB=" + c.book, "JDIR=" + c.jdir, "LINES=" + strconv.Itoa(c.lines),
 		fmt.Sprintf("RUN=lc-%d-%d", c.seed, c.starts)}
@@ -209,7 +226,51 @@ func (c *lcCampaign) engine(point string, at int) {
 	case err != nil:
 		c.t.Fatalf("engine start %d (killed at %s #%d): %v", c.starts, point, at, err)
 	}
+	if point == faultpoint.MigrationStep {
+		// Killed between two steps up: the book is at the version of the last one committed, and
+		// the next start takes it on from there.
+		if v := c.bookVersion(); v != from+pass {
+			c.t.Fatalf("an older book at version %d, killed after %d steps up, is at version %d", from, pass, v)
+		}
+	}
 	c.copyMirror()
+}
+
+// olderBook migrates the book down, as the goose CLI would for a rollback to an older release, to
+// a version that keeps every run's position (2 or later: version 1 has none, and a start then stops
+// with ErrBookBehind), at least two steps below the latest, and returns that version and a pass of
+// the migration step to be killed at that leaves at least one step to the next start.
+func (c *lcCampaign) olderBook() (from, pass int64) {
+	c.t.Helper()
+	known := migrations.Known()
+	latest := known[len(known)-1]
+	from = 2 + c.rng.Int64N(latest-3)
+	pass = 1 + c.rng.Int64N(latest-from-1)
+	d := outboxtest.RawDBRW(c.t, c.book)
+	defer d.Close()
+	p, err := migrations.NewProvider(d)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if _, err := p.DownTo(context.Background(), from); err != nil {
+		c.t.Fatalf("migrate the book down to %d: %v", from, err)
+	}
+	if v := c.bookVersion(); v != from {
+		c.t.Fatalf("the book migrated down to %d is at version %d", from, v)
+	}
+	return from, pass
+}
+
+// bookVersion is the last migration the book records as applied.
+func (c *lcCampaign) bookVersion() int64 {
+	c.t.Helper()
+	d := outboxtest.RawDB(c.t, c.book)
+	defer d.Close()
+	applied, err := migrations.Applied(context.Background(), d)
+	if err != nil || len(applied) == 0 {
+		c.t.Fatalf("the book's versions: %v, %v", applied, err)
+	}
+	return applied[len(applied)-1]
 }
 
 func (c *lcCampaign) copyMirror() {
@@ -431,8 +492,8 @@ func (c *lcCampaign) applied(name string) map[lcKey]int {
 // life of a segmented journal with retention as real processes: an engine (store and relay into a
 // journal of 64 KiB segments, no keep, a cap of four segments), a consumer following it and one held
 // back for a while and resumed, each under its own reader name. The engine is killed at each step of
-// a roll, a seal and its index, a retention delete, its record, a bounded step of forgetting and the
-// write path; the consumers at each step of applying and of writing their reader file. Then an
+// a roll, a seal and its index, the last segment's checkpoint, a retention delete, its record, a
+// bounded step of forgetting, the write path and a start migrating an older book up; the consumers at each step of applying and of writing their reader file. Then an
 // independent reader compares, per run, what each consumer applied with what the book says was
 // enqueued: nothing applied twice, nothing missing but what a retention gap named, and the held
 // consumer told, by an ErrRetentionGap naming the runs, exactly the lines the cap took from it.
@@ -470,6 +531,9 @@ func TestEveryStepOfALongLifeKilledLosesNothingSilentlyAndAHeldConsumerIsToldWha
 				switch point {
 				case faultpoint.AfterCommit, faultpoint.RelayAfterAppend, faultpoint.JournalMidWrite:
 					at = 1 + c.rng.IntN(c.lines/2)
+				case "journal.before_checkpoint", "journal.checkpoint_tmp", "journal.after_checkpoint":
+					// A start writes about ten checkpoints.
+					at = 1 + c.rng.IntN(6)
 				}
 				cp := consumer[i%len(consumer)]
 				f := c.startConsumer(c.followName, true, cp, 2+c.rng.IntN(8))

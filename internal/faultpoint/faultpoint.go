@@ -10,6 +10,7 @@ import "sync/atomic"
 
 // The named points, in the order an event passes them.
 const (
+	MigrationStep       = "migrations.step"       // a store's open: one migration committed with its version, the next not begun
 	BeforeCommit        = "store.before_commit"   // the write transaction is complete but not committed
 	AfterCommit         = "store.after_commit"    // committed, the caller not yet told
 	JournalMidWrite     = "journal.mid_write"     // half of a batch's bytes are written
