@@ -234,13 +234,11 @@ func TestTheCommittersNestedCallCheckHoldsForLineChecksAndAfterItsGoroutineIsRep
 func TestRetireEventFromInsideATransactionFailsAtOnceWhileARelayHoldsTheTurn(t *testing.T) {
 	s := openStore(t, outbox.WithOpTimeout(time.Minute), outbox.WithBusyTimeout(time.Minute))
 	enqueueSpends(t, s, 30)
-	inSecond, unblock := make(chan struct{}), make(chan struct{})
-	sink := &hookedSink{sink: outboxtest.NewMemSink(), before: func(call int, _ context.Context, _ []outbox.EventLine) error {
-		if call == 2 {
-			close(inSecond)
-			<-unblock
+	appended := make(chan struct{})
+	sink := &hookedSink{sink: outboxtest.NewMemSink(), after: func(call int) {
+		if call == 1 {
+			close(appended)
 		}
-		return nil
 	}}
 	r := outboxtest.NewRelay(t, s, sink, "run", outbox.WithBatchSize(10))
 	flushed := make(chan error, 1)
@@ -249,9 +247,8 @@ func TestRetireEventFromInsideATransactionFailsAtOnceWhileARelayHoldsTheTurn(t *
 	go func() {
 		done <- s.WriteTx(context.Background(), func(*sql.Tx) error {
 			go func() { flushed <- r.Flush(context.Background()) }()
-			<-inSecond // batch 1's record waits for this transaction's writer
+			<-appended // batch 1's record waits for this transaction's writer
 			inner = s.RetireEvent(context.Background(), "run", 25, "attack")
-			close(unblock)
 			return nil
 		})
 	}()
