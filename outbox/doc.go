@@ -20,9 +20,9 @@
 //     which is what synchronous=FULL does inside it; so while one commit waits for the disk, the next
 //     is written, and one fdatasync covers every caller waiting by then. Concurrent EnqueueEvent and
 //     EnqueueOnce calls also share one transaction (group commit); a builder that fails or panics
-//     undoes only its own call. Concurrent calls have no order among themselves: the committer runs
-//     the small calls waiting ahead of a run whose last line was 1 MiB or more, so that they wait for
-//     about one large write, not two. A commit is visible to readers a moment before it is durable, and
+//     undoes only its own call. Concurrent calls have no order among themselves. A group ends at the
+//     line that takes it to 1 MiB, so a small call beside a producer of large lines waits for about
+//     one or two large writes, never for a group of them. A commit is visible to readers a moment before it is durable, and
 //     nothing is projected before it is durable.
 //   - Announce once. EnqueueOnce stores its key with the line and refuses a key that is pending or in
 //     the ledger: one row per key for the life of the book. The key enters the ledger when the relay

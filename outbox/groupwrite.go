@@ -187,13 +187,6 @@ func (c *committer) commit(group []*request) (carry []*request, owned bool) {
 		}
 		return nil, true
 	}
-	if len(c.large) > 0 && c.isLarge(taken[0].runID) {
-		// A large line comes next: the commits already written become durable first, in a sync
-		// that does not carry its pages (see maxLargeRuns). Their callers may have started that
-		// sync already; this joins it. A failed sync is theirs to report, and the group's own
-		// write then fails on it.
-		c.s.dur.waitWritten()
-	}
 	g := &groupRun{c: c, gid: c.gid, taken: slices.Clone(taken), results: make([]result, len(taken))}
 	for _, r := range g.taken {
 		r.group.Store(g)
@@ -315,13 +308,6 @@ func (c *committer) writeGroup(g *groupRun) (n int, owned bool) {
 			n = i // hurried: what has run commits now, the rest in the next group
 			break
 		}
-		if i > 0 && !r.deferred && len(c.large) > 0 && c.isLarge(r.runID) {
-			// A large line goes in a group of its own, after the small calls before it; this
-			// call goes first in the next group.
-			r.deferred = true
-			n = i
-			break
-		}
 		if !r.state.CompareAndSwap(reqTaken, reqRunning) {
 			// Withdrawn while the group waited (for the writer, or for the calls before it). No one
 			// reads this result: its caller returned its own context's error (see late).
@@ -347,9 +333,6 @@ func (c *committer) writeGroup(g *groupRun) (n int, owned bool) {
 			continue
 		}
 		g.results[i] = result{seq: seq, err: err}
-		if err == nil {
-			c.noteLine(r.runID, size)
-		}
 		if err != nil {
 			// A failed statement undoes itself, unless SQLite ended the whole transaction.
 			if lost := c.s.txLost(); lost != nil {
