@@ -233,7 +233,7 @@ func (s *Store) enqueue(ctx context.Context, w *txWriter, runID, onceKey string,
 // render has build render seq's line and checks it: nil when build declined. A panic of build's is
 // returned as a userPanic: build may run on the committer's goroutine, which must not die of it. In a
 // group (g), the builder may be refused before it runs, or its group taken over while it runs (see
-// groupRun.enterBuilder); the call then ends with errCut or errAbandoned.
+// takeover.go); the call then ends with errNotBuilt or errGroupTakenOver.
 func (s *Store) render(ctx context.Context, g *groupRun, call EnqueueCall, build EventBuilder) (line []byte, err error) {
 	runID, seq := call.RunID, call.Seq
 	if g != nil {

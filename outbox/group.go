@@ -4,7 +4,6 @@ package outbox
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -58,11 +57,8 @@ type request struct {
 	onceKey string
 	build   EventBuilder
 	state   atomic.Int32
-	// late is set once the caller's own deadline has passed: a call that has not run yet is then
-	// not run (errLate), and group is the group it runs in, which the caller hurries (see late).
-	late  atomic.Bool
-	group atomic.Pointer[groupRun]
-	done  chan result
+	done    chan result
+	callerWatch
 }
 
 type result struct {
@@ -79,19 +75,12 @@ type committer struct {
 	queue   chan *request
 	stop    chan struct{}
 	stopped chan struct{}
-	// current is the group being written, for a caller whose deadline passes and for Close.
-	current atomic.Pointer[groupRun]
-	// givenUp is set once Close has waited its time: no builder runs any more, and the calls still
-	// queued fail with ErrClosed.
-	givenUp atomic.Bool
-
-	mu    sync.Mutex
-	stuck []*groupRun // groups whose builder was given up on, until it returns (for Close's error)
+	stuckBuilders
 
 	// gid is the goroutine running the loop, read once when it takes the loop: the caller's code that
 	// runs on it (a builder, a line check) is told when it calls the store (ErrCallInsideTx). Only the
 	// goroutine that runs the loop touches it; the loop changes hands only through an atomic phase or
-	// a go statement (see groupRun.expedite and committer.write), which orders the accesses.
+	// a go statement (see takeover.go), which orders the accesses.
 	gid int64
 }
 
@@ -109,7 +98,7 @@ func (c *committer) close() {
 
 // run is the committer's loop, from the calls carry left over. Exactly one goroutine runs it at a
 // time: it returns when the store stops it, and when a builder overran and another goroutine took the
-// group over (see groupRun.expedite), which then runs the loop in its place.
+// group over (see takeover.go), which then runs the loop in its place.
 func (c *committer) run(carry []*request) {
 	c.gid = goid()
 	for {
@@ -198,9 +187,9 @@ func (s *Store) submit(ctx context.Context, runID, onceKey string, build EventBu
 	select {
 	case res = <-r.done:
 	case <-ctx.Done():
-		res = s.group.late(r, ctx.Err())
+		res = s.group.deadlinePassed(r, ctx.Err())
 	case <-timeout:
-		res = s.group.late(r, fmt.Errorf("waited for the writer past the operation timeout (WithOpTimeout): %w", context.DeadlineExceeded))
+		res = s.group.deadlinePassed(r, fmt.Errorf("waited for the writer past the operation timeout (WithOpTimeout): %w", context.DeadlineExceeded))
 	}
 	if res.panicked {
 		panic(res.panicVal)
@@ -216,31 +205,3 @@ func (s *Store) submit(ctx context.Context, runID, onceKey string, build EventBu
 	}
 	return res.seq, res.err
 }
-
-// late is what a caller whose deadline (err) has passed is told. A call not yet run is withdrawn and
-// never runs. A call in a group, run or about to be, cannot be taken out of it (a later call of the
-// same run may already number on from it), so the caller hurries the group instead: the committer
-// runs no further builder in it and commits what has run, and a builder running now, whoever's it is,
-// is given up on (see groupRun.expedite). Either way the outcome comes back within about a statement
-// and a commit, whatever the builders do, and it is the truth: committed, or not stored.
-func (c *committer) late(r *request, err error) result {
-	r.late.Store(true)
-	if r.state.CompareAndSwap(reqQueued, reqWithdrawn) || r.state.CompareAndSwap(reqTaken, reqWithdrawn) {
-		return result{err: err}
-	}
-	if g := r.group.Load(); g != nil {
-		g.expedite(r)
-	}
-	res := <-r.done
-	switch {
-	case res.err == errLate:
-		res.err = err
-	case errors.Is(res.err, ErrBuilderStuck) && !errors.Is(res.err, err):
-		res.err = fmt.Errorf("%w (%w)", res.err, err)
-	}
-	return res
-}
-
-// errLate fails a call that had not run when its caller's deadline passed; the caller returns its own
-// error instead.
-var errLate = errors.New("outbox: the caller's deadline passed before its call ran")
