@@ -159,8 +159,8 @@ func (r *Relay) project(ctx context.Context, runID string, target int64) (placed
 
 // place appends one batch to the sink and records it, as one batch in flight that Close waits for
 // until it is recorded, and returns the batch's last seq. A closing store refuses it before the append
-// (ErrClosed). A record that fails leaves the batch in turn.unrecorded, for whoever takes the run's
-// turn next to record before anything else is appended.
+// (ErrClosed). A record that fails leaves the batch in turn.Held.unrecorded, for whoever takes the
+// run's turn next to record before anything else is appended.
 //
 // What is recorded is taken from the batch before the sink is called: the sink is handed the slice
 // and may clear it, reorder it or rewrite its seqs, and none of that may move the recorded position
@@ -183,7 +183,7 @@ func (r *Relay) place(ctx context.Context, turn *runTurn, runID string, lines []
 	// The sink has this batch and the store has not recorded it: a crash here leaves it to be sent
 	// again, and nothing more.
 	faultpoint.Hit(faultpoint.RelayAfterAppend)
-	turn.unrecorded = b
+	turn.Held.unrecorded = b
 	return last, r.record(ctx, turn)
 }
 

@@ -25,7 +25,7 @@ type batchRecord struct {
 // record records the batch the sink has and the store has not, if there is one, and waits for it.
 // Call it holding the run's turn, and mu.
 func (r *Relay) record(ctx context.Context, turn *runTurn) error {
-	b := turn.unrecorded
+	b := turn.Held.unrecorded
 	if b == nil {
 		return nil
 	}
@@ -57,8 +57,8 @@ func (r *Relay) recordBatch(ctx context.Context, b *batchRecord) error {
 // callback is the caller's code, and one that panics or ends the goroutine must not leave a batch
 // appended that no one will record.
 func (r *Relay) recorded(turn *runTurn, b *batchRecord) {
-	if turn.unrecorded == b {
-		turn.unrecorded = nil
+	if turn.Held.unrecorded == b {
+		turn.Held.unrecorded = nil
 	}
 	if r.failing != nil {
 		// The change of state is the first batch that gets through, not the end of a drain.
