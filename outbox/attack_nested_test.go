@@ -28,9 +28,8 @@ var relayCalls = map[string]func(ctx context.Context, r *outbox.Relay) error{
 
 // A relay called from inside a transaction of its store (a WriteTx function, a builder) would record
 // its batches with the writer that transaction holds. It fails at once with ErrCallInsideTx, before
-// it appends anything: a batch appended then could not be recorded, and the relay's record, made on a
-// goroutine of its own beside the next append, would wait for the writer until the operation timeout
-// instead of being caught.
+// it appends anything: a batch appended then could not be recorded, and the relay's record would wait
+// for the writer until the operation timeout.
 func TestARelayCalledFromInsideATransactionFailsAtOnceAndAppendsNothing(t *testing.T) {
 	inside := map[string]func(s *outbox.Store, call func() error) error{
 		"WriteTx": func(s *outbox.Store, call func() error) error {

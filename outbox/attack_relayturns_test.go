@@ -21,8 +21,7 @@ import (
 )
 
 // slowRecords makes every commit of the store wait a moment before it commits, so that a relay's
-// record runs well beside the next append, and the relays, the retirer and the producers meet it
-// there.
+// record takes long enough for the other relays, the retirer and the producers to meet it.
 func slowRecords(t *testing.T) {
 	faultpoint.Set(func(p string) {
 		if p == faultpoint.BeforeCommit {
