@@ -11,8 +11,4 @@ func HoldTurn(ctx context.Context, s *Sink, run string) (release func(), err err
 }
 
 // Turns is how many runs the sink keeps a turn for: runs with an Append under way or waiting.
-func Turns(s *Sink) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.turns)
-}
+func Turns(s *Sink) int { return s.turns.Len() }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/textmachine/outbox/internal/keyedturn"
 	"github.com/textmachine/outbox/journal"
 	"github.com/textmachine/outbox/outbox"
 )
@@ -162,18 +163,13 @@ type Sink struct {
 	mu         sync.Mutex // guards what follows; never held across a request to the server
 	maxMsgSize int        // the stream's limit on one message, 0 for none
 	mode       Mode
-	limit      int                 // messages per atomic batch
-	kv         jetstream.KeyValue  // the readers' bucket, once found
-	last       map[string]placed   // per run, what the stream is known to hold; absent: read it from the server
-	turns      map[string]*runTurn // per run with an Append under way or waiting
-}
+	limit      int                // messages per atomic batch
+	kv         jetstream.KeyValue // the readers' bucket, once found
+	last       map[string]placed  // per run, what the stream is known to hold; absent: read it from the server
 
-// runTurn orders the Appends of one run: the next batch's expectation is the stream sequence the one
-// before ended at, so only one batch of a run can be in flight. users counts the Appends holding or
-// waiting for it, so that the map keeps no entry for a run nobody appends to.
-type runTurn struct {
-	ch    chan struct{} // holds a token while an Append has the turn
-	users int
+	// turns order the Appends of one run: the next batch's expectation is the stream sequence the
+	// one before ended at, so only one batch of a run can be in flight.
+	turns keyedturn.Turns[struct{}]
 }
 
 // placed is a run's last line in the stream: its journal seq and its stream sequence.
@@ -215,7 +211,7 @@ func NewSink(js jetstream.JetStream, streamName string, opts ...Option) (*Sink, 
 		return nil, fmt.Errorf("%w: stream %q: %s", ErrStreamSettings, streamName, strings.Join(problems, "; "))
 	}
 	s := &Sink{js: js, stream: stream, name: streamName, cfg: cfg, maxMsgSize: int(max(sc.MaxMsgSize, 0)),
-		limit: DefaultBatchLimit, last: map[string]placed{}, turns: map[string]*runTurn{}}
+		limit: DefaultBatchLimit, last: map[string]placed{}}
 	if sc.AllowAtomicPublish {
 		s.mode = AtomicBatches
 	}
@@ -325,28 +321,11 @@ func (s *Sink) Append(ctx context.Context, runID string, lines []outbox.EventLin
 
 // takeTurn waits until no other Append of run is under way, or ctx ends; release ends the turn.
 func (s *Sink) takeTurn(ctx context.Context, run string) (release func(), err error) {
-	s.mu.Lock()
-	t := s.turns[run]
-	if t == nil {
-		t = &runTurn{ch: make(chan struct{}, 1)}
-		s.turns[run] = t
+	t, err := s.turns.Take(ctx, run, nil)
+	if err != nil {
+		return nil, err
 	}
-	t.users++
-	s.mu.Unlock()
-	leave := func() {
-		s.mu.Lock()
-		if t.users--; t.users == 0 {
-			delete(s.turns, run)
-		}
-		s.mu.Unlock()
-	}
-	select {
-	case t.ch <- struct{}{}:
-		return func() { <-t.ch; leave() }, nil
-	case <-ctx.Done():
-		leave()
-		return nil, ctx.Err()
-	}
+	return func() { s.turns.Release(run, t) }, nil
 }
 
 // lastKnown returns what the sink believes the stream holds last for run; ok is false when it must

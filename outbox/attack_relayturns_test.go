@@ -21,8 +21,7 @@ import (
 )
 
 // slowRecords makes every commit of the store wait a moment before it commits, so that a relay's
-// record runs well beside the next append, and the relays, the retirer and the producers meet it
-// there.
+// record takes long enough for the other relays, the retirer and the producers to meet it.
 func slowRecords(t *testing.T) {
 	faultpoint.Set(func(p string) {
 		if p == faultpoint.BeforeCommit {
@@ -32,8 +31,8 @@ func slowRecords(t *testing.T) {
 	t.Cleanup(func() { faultpoint.Set(nil) })
 }
 
-// Two relays of one run, each forgetting what it projects, take turns while their records run beside
-// their appends; producers enqueue and a caller retires lines meanwhile. Each line reaches the sink
+// Two relays of one run, each forgetting what it projects, take turns while their records are slowed
+// down; producers enqueue and a caller retires lines meanwhile. Each line reaches the sink
 // once, as a tombstone exactly when RetireEvent said it retired it, and the book keeps none of them.
 func TestRelaysTakingTurnsWithRecordsInFlightRacingRetireEventSendEachLineOnce(t *testing.T) {
 	const producers, perProducer = 2, 300
@@ -146,12 +145,11 @@ func TestRelaysTakingTurnsWithRecordsInFlightRacingRetireEventSendEachLineOnce(t
 	t.Logf("%d lines retired", len(retired))
 }
 
-// The last two batches of a run reached the sink with neither recorded: the first's record failed and
-// the second went out beside it. The relay's next attempt records both at once, their once keys
-// included; a process that stops instead leaves both to the next start, whose Recover re-sends them,
-// byte for byte, and moves all their keys into the ledger, beside the runs of other earlier processes.
-// Either way no key is announced again.
-func TestTwoUnrecordedBatchesOfOnceKeysAreLedgeredByTheNextAttemptOrTheNextStart(t *testing.T) {
+// A batch of once keys reached the sink and its record failed. The relay's next attempt records it,
+// its once keys included, before it appends anything; a process that stops instead leaves it to the
+// next start, whose Recover re-sends it, byte for byte, and moves its keys into the ledger, beside the
+// runs of other earlier processes. Either way no key is announced again.
+func TestAnUnrecordedBatchOfOnceKeysIsLedgeredByTheNextAttemptOrTheNextStart(t *testing.T) {
 	for _, restart := range []bool{false, true} {
 		t.Run(fmt.Sprintf("restart=%v", restart), func(t *testing.T) {
 			ctx := context.Background()
@@ -181,8 +179,8 @@ func TestTwoUnrecordedBatchesOfOnceKeysAreLedgeredByTheNextAttemptOrTheNextStart
 			if err := r.Flush(ctx); err == nil {
 				t.Fatal("Flush with the write lock held: nil error")
 			}
-			if got := sink.calls; got != 2 {
-				t.Fatalf("the sink was called %d times, want 2: the batch beside the failing record, and no more", got)
+			if got := sink.calls; got != 1 {
+				t.Fatalf("the sink was called %d times, want 1: nothing after the batch whose record failed", got)
 			}
 			release()
 			wantDup := 0
@@ -191,7 +189,7 @@ func TestTwoUnrecordedBatchesOfOnceKeysAreLedgeredByTheNextAttemptOrTheNextStart
 				if err := outboxtest.NewRelay(t, s, j, "next", outbox.WithBatchSize(4)).Recover(ctx); err != nil {
 					t.Fatal(err)
 				}
-				wantDup = 20
+				wantDup = 10
 			} else {
 				if err := r.Flush(ctx); err != nil {
 					t.Fatal(err)
@@ -225,8 +223,7 @@ func TestTwoUnrecordedBatchesOfOnceKeysAreLedgeredByTheNextAttemptOrTheNextStart
 // ErrClosed, not left hanging or touching a closed book. The next start re-sends that batch only.
 func TestCloseGivesUpOnAnAppendBlockedPastItsWaitAndTheNextStartResendsOnlyThatBatch(t *testing.T) {
 	// The operation timeout is Close's wait for the append, and also the bound of the first batch's
-	// record, made beside the second append: short, it would let a loaded machine overrun that record
-	// and fail the run before Close. Any wait proves the point, since the append stays blocked until
+	// record: short, it would let a loaded machine overrun that record and fail the run before Close. Any wait proves the point, since the append stays blocked until
 	// Close has returned. Every other call has a deadline of its own (Patient), which the operation
 	// timeout does not shorten.
 	ctx := outboxtest.Patient(t)
@@ -311,8 +308,7 @@ func TestRunCancelledAtAnyMomentSendsNothingTwice(t *testing.T) {
 // nothing twice.
 func TestACallerPanicOrGoexitInsideTheRelayLeavesNoBatchInFlightForCloseToWaitFor(t *testing.T) {
 	// projected is where the run is recorded once the goroutine has unwound: up to the batch before
-	// the sink's failing call; up to the batch appended beside the record of the batch the callback
-	// hears of, since that batch's record was already under way.
+	// the sink's failing call, or the batch the callback hears of, which is recorded before it is told.
 	cases := map[string]struct {
 		sink      func(call int)
 		callback  func(calls int)
@@ -320,8 +316,8 @@ func TestACallerPanicOrGoexitInsideTheRelayLeavesNoBatchInFlightForCloseToWaitFo
 	}{
 		"sink panics":           {sink: func(call int) { panic("the caller's bug") }, projected: 10},
 		"sink calls Goexit":     {sink: func(call int) { runtime.Goexit() }, projected: 10},
-		"callback panics":       {callback: func(int) { panic("the caller's bug") }, projected: 20},
-		"callback calls Goexit": {callback: func(int) { runtime.Goexit() }, projected: 20},
+		"callback panics":       {callback: func(int) { panic("the caller's bug") }, projected: 10},
+		"callback calls Goexit": {callback: func(int) { runtime.Goexit() }, projected: 10},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -376,8 +372,7 @@ func TestACallerPanicOrGoexitInsideTheRelayLeavesNoBatchInFlightForCloseToWaitFo
 	}
 }
 
-// Recover over many earlier runs, its context cancelled again and again at any moment, with records
-// running beside appends: each attempt goes on where the last one stopped, and once one finishes the
+// Recover over many earlier runs, its context cancelled again and again at any moment: each attempt goes on where the last one stopped, and once one finishes the
 // journal holds every line once and the book none of the earlier runs' rows.
 func TestRecoverCancelledAtAnyMomentOverManyRunsSendsNothingTwice(t *testing.T) {
 	const runs, perRun = 12, 9
@@ -421,49 +416,5 @@ func TestRecoverCancelledAtAnyMomentOverManyRunsSendsNothingTwice(t *testing.T) 
 	t.Logf("%d attempts began part of the way through", progressed)
 	if kept := outboxtest.CountRows(t, s.Path(), "1"); kept != 0 {
 		t.Errorf("the book keeps %d rows of the earlier runs, want 0", kept)
-	}
-}
-
-// The sink refuses batch 2 while batch 1's record fails: the stop is written at batch 2 all the same,
-// batch 1 stays the turn's to record (RetireEvent refuses its lines), and the next attempt records
-// batch 1, which clears the stop, meets the refusal again and writes the stop again: the book never
-// ends up with batch 1 unrecorded and no stop while the sink refuses.
-func TestARefusalBesideAFailedRecordStopsTheRunAndTheNextAttemptStopsItAgain(t *testing.T) {
-	s := openStore(t, outbox.WithBusyTimeout(5*time.Millisecond))
-	enqueueSpends(t, s, 30)
-	errBad := fmt.Errorf("batch 2: %w", outbox.ErrSinkRefused)
-	var release func()
-	sink := &hookedSink{sink: outboxtest.NewMemSink()}
-	sink.after = func(call int) {
-		if call == 1 {
-			release = holdWriteLock(t, s.Path())
-		}
-	}
-	sink.before = func(call int, _ context.Context, _ []outbox.EventLine) error {
-		if call < 2 {
-			return nil
-		}
-		if call == 2 {
-			time.Sleep(200 * time.Millisecond) // far past the busy timeout: batch 1's record fails
-			release()
-		}
-		return errBad
-	}
-	r := outboxtest.FastRelay(t, s, sink, "run", outbox.WithBatchSize(10), outbox.WithFlushAttempts(1))
-	ctx := context.Background()
-	if err := r.Flush(ctx); !errors.Is(err, outbox.ErrSinkRefused) {
-		t.Fatalf("Flush: %v, want ErrSinkRefused", err)
-	}
-	if st := runStats(t, s, "run"); st.Projected != 0 || st.StoppedSeq != 11 {
-		t.Errorf("after the refusal: projected %d, stopped at %d; want 0 and 11", st.Projected, st.StoppedSeq)
-	}
-	if err := s.RetireEvent(ctx, "run", 10, "attack"); !errors.Is(err, outbox.ErrProjected) {
-		t.Errorf("RetireEvent of a line of the unrecorded batch: %v, want ErrProjected", err)
-	}
-	if err := r.Flush(ctx); !errors.Is(err, outbox.ErrSinkRefused) {
-		t.Fatalf("the next Flush: %v, want ErrSinkRefused", err)
-	}
-	if st := runStats(t, s, "run"); st.Projected != 10 || st.StoppedSeq != 11 {
-		t.Errorf("after the next attempt: projected %d, stopped at %d; want 10 and 11", st.Projected, st.StoppedSeq)
 	}
 }

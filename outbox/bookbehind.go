@@ -170,7 +170,7 @@ func (s *Store) lookupRuns(ctx context.Context, runs []SinkRun, found func(r Sin
 
 func lookupRun(stmt *sqlite3.Stmt, runID string, found func(last int64, known bool)) error {
 	defer stmt.Reset()
-	// RunGet's one parameter, ?1, is the run id (a :one query, which bindFrom cannot capture).
+	// RunGet's one parameter, ?1, is the run id.
 	if err := stmt.BindText(1, runID); err != nil {
 		return err
 	}

@@ -20,19 +20,19 @@
 //     which is what synchronous=FULL does inside it; so while one commit waits for the disk, the next
 //     is written, and one fdatasync covers every caller waiting by then. Concurrent EnqueueEvent and
 //     EnqueueOnce calls also share one transaction (group commit); a builder that fails or panics
-//     undoes only its own call. Concurrent calls have no order among themselves: the committer runs
-//     the small calls waiting ahead of a run whose last line was 1 MiB or more, so that they wait for
-//     about one large write, not two. A commit is visible to readers a moment before it is durable, and
+//     undoes only its own call. Concurrent calls have no order among themselves. A group ends at the
+//     line that takes it to 1 MiB, so a small call beside a producer of large lines waits for about
+//     one or two large writes, never for a group of them. A commit is visible to readers a moment before it is durable, and
 //     nothing is projected before it is durable.
 //   - Announce once. EnqueueOnce stores its key with the line and refuses a key that is pending or in
 //     the ledger: one row per key for the life of the book. The key enters the ledger when the relay
 //     records that the line reached the sink, and its row then keeps the key, run, seq and the line's
 //     digest (LineDigest), not the line: the book grows by about 150 bytes a key, not by its lines.
 //   - Nothing lost, nothing counted twice. The relay appends a batch to the sink and only then records
-//     how far it got (and moves the batch's keys into the ledger), so a crash re-sends at most the
-//     two batches in flight (the relay records a batch while it appends the next one), byte for byte,
-//     which the reader skips as duplicates. A record that fails after
-//     the append is retried alone, never by appending the batch again. Relay.Recover projects what
+//     how far it got (and moves the batch's keys into the ledger), before it reads the next batch, so a
+//     crash re-sends at most the one batch in flight, byte for byte, which the reader skips as
+//     duplicates. A record that fails after the append is retried alone, never by appending the batch
+//     again. Relay.Recover projects what
 //     earlier processes committed and drops only rows whose lines the sink has; it never touches a run
 //     this Store has enqueued to.
 //   - A book behind its sink stops the relay. A relay whose sink lists its runs (RunLister) compares
@@ -45,7 +45,7 @@
 //     (a waiting relay gives up when its context ends), so no line is appended twice by them, and a
 //     batch whose record failed is recorded by whichever relay takes the run next, not appended again.
 //   - Memory bounded by configuration. A relay holds at most WithBatchBytes (4 MiB by default) of
-//     lines, the batch it appends and the batches it reads ahead together, plus one line: a batch
+//     lines, the one batch it appends, plus one line: a batch
 //     always holds at least one line, so a longer line goes alone. WithBatchSize bounds a batch's
 //     lines as well.
 //   - No number reused. A run's next seq follows the highest it was ever given, also after its rows

@@ -264,14 +264,6 @@ type notDurable struct{ err error }
 func (e *notDurable) Error() string   { return ErrNotDurable.Error() + ": " + e.err.Error() }
 func (e *notDurable) Unwrap() []error { return []error{ErrNotDurable, e.err} }
 
-// waitWritten returns once every commit recorded as written so far is durable, or a sync has failed.
-func (d *durability) waitWritten() {
-	if d.wal == nil {
-		return
-	}
-	d.wait(d.written.Load())
-}
-
 // waitVisible returns once every commit a read that has just finished could have seen is durable.
 func (d *durability) waitVisible() error {
 	if d.wal == nil {

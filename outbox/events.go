@@ -233,7 +233,7 @@ func (s *Store) enqueue(ctx context.Context, w *txWriter, runID, onceKey string,
 // render has build render seq's line and checks it: nil when build declined. A panic of build's is
 // returned as a userPanic: build may run on the committer's goroutine, which must not die of it. In a
 // group (g), the builder may be refused before it runs, or its group taken over while it runs (see
-// groupRun.enterBuilder); the call then ends with errCut or errAbandoned.
+// takeover.go); the call then ends with errNotBuilt or errGroupTakenOver.
 func (s *Store) render(ctx context.Context, g *groupRun, call EnqueueCall, build EventBuilder) (line []byte, err error) {
 	runID, seq := call.RunID, call.Seq
 	if g != nil {
@@ -519,7 +519,7 @@ func preparePending(c *sqlite3.Conn) (*sqlite3.Stmt, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkColumns(stmt, pendingColumns); err != nil {
+	if err := errors.Join(checkColumns(stmt, pendingColumns), checkParams(stmt, pendingParams)); err != nil {
 		stmt.Close()
 		return nil, err
 	}
@@ -548,10 +548,8 @@ func readPending(ctx context.Context, c *sqlite3.Conn, stmt *sqlite3.Stmt, runID
 	old := c.SetInterrupt(ctx)
 	defer c.SetInterrupt(old)
 	defer stmt.Reset()
-	err = bindFrom(stmt, db.EventsPending, func(b db.DBTX) error {
-		_, err := queries.EventsPending(ctx, b, db.EventsPendingParams{EngineRunID: runID, AfterSeq: after, MaxRows: int64(limit)})
-		return err
-	})
+	err = errors.Join(stmt.BindText(pendingRunID, runID), stmt.BindInt64(pendingAfter, after),
+		stmt.BindInt64(pendingLimit, int64(limit)))
 	if err != nil {
 		return nil, nil, err
 	}

@@ -5,6 +5,7 @@ package outbox
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -92,7 +93,7 @@ func (w *txWriter) addCounts(ctx context.Context) error {
 // the transaction database/sql holds open on it: every enqueue commit runs it, and through
 // database/sql a statement costs some microseconds of conversions, more than SQLite's work here
 // (measured: one event per transaction at NORMAL, 24,000/s through database/sql, 37,000/s through
-// the driver's API). The SQL and its binding are still sqlc's (see bindFrom). Only the goroutine that
+// the driver's API). The SQL is still sqlc's. Only the goroutine that
 // holds the writer connection in a transaction of the store's uses it.
 type rawAddLines struct {
 	conn *sqlite3.Conn
@@ -109,9 +110,8 @@ func (r *rawAddLines) exec(ctx context.Context, p db.RunAddLinesParams) error {
 	}
 	old := r.conn.SetInterrupt(ctx)
 	defer r.conn.SetInterrupt(old)
-	err := bindFrom(r.stmt, db.RunAddLines, func(b db.DBTX) error {
-		return queries.RunAddLines(ctx, b, p)
-	})
+	// Bound by the numbers the SQL gives its parameters (?1 run, ?2 first seq, ?3 last seq).
+	err := errors.Join(r.stmt.BindText(1, p.EngineRunID), r.stmt.BindInt64(2, p.FirstSeq), r.stmt.BindInt64(3, p.LastSeq))
 	if err != nil {
 		return err
 	}

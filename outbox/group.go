@@ -3,11 +3,8 @@
 package outbox
 
 import (
-	"cmp"
 	"context"
-	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,25 +38,10 @@ const gatherWait = 100 * time.Microsecond
 const maxGroup = 512
 
 // maxGroupBytes bounds a group's lines in bytes as well: a group ends after the line that reaches it,
-// so a producer of large lines delays the calls grouped with it by about one large write.
+// so that no group carries two large lines. A small call that arrives while a producer of 16 MiB lines
+// writes one waits for the rest of that write and, at worst, for the next large line queued ahead of
+// it: about two large writes at p99 (docs/BENCHMARKS.md).
 const maxGroupBytes = 1 << 20
-
-// A large write (a line of maxGroupBytes or more) takes some hundred milliseconds for a 16 MiB line
-// (its pages written into the WAL, then synced), and a small call that arrives meanwhile waits for the
-// rest of it. It must not wait for the next large line too: so the committer learns which runs write large lines (a run whose last
-// line was large), puts their calls behind the small calls waiting in its queue (see order), writes a
-// large line in a group of its own, and before that group makes the commits already written durable,
-// so that their sync does not carry the large line's pages as well. A run's calls have no order among
-// themselves until one returns, so reordering concurrent calls changes no guarantee. A large call is
-// put back at most once in a row: it goes first in the next group, whatever has arrived since.
-//
-// largeGatherWait bounds how long a large call that would begin a group waits for the small callers
-// released with it (see gatherBeforeLarge): a millisecond, next to a large write's hundred or more.
-const largeGatherWait = time.Millisecond
-
-// maxLargeRuns bounds how many runs the committer remembers as writers of large lines; past it, a
-// further run is treated as small until one of the remembered ones writes a small line.
-const maxLargeRuns = 64
 
 // Request states: a caller whose context ends may withdraw its request until the committer takes it.
 const (
@@ -75,14 +57,8 @@ type request struct {
 	onceKey string
 	build   EventBuilder
 	state   atomic.Int32
-	// late is set once the caller's own deadline has passed: a call that has not run yet is then
-	// not run (errLate), and group is the group it runs in, which the caller hurries (see late).
-	late  atomic.Bool
-	group atomic.Pointer[groupRun]
-	done  chan result
-	// deferred is set when the committer put the call back behind the small calls waiting, once:
-	// it goes first in the next group. Only the committer touches it.
-	deferred bool
+	done    chan result
+	callerWatch
 }
 
 type result struct {
@@ -99,29 +75,17 @@ type committer struct {
 	queue   chan *request
 	stop    chan struct{}
 	stopped chan struct{}
-	// current is the group being written, for a caller whose deadline passes and for Close.
-	current atomic.Pointer[groupRun]
-	// givenUp is set once Close has waited its time: no builder runs any more, and the calls still
-	// queued fail with ErrClosed.
-	givenUp atomic.Bool
+	stuckBuilders
 
-	mu    sync.Mutex
-	stuck []*groupRun // groups whose builder was given up on, until it returns (for Close's error)
-
-	// large holds the runs whose last line was large (see maxLargeRuns). Only the goroutine that runs
-	// the committer's loop touches it; the loop changes hands only through an atomic phase or a go
-	// statement (see groupRun.expedite and committer.write), which orders the accesses.
-	large map[string]struct{}
-	// largeWait is largeGatherWait, which a test may lengthen before the first call.
-	largeWait time.Duration
 	// gid is the goroutine running the loop, read once when it takes the loop: the caller's code that
-	// runs on it (a builder, a line check) is told when it calls the store (ErrCallInsideTx). Only
-	// that goroutine touches it, as with large.
+	// runs on it (a builder, a line check) is told when it calls the store (ErrCallInsideTx). Only the
+	// goroutine that runs the loop touches it; the loop changes hands only through an atomic phase or
+	// a go statement (see takeover.go), which orders the accesses.
 	gid int64
 }
 
 func newCommitter(s *Store) *committer {
-	c := &committer{s: s, queue: make(chan *request, maxGroup), stop: make(chan struct{}), stopped: make(chan struct{}), largeWait: largeGatherWait}
+	c := &committer{s: s, queue: make(chan *request, maxGroup), stop: make(chan struct{}), stopped: make(chan struct{})}
 	go c.run(nil)
 	return c
 }
@@ -134,7 +98,7 @@ func (c *committer) close() {
 
 // run is the committer's loop, from the calls carry left over. Exactly one goroutine runs it at a
 // time: it returns when the store stops it, and when a builder overran and another goroutine took the
-// group over (see groupRun.expedite), which then runs the loop in its place.
+// group over (see takeover.go), which then runs the loop in its place.
 func (c *committer) run(carry []*request) {
 	c.gid = goid()
 	for {
@@ -174,77 +138,10 @@ func (c *committer) run(carry []*request) {
 			}
 			timer.Stop()
 		}
-		c.order(group)
-		if len(c.large) > 0 && !group[0].deferred && c.isLarge(group[0].runID) {
-			group = c.gatherBeforeLarge(group)
-		}
 		var owned bool
 		if carry, owned = c.commit(group); !owned {
 			return
 		}
-	}
-}
-
-// order puts the calls of runs that write large lines after the other calls of group, keeping the
-// order of arrival within each kind; a call already put back once goes first.
-func (c *committer) order(group []*request) {
-	if len(c.large) == 0 {
-		return // a call put back once is at the head already: the group begins with the carried calls
-	}
-	rank := func(r *request) int {
-		switch {
-		case r.deferred:
-			return 0
-		case c.isLarge(r.runID):
-			return 2
-		}
-		return 1
-	}
-	slices.SortStableFunc(group, func(a, b *request) int { return cmp.Compare(rank(a), rank(b)) })
-}
-
-// gatherBeforeLarge is run's wait for the callers of the last sync when a large call would begin the
-// group: the large producer's caller and the small callers that its write's sync released come back
-// together, and a large call that reached the queue first would otherwise make the others wait for
-// its whole write. It waits at most largeGatherWait, and only for as many as the sync released.
-func (c *committer) gatherBeforeLarge(group []*request) []*request {
-	want := min(int(c.s.dur.released.Load()), maxGroup)
-	if len(group) >= want {
-		return group
-	}
-	timer := time.NewTimer(c.largeWait)
-	defer timer.Stop()
-	for len(group) < want {
-		select {
-		case r := <-c.queue:
-			group = append(group, r)
-		case <-timer.C:
-			c.order(group)
-			return group
-		}
-	}
-	c.order(group)
-	return group
-}
-
-// isLarge reports whether runID's last line was a large one.
-func (c *committer) isLarge(runID string) bool {
-	_, ok := c.large[runID]
-	return ok
-}
-
-// noteLine records the size of the line a call of runID has just stored.
-func (c *committer) noteLine(runID string, size int) {
-	switch {
-	case size < maxGroupBytes:
-		if len(c.large) > 0 {
-			delete(c.large, runID)
-		}
-	case len(c.large) < maxLargeRuns:
-		if c.large == nil {
-			c.large = map[string]struct{}{}
-		}
-		c.large[runID] = struct{}{}
 	}
 }
 
@@ -290,9 +187,9 @@ func (s *Store) submit(ctx context.Context, runID, onceKey string, build EventBu
 	select {
 	case res = <-r.done:
 	case <-ctx.Done():
-		res = s.group.late(r, ctx.Err())
+		res = s.group.deadlinePassed(r, ctx.Err())
 	case <-timeout:
-		res = s.group.late(r, fmt.Errorf("waited for the writer past the operation timeout (WithOpTimeout): %w", context.DeadlineExceeded))
+		res = s.group.deadlinePassed(r, fmt.Errorf("waited for the writer past the operation timeout (WithOpTimeout): %w", context.DeadlineExceeded))
 	}
 	if res.panicked {
 		panic(res.panicVal)
@@ -308,31 +205,3 @@ func (s *Store) submit(ctx context.Context, runID, onceKey string, build EventBu
 	}
 	return res.seq, res.err
 }
-
-// late is what a caller whose deadline (err) has passed is told. A call not yet run is withdrawn and
-// never runs. A call in a group, run or about to be, cannot be taken out of it (a later call of the
-// same run may already number on from it), so the caller hurries the group instead: the committer
-// runs no further builder in it and commits what has run, and a builder running now, whoever's it is,
-// is given up on (see groupRun.expedite). Either way the outcome comes back within about a statement
-// and a commit, whatever the builders do, and it is the truth: committed, or not stored.
-func (c *committer) late(r *request, err error) result {
-	r.late.Store(true)
-	if r.state.CompareAndSwap(reqQueued, reqWithdrawn) || r.state.CompareAndSwap(reqTaken, reqWithdrawn) {
-		return result{err: err}
-	}
-	if g := r.group.Load(); g != nil {
-		g.expedite(r)
-	}
-	res := <-r.done
-	switch {
-	case res.err == errLate:
-		res.err = err
-	case errors.Is(res.err, ErrBuilderStuck) && !errors.Is(res.err, err):
-		res.err = fmt.Errorf("%w (%w)", res.err, err)
-	}
-	return res
-}
-
-// errLate fails a call that had not run when its caller's deadline passed; the caller returns its own
-// error instead.
-var errLate = errors.New("outbox: the caller's deadline passed before its call ran")

@@ -39,8 +39,8 @@ var ErrRowsMissing = errors.New("outbox: stored lines are not contiguous")
 
 // Relay projects a store's lines to a sink: in seq order per run, in bounded batches, recording after
 // each batch how far it got and moving the batch's once keys into the ledger. A line is recorded only
-// after the sink has it, so a crash re-sends at most the batches in flight, byte for byte: the one
-// being appended, and the one before it, whose record runs beside that append. It never skips one.
+// after the sink has it, and recorded before the next batch is read, so a crash re-sends at most the
+// one batch in flight, byte for byte. It never skips one.
 //
 // A relay serves one run, its own (runID), and Recover serves the runs of earlier processes. Its
 // methods are safe for concurrent use; batches are projected one at a time. Relays of one Store that
@@ -108,17 +108,14 @@ func (e *sinkError) Unwrap() error { return e.err }
 // project projects runID from its recorded position, batch after batch, until nothing is pending or
 // the position reaches target (0: no target). It returns how many lines it placed.
 //
-// It holds the run's turn throughout (see projections): the position it starts from and the batches
-// it reads ahead stay valid only while no other relay of the store appends the run's lines.
-//
-// A batch is recorded while the next one is appended (see recorder), and recorded before the one after
-// that is appended, so a crash leaves at most two batches in the sink that are not recorded: K crashes
-// re-send at most 2K batches.
+// It holds the run's turn throughout (see projections): the position it starts from stays valid only
+// while no other relay of the store appends the run's lines. Each batch is recorded before the next
+// one is read, so a crash leaves at most one batch in the sink that is not recorded: K crashes re-send
+// at most K batches.
 func (r *Relay) project(ctx context.Context, runID string, target int64) (placed int, err error) {
 	// Called from inside a transaction of the store (a WriteTx function, a builder), the relay could
-	// append but never record: the record waits for the writer that transaction holds, and it runs on
-	// a goroutine of its own (recorder), where the store cannot tell it is the caller's. So the call
-	// is refused here, before anything reaches the sink.
+	// append but never record: the record waits for the writer that transaction holds. So the call is
+	// refused here, before anything reaches the sink.
 	if err := r.s.checkNotInsideTx(); err != nil {
 		return 0, err
 	}
@@ -139,84 +136,55 @@ func (r *Relay) project(ctx context.Context, runID string, target int64) (placed
 	if err != nil || (target > 0 && cursor >= target) {
 		return 0, err
 	}
-	rec := recorder{r: r, turn: turn}
-	defer func() {
-		// The last batch's record ends before the turn is given up: another relay, RetireEvent and
-		// Close rely on what the turn's holder leaves recorded or in turn.unrecorded.
-		if rerr := rec.settle(); err == nil {
-			err = rerr
-		}
-		rec.report()
-	}()
-	src := batches{r: r, runID: runID, target: target}
-	defer src.close()
 	for {
-		b, err := src.next(ctx, cursor)
-		if err != nil || len(b.lines) == 0 {
+		lines, toMark, err := r.s.pending(ctx, runID, cursor, r.cfg.batch, r.cfg.batchBytes)
+		if err != nil {
 			return placed, err
 		}
-		n := len(b.lines)
-		last, err := r.place(ctx, &rec, runID, b.lines, b.toMark)
+		if lines, err = contiguous(runID, cursor, lines); err != nil || len(lines) == 0 {
+			return placed, err
+		}
+		n := len(lines)
+		last, err := r.place(ctx, turn, runID, lines, toMark)
 		if err != nil {
 			return placed, err
 		}
 		placed += n
 		cursor = last
-		src.placed(b)
 		if target > 0 && cursor >= target {
 			return placed, nil
 		}
 	}
 }
 
-// place appends one batch to the sink and starts its record, as one batch in flight that Close waits
-// for until it is recorded, and returns the batch's last seq. A closing store refuses it before the
-// append (ErrClosed).
+// place appends one batch to the sink and records it, as one batch in flight that Close waits for
+// until it is recorded, and returns the batch's last seq. A closing store refuses it before the append
+// (ErrClosed). A record that fails leaves the batch in turn.Held.unrecorded, for whoever takes the
+// run's turn next to record before anything else is appended.
 //
 // What is recorded is taken from the batch before the sink is called: the sink is handed the slice
 // and may clear it, reorder it or rewrite its seqs, and none of that may move the recorded position
 // to a line the sink was not given, or make the next batch look as if rows were missing.
-func (r *Relay) place(ctx context.Context, rec *recorder, runID string, lines []EventLine, toMark []ledgerMark) (last int64, err error) {
+func (r *Relay) place(ctx context.Context, turn *runTurn, runID string, lines []EventLine, toMark []ledgerMark) (last int64, err error) {
 	if err := r.s.proj.begin(); err != nil {
 		return 0, err
 	}
-	// WithOnProjected hears of the batch before this one last, once this one is in the turn's hands.
-	defer rec.report()
-	recording := false
-	defer func() {
-		// Every way out but a record started ends the batch for Close here, a sink's panic included:
-		// a batch left registered would make every Close wait out its whole wait.
-		if !recording {
-			r.s.proj.end()
-		}
-	}()
+	// Every way out ends the batch for Close, a sink's panic included: a batch left registered would
+	// make every Close wait out its whole wait.
+	defer r.s.proj.end()
 	first, last := lines[0].Seq, lines[len(lines)-1].Seq
 	b := &batchRecord{runID: runID, last: last, toMark: marksUpTo(toMark, last), lines: len(lines)}
-	appendErr := r.appendToSink(ctx, runID, lines)
-	if appendErr == nil {
-		// The sink has this batch, and the record of the one before may not have ended: a crash
-		// here leaves both to be sent again.
-		faultpoint.Hit(faultpoint.RelayAfterAppend)
-	}
-	// The batch before this one was being recorded beside the append. Its record ends first: records
-	// go in order, and a stop written below must not be cleared by an earlier batch's record.
-	recErr := rec.settle()
-	if appendErr != nil {
-		if errors.Is(appendErr, ErrSinkRefused) {
-			r.stopped(ctx, runID, first, appendErr)
+	if err := r.appendToSink(ctx, runID, lines); err != nil {
+		if errors.Is(err, ErrSinkRefused) {
+			r.stopped(ctx, runID, first, err)
 		}
-		return 0, &sinkError{appendErr}
+		return 0, &sinkError{err}
 	}
-	if recErr != nil {
-		// The sink has this batch and the one before, neither recorded: one record covers both, by
-		// whoever takes the run's turn next.
-		rec.turn.unrecorded = rec.turn.unrecorded.merge(b)
-		return last, recErr
-	}
-	rec.turn.unrecorded = b
-	recording = true // the record's goroutine ends the batch
-	rec.start(ctx, b)
-	return last, nil
+	// The sink has this batch and the store has not recorded it: a crash here leaves it to be sent
+	// again, and nothing more.
+	faultpoint.Hit(faultpoint.RelayAfterAppend)
+	turn.Held.unrecorded = b
+	return last, r.record(ctx, turn)
 }
 
 // appendToSink calls the sink's Append and tells the observer, if any, how it went. The batch's size

@@ -57,8 +57,7 @@ func WithBatchSize(n int) RelayOption {
 }
 
 // WithBatchBytes bounds the bytes of lines a relay holds: a batch ends before the line that would
-// take it past n bytes, and the batches read ahead while one is appended share the same n with it. A
-// batch always holds at least one line, so a line longer than n is read and appended alone. So a
+// take it past n bytes, and a relay holds one batch at a time. A batch always holds at least one line, so a line longer than n is read and appended alone. So a
 // relay holds at most n bytes of lines plus one line, whatever the lines' size; a sink may copy the
 // batch it is given (journal.File does, once). The default is DefaultBatchBytes (4 MiB).
 func WithBatchBytes(n int) RelayOption {

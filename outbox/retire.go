@@ -86,7 +86,7 @@ func (s *Store) RetireEvent(ctx context.Context, runID string, seq int64, reason
 		return fmt.Errorf("retire line %d of run %q: %w", seq, runID, err)
 	}
 	defer s.proj.release(runID, turn)
-	if b := turn.unrecorded; b != nil && b.runID == runID && b.last >= seq {
+	if b := turn.Held.unrecorded; b != nil && b.runID == runID && b.last >= seq {
 		return fmt.Errorf("retire line %d of run %q: the sink has it, not yet recorded: %w", seq, runID, ErrProjected)
 	}
 	err = s.write(ctx, durable, func(w *txWriter) error {

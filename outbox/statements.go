@@ -268,77 +268,6 @@ func (p *prepared) QueryRowContext(ctx context.Context, query string, args ...an
 	return p.stmt.QueryRowContext(ctx, args...)
 }
 
-// bindArgs is a db.DBTX that runs nothing: it keeps the arguments a generated call passes, in the
-// order its SQL numbers them, so that a statement the store steps through the driver's own API (the
-// pending read) is bound from the query's …Params struct too.
-type bindArgs struct {
-	sql  string
-	args []any
-}
-
-var errBound = errors.New("bound") // ends the generated call once it has passed its arguments
-
-func (b *bindArgs) capture(query string, args []any) error {
-	if query != b.sql {
-		return errOtherQuery
-	}
-	b.args = args
-	return errBound
-}
-
-func (b *bindArgs) ExecContext(_ context.Context, query string, args ...any) (sql.Result, error) {
-	return nil, b.capture(query, args)
-}
-
-func (b *bindArgs) PrepareContext(context.Context, string) (*sql.Stmt, error) {
-	return nil, errOtherQuery
-}
-
-func (b *bindArgs) QueryContext(_ context.Context, query string, args ...any) (*sql.Rows, error) {
-	return nil, b.capture(query, args)
-}
-
-func (b *bindArgs) QueryRowContext(context.Context, string, ...any) *sql.Row {
-	panic(errOtherQuery) // no statement stepped by hand is a one-row query
-}
-
-// queries runs the generated calls whose arguments bindFrom keeps; it holds no state.
-var queries = db.New()
-
-// bindFrom binds stmt, prepared from query, with the arguments that call passes to query's generated
-// function.
-func bindFrom(stmt *sqlite3.Stmt, query string, call func(db.DBTX) error) error {
-	b := bindArgs{sql: query}
-	if err := call(&b); err != errBound {
-		if err == nil {
-			err = errOtherQuery
-		}
-		return err
-	}
-	return bind(stmt, b.args)
-}
-
-// bind binds the arguments a generated call passed, as bindArgs kept them, to a driver statement.
-func bind(stmt *sqlite3.Stmt, args []any) error {
-	for i, a := range args {
-		var err error
-		switch v := a.(type) {
-		case int64:
-			err = stmt.BindInt64(i+1, v)
-		case string:
-			err = stmt.BindText(i+1, v)
-		case []byte:
-			err = stmt.BindBlob(i+1, v)
-		default:
-			err = fmt.Errorf("outbox: cannot bind parameter %d of type %T", i+1, a)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // pendingColumns are the pending read's columns as readPending steps them; checkColumns holds the
 // statement to them, so that a reordered SELECT fails its first read instead of reading one column
 // as another.
@@ -349,6 +278,22 @@ const (
 )
 
 var pendingColumns = []string{pendingSeq: "seq", pendingLine: "line", pendingToMark: "to_mark"}
+
+// The pending read's parameters, by the numbers its SQL gives them (queries/events_outbox.sql), which
+// readPending binds through the driver's own API; checkParams holds the statement to their count.
+const (
+	pendingRunID = iota + 1
+	pendingAfter
+	pendingLimit
+	pendingParams = pendingLimit
+)
+
+func checkParams(stmt *sqlite3.Stmt, want int) error {
+	if n := stmt.BindCount(); n != want {
+		return fmt.Errorf("outbox: the pending read has %d parameters, the store binds %d", n, want)
+	}
+	return nil
+}
 
 func checkColumns(stmt *sqlite3.Stmt, want []string) error {
 	if n := stmt.ColumnCount(); n != len(want) {

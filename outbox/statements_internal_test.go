@@ -58,9 +58,10 @@ func TestPendingReadRefusesReorderedColumns(t *testing.T) {
 	stmt.Close()
 }
 
-// TestPendingReadIsBoundFromTheGeneratedParams: bindFrom binds each argument where the generated call
-// puts it, whatever order the struct's fields are written in.
-func TestPendingReadIsBoundFromTheGeneratedParams(t *testing.T) {
+// TestPendingReadIsBoundByItsParametersNumbers: readPending binds the run, the seq to read after and
+// the limit where the generated SQL numbers them, and preparePending refuses a read whose parameters
+// are not those three.
+func TestPendingReadIsBoundByItsParametersNumbers(t *testing.T) {
 	c := openConn(t)
 	for seq := int64(1); seq <= 5; seq++ {
 		if err := c.Exec(fmt.Sprintf(`INSERT INTO events_outbox (engine_run_id, seq, line) VALUES ('r', %d, 'x')`, seq)); err != nil {
@@ -79,14 +80,13 @@ func TestPendingReadIsBoundFromTheGeneratedParams(t *testing.T) {
 	if len(lines) != 2 || lines[0].Seq != 3 || lines[1].Seq != 4 {
 		t.Fatalf("after 2, at most 2: got %v, want seqs 3 and 4", lines)
 	}
-
-	// A call that passes another query is refused rather than bound.
-	err = bindFrom(stmt, db.EventsPending, func(b db.DBTX) error {
-		_, err := queries.EventsAnnouncedKeys(context.Background(), b)
-		return err
-	})
-	if !errors.Is(err, errOtherQuery) {
-		t.Fatalf("another query: got %v, want errOtherQuery", err)
+	other, _, err := c.Prepare(`SELECT seq, line, 0 AS to_mark FROM events_outbox WHERE engine_run_id = ?1 AND seq > ?2`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if err := checkParams(other, pendingParams); err == nil {
+		t.Error("a pending read with two parameters: accepted")
 	}
 }
 

@@ -4,8 +4,11 @@ package outbox
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
+
+	"github.com/textmachine/outbox/internal/keyedturn"
 )
 
 // projections coordinates the relays of one store. Relays projecting the same run take turns: each
@@ -13,23 +16,28 @@ import (
 // append the same lines. And Close waits for the batches in flight (appended, not yet recorded), so a
 // clean shutdown leaves nothing in the sink that the store has not recorded. Its zero value is ready.
 type projections struct {
+	turns keyedturn.Turns[runHeld] // per run; an entry is kept while it holds an unrecorded batch
+
 	mu      sync.Mutex
-	runs    map[string]*runTurn
 	closing bool
 	shut    chan struct{} // closed when Close begins; made at first use
 	batches int           // batches between begin and end
 	idle    chan struct{} // closed when batches drops to 0 while Close waits
 }
 
-// runTurn is one run's turn to project. unrecorded is read and written only by the holder of sem.
-type runTurn struct {
-	sem  chan struct{} // capacity 1: a value in it is the turn, held
-	refs int           // the holder and the waiters; the entry goes when it reaches 0
+// runTurn is one run's turn to project.
+type runTurn = keyedturn.Turn[runHeld]
+
+// runHeld is what the holders of a run's turn pass on to each other.
+type runHeld struct {
 	// unrecorded is a batch the sink has and the store has not recorded: its record failed. Whoever
 	// takes the run's turn next records it before anything else is appended, so neither the relay
 	// that appended it nor another one sends it again.
 	unrecorded *batchRecord
 }
+
+// Keep keeps a run's turn while it holds a batch to record.
+func (h *runHeld) Keep() bool { return h.unrecorded != nil }
 
 func (p *projections) shutChan() chan struct{} {
 	if p.shut == nil {
@@ -46,44 +54,18 @@ func (p *projections) acquire(ctx context.Context, runID string) (*runTurn, erro
 		p.mu.Unlock()
 		return nil, ErrClosed
 	}
-	if p.runs == nil {
-		p.runs = map[string]*runTurn{}
-	}
-	t := p.runs[runID]
-	if t == nil {
-		t = &runTurn{sem: make(chan struct{}, 1)}
-		p.runs[runID] = t
-	}
-	t.refs++
 	shut := p.shutChan()
 	p.mu.Unlock()
-	select {
-	case t.sem <- struct{}{}:
-		return t, nil
-	case <-ctx.Done():
-		p.leave(runID, t)
-		return nil, ctx.Err()
-	case <-shut:
-		p.leave(runID, t)
+	t, err := p.turns.Take(ctx, runID, shut)
+	if errors.Is(err, keyedturn.ErrStopped) {
 		return nil, ErrClosed
 	}
+	return t, err
 }
 
 // release gives runID's turn up.
 func (p *projections) release(runID string, t *runTurn) {
-	<-t.sem
-	p.leave(runID, t)
-}
-
-// leave forgets a holder or a waiter, and the run's entry with the last of them, unless the entry
-// keeps a batch to record.
-func (p *projections) leave(runID string, t *runTurn) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	t.refs--
-	if t.refs == 0 && t.unrecorded == nil {
-		delete(p.runs, runID)
-	}
+	p.turns.Release(runID, t)
 }
 
 // begin registers a batch about to be appended, so that Close waits for its record. It fails with

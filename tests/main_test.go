@@ -16,6 +16,6 @@ import (
 func TestMain(m *testing.M) {
 	crashtest.Main(m, map[string]func() int{"crash-engine": crashEngine,
 		"long-line-engine": longLineEngine, "recovering-engine": recoveringEngine, "crash-platform": crashPlatform,
-		"two-unrecorded-engine": twoUnrecordedEngine, "lifecycle-engine": lifecycleEngine,
+		"unrecorded-engine": unrecordedEngine, "lifecycle-engine": lifecycleEngine,
 		"lifecycle-consumer": lifecycleConsumer})
 }
