@@ -228,9 +228,19 @@ func (s *streamSource) begin(ctx context.Context) (start, last uint64, err error
 func (s *streamSource) register(ctx context.Context, seq uint64) error {
 	rctx, cancel := s.request(ctx)
 	defer cancel()
+	if registerStep != nil {
+		registerStep("before_register")
+	}
 	_, err := s.kv.Put(rctx, readerKeyPrefix+keyEscape(s.in.ReaderName()), StreamPosition{Seq: seq, Created: s.created}.encode())
+	if err == nil && registerStep != nil {
+		registerStep("after_register")
+	}
 	return err
 }
+
+// registerStep, when set, is called just before a reader writes its key and just after the write
+// succeeded (tests: a process killed there).
+var registerStep func(step string)
 
 func (s *streamSource) look(ctx context.Context) (start, last uint64, err error) {
 	pos, from, err := s.in.SourceState(ctx, s.source)
