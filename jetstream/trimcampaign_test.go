@@ -325,6 +325,7 @@ func (c *campaign) passed() uint64 {
 
 func trimCampaign(t *testing.T, seed uint64) {
 	ctx := context.Background()
+	began := time.Now()
 	rng := rand.New(rand.NewPCG(seed, 0x7472696d))
 	servers, js := startCluster(t)
 	var urls []string
@@ -364,6 +365,7 @@ func trimCampaign(t *testing.T, seed uint64) {
 	two := supervise(t, "stream-reader", readerEnv("two"), readerPlan(), kills["two"])
 	c.waitRegistered("one", 0)
 	c.waitRegistered("two", 0)
+	t.Logf("%v: the cluster, the stream and the processes are up", time.Since(began).Round(time.Millisecond))
 
 	// The first part: the cap never has to act.
 	c.startRun("run-1")
@@ -389,7 +391,7 @@ func trimCampaign(t *testing.T, seed uint64) {
 		if chunk == leaderAt {
 			leader := leaderOf(t, st)
 			servers[leader].Shutdown()
-			t.Logf("shut down the stream leader %s at chunk %d", leader, chunk)
+			t.Logf("%v: shut down the stream leader %s at chunk %d", time.Since(began).Round(time.Millisecond), leader, chunk)
 		}
 		if chunk == 15 {
 			c.startRun("run-2")
@@ -405,8 +407,8 @@ func trimCampaign(t *testing.T, seed uint64) {
 	c.sampling = false
 	c.mu.Unlock()
 	last := c.info().State.LastSeq
-	t.Logf("first part: %d lines, about %d bytes, through the stream; its bytes at most %d of the cap's %d over %d samples; kills %s",
-		last, c.passed(), maxBytes, campaignCap, samples, countKills(kills))
+	t.Logf("%v: first part: %d lines, about %d bytes, through the stream; its bytes at most %d of the cap's %d over %d samples; kills %s",
+		time.Since(began).Round(time.Millisecond), last, c.passed(), maxBytes, campaignCap, samples, countKills(kills))
 	if maxBytes > campaignCap {
 		t.Errorf("the stream held %d bytes, over its cap of %d", maxBytes, campaignCap)
 	}
@@ -483,7 +485,7 @@ func trimCampaign(t *testing.T, seed uint64) {
 	if applied["run-3"] >= c.enq["run-3"] {
 		t.Errorf("reader two applied %d of run-3's %d lines, want fewer", applied["run-3"], c.enq["run-3"])
 	}
-	t.Logf("seed %d: kills %s; reader two stopped: %v", seed, countKills(kills), gap)
+	t.Logf("%v: seed %d: kills %s; reader two stopped: %v", time.Since(began).Round(time.Millisecond), seed, countKills(kills), gap)
 }
 
 // startRun starts a relay projecting run from the book into the stream.
