@@ -580,10 +580,12 @@ func (c *campaign) sample() (stop func()) {
 	return func() { close(done); <-ended }
 }
 
-// waitRoom waits until the stream has room under the cap for a chunk: the trimmer removed what the
-// readers applied.
+// waitRoom waits until the stream has room under the cap for a chunk: the relays projected what was
+// enqueued (a relay held up by a failover would otherwise publish several chunks at once), and the
+// trimmer removed what the readers applied.
 func (c *campaign) waitRoom() {
 	c.t.Helper()
+	c.waitProjected()
 	for deadline := time.Now().Add(2 * time.Minute); ; {
 		if c.info().State.Bytes+campaignChunk*campaignMsgAt <= campaignCap {
 			return
