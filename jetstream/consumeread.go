@@ -42,6 +42,10 @@ type streamSource struct {
 
 	kv     jetstream.KeyValue // the stream's readers' bucket, where the position is registered
 	capped uint64             // the bucket's capped mark as begin read it
+	// The revision of the reader's key this call last wrote (0: none yet), and the value it last
+	// tried to write: a key written since by anyone else is another consumer under the same name.
+	regRev   uint64
+	regTried []byte
 
 	target    uint64 // ApplyStream: the stream's last sequence when the call began
 	targetSet bool
@@ -218,24 +222,73 @@ func (s *streamSource) begin(ctx context.Context) (start, last uint64, err error
 	}
 	// Registered before anything is read, at what the session reads after: a trimmer that runs
 	// meanwhile keeps it, and the key never names a message this inbox has not committed.
-	if err := s.register(ctx, max(start, 1)-1); err != nil {
+	if err := s.register(ctx, max(start, 1)-1); errors.Is(err, ErrReaderNameShared) {
+		return 0, 0, err
+	} else if err != nil {
 		return 0, 0, s.broker(err, "register reader %q in %s", s.in.ReaderName(), ReadersBucket(s.name))
 	}
 	return start, last, nil
 }
 
 // register writes seq, in the stream read now, as this reader's position in the readers' bucket.
+// After its first write a call writes only over its own last one (the key's revision): a key that
+// anyone else wrote meanwhile is another consumer reading under the same name, and each would
+// overwrite the other's position, so that the key could run ahead of one of them. That is
+// ErrReaderNameShared. A key removed meanwhile (ForgetReader) is written again.
 func (s *streamSource) register(ctx context.Context, seq uint64) error {
 	rctx, cancel := s.request(ctx)
 	defer cancel()
 	if registerStep != nil {
 		registerStep("before_register")
 	}
-	_, err := s.kv.Put(rctx, readerKeyPrefix+keyEscape(s.in.ReaderName()), StreamPosition{Seq: seq, Created: s.created}.encode())
-	if err == nil && registerStep != nil {
+	key, val := readerKeyPrefix+keyEscape(s.in.ReaderName()), StreamPosition{Seq: seq, Created: s.created}.encode()
+	rev, err := s.writeKey(rctx, key, val, seq)
+	s.regTried = val
+	if err != nil {
+		return err
+	}
+	s.regRev = rev
+	if registerStep != nil {
 		registerStep("after_register")
 	}
-	return err
+	return nil
+}
+
+func (s *streamSource) writeKey(ctx context.Context, key string, val []byte, seq uint64) (uint64, error) {
+	if s.regRev == 0 {
+		return s.kv.Put(ctx, key, val)
+	}
+	rev, err := s.kv.Update(ctx, key, val, s.regRev)
+	if err == nil || !wrongLastSeq(err) {
+		return rev, err
+	}
+	e, err := s.kv.Get(ctx, key)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return s.kv.Put(ctx, key, val) // forgotten while this reader reads: it registers again
+	case err != nil:
+		return 0, err
+	case s.regTried != nil && bytes.Equal(e.Value(), s.regTried):
+		// This call's own last write, which reached the server though its answer did not come
+		// back (a timeout, a failover); or another consumer at the same position, which does no
+		// harm yet and shows at the next write that differs.
+		return s.kv.Update(ctx, key, val, e.Revision())
+	}
+	got := string(e.Value())
+	if p, err := ParseStreamPosition(e.Value()); err == nil {
+		got = p.String()
+	}
+	return 0, fmt.Errorf("%w: reader %q of stream %q: its key in %s holds %s, which this consumer did not write "+
+		"(its inbox is at stream sequence %d): give each consumer its own name (inbox.WithReaderName)",
+		ErrReaderNameShared, s.in.ReaderName(), s.name, ReadersBucket(s.name), got, seq)
+}
+
+// wrongLastSeq says whether err is the server's refusal of a write whose expected last sequence of
+// its subject (a key's revision) is not the subject's.
+func wrongLastSeq(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
 // registerStep, when set, is called just before a reader writes its key and just after the write
@@ -526,7 +579,9 @@ func (s *streamSource) store(ctx context.Context, lines [][]byte, seq uint64) er
 	s.commits++
 	// After the commit, never before: a key that lags is safe, one ahead would let a trimmer remove
 	// what a crash here makes this inbox read again. A failed write leaves it lagging until the next.
-	if err := s.register(ctx, seq); err != nil && ctx.Err() == nil {
+	if err := s.register(ctx, seq); errors.Is(err, ErrReaderNameShared) {
+		return err
+	} else if err != nil && ctx.Err() == nil {
 		s.b.Logger.Warn("jetstream: could not register the reader's position; it lags until the next commit",
 			"stream", s.name, "reader", s.in.ReaderName(), "seq", seq, "err", err)
 	}
