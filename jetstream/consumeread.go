@@ -7,7 +7,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
+	"sync"
 	"time"
+	"weak"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -42,10 +45,6 @@ type streamSource struct {
 
 	kv     jetstream.KeyValue // the stream's readers' bucket, where the position is registered
 	capped uint64             // the bucket's capped mark as begin read it
-	// The revision of the reader's key this call last wrote (0: none yet), and the value it last
-	// tried to write: a key written since by anyone else is another consumer under the same name.
-	regRev   uint64
-	regTried []byte
 
 	target    uint64 // ApplyStream: the stream's last sequence when the call began
 	targetSet bool
@@ -231,10 +230,11 @@ func (s *streamSource) begin(ctx context.Context) (start, last uint64, err error
 }
 
 // register writes seq, in the stream read now, as this reader's position in the readers' bucket.
-// After its first write a call writes only over its own last one (the key's revision): a key that
-// anyone else wrote meanwhile is another consumer reading under the same name, and each would
-// overwrite the other's position, so that the key could run ahead of one of them. That is
-// ErrReaderNameShared. A key removed meanwhile (ForgetReader) is written again.
+// Once this Inbox wrote the key, it writes only over its own last write (the key's revision): a key
+// anyone else wrote meanwhile is another consumer, with an inbox of its own, reading under the same
+// name, and each would overwrite the other's position, so that the key could run ahead of one of
+// them. That is ErrReaderNameShared. A key removed meanwhile (ForgetReader) is written again. Calls
+// on one Inbox share its writes: they read positions of the same database.
 func (s *streamSource) register(ctx context.Context, seq uint64) error {
 	rctx, cancel := s.request(ctx)
 	defer cancel()
@@ -242,45 +242,81 @@ func (s *streamSource) register(ctx context.Context, seq uint64) error {
 		registerStep("before_register")
 	}
 	key, val := readerKeyPrefix+keyEscape(s.in.ReaderName()), StreamPosition{Seq: seq, Created: s.created}.encode()
-	rev, err := s.writeKey(rctx, key, val, seq)
-	s.regTried = val
+	w := writerOf(s.in, ReadersBucket(s.name), key)
+	w.mu.Lock()
+	rev, err := w.write(rctx, s.kv, key, val)
+	w.tried = val
+	if err == nil {
+		w.rev = rev
+	}
+	w.mu.Unlock()
 	if err != nil {
+		if errors.Is(err, ErrReaderNameShared) {
+			err = fmt.Errorf("%w: reader %q of stream %q (its inbox at stream sequence %d): give each consumer its own name (inbox.WithReaderName)",
+				err, s.in.ReaderName(), s.name, seq)
+		}
 		return err
 	}
-	s.regRev = rev
 	if registerStep != nil {
 		registerStep("after_register")
 	}
 	return nil
 }
 
-func (s *streamSource) writeKey(ctx context.Context, key string, val []byte, seq uint64) (uint64, error) {
-	if s.regRev == 0 {
-		return s.kv.Put(ctx, key, val)
+// keyWriter is what an Inbox last wrote to a reader's key: its revision (0: nothing yet) and the
+// value last tried.
+type keyWriter struct {
+	mu    sync.Mutex
+	rev   uint64
+	tried []byte
+}
+
+type keyWriterID struct {
+	in          weak.Pointer[inbox.Inbox]
+	bucket, key string
+}
+
+// keyWriters holds a keyWriter per Inbox and key, dropped when the Inbox is collected.
+var keyWriters sync.Map // keyWriterID → *keyWriter
+
+func writerOf(in *inbox.Inbox, bucket, key string) *keyWriter {
+	id := keyWriterID{weak.Make(in), bucket, key}
+	if w, ok := keyWriters.Load(id); ok {
+		return w.(*keyWriter)
 	}
-	rev, err := s.kv.Update(ctx, key, val, s.regRev)
+	w, loaded := keyWriters.LoadOrStore(id, &keyWriter{})
+	if !loaded {
+		runtime.AddCleanup(in, func(id keyWriterID) { keyWriters.Delete(id) }, id)
+	}
+	return w.(*keyWriter)
+}
+
+// write writes val to key over the Inbox's last write; the caller holds w.mu.
+func (w *keyWriter) write(ctx context.Context, kv jetstream.KeyValue, key string, val []byte) (uint64, error) {
+	if w.rev == 0 {
+		return kv.Put(ctx, key, val)
+	}
+	rev, err := kv.Update(ctx, key, val, w.rev)
 	if err == nil || !wrongLastSeq(err) {
 		return rev, err
 	}
-	e, err := s.kv.Get(ctx, key)
+	e, err := kv.Get(ctx, key)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
-		return s.kv.Put(ctx, key, val) // forgotten while this reader reads: it registers again
+		return kv.Put(ctx, key, val) // forgotten while this reader reads: it registers again
 	case err != nil:
 		return 0, err
-	case s.regTried != nil && bytes.Equal(e.Value(), s.regTried):
-		// This call's own last write, which reached the server though its answer did not come
+	case w.tried != nil && bytes.Equal(e.Value(), w.tried):
+		// The Inbox's own last write, which reached the server though its answer did not come
 		// back (a timeout, a failover); or another consumer at the same position, which does no
 		// harm yet and shows at the next write that differs.
-		return s.kv.Update(ctx, key, val, e.Revision())
+		return kv.Update(ctx, key, val, e.Revision())
 	}
 	got := string(e.Value())
 	if p, err := ParseStreamPosition(e.Value()); err == nil {
 		got = p.String()
 	}
-	return 0, fmt.Errorf("%w: reader %q of stream %q: its key in %s holds %s, which this consumer did not write "+
-		"(its inbox is at stream sequence %d): give each consumer its own name (inbox.WithReaderName)",
-		ErrReaderNameShared, s.in.ReaderName(), s.name, ReadersBucket(s.name), got, seq)
+	return 0, fmt.Errorf("%w: its key %s in %s holds %s, which this consumer did not write", ErrReaderNameShared, key, kv.Bucket(), got)
 }
 
 // wrongLastSeq says whether err is the server's refusal of a write whose expected last sequence of
