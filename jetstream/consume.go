@@ -22,7 +22,7 @@ import (
 var ErrRetentionGap = inbox.ErrRetentionGap
 
 // ErrReaderNameShared stops ApplyStream and FollowStream when the reader's key in the stream's
-// readers' bucket was written, since the call last wrote it, by someone else with another position:
+// readers' bucket was written, since the Inbox last wrote it, by someone else with another position:
 // two consumers with their own inboxes read under one reader name (inbox.WithReaderName, or the
 // same derived name), and the key, which each overwrites with its own position, may run ahead of
 // one of them, so that Trim removes what that one has not applied. What the call applied is
