@@ -146,6 +146,7 @@ fuzz:
 reliability:
 	OUTBOX_CRASH_SEEDS=25 go test -race -count=1 -run 'Crash|ServerProcesses|KilledTogether' -v ./tests/ ./jetstream/
 	OUTBOX_CRASH_SEEDS=25 go test -race -count=1 -run 'EveryStepOfALongLifeKilled' -v ./tests/
+	OUTBOX_TRIM_SEEDS=10 go test -race -count=1 -run 'TrimmedClusterWhoseTrimmerAndReadersAreKilled' -timeout 30m -v ./jetstream/
 	go test -race -count=1 -run 'IOErrors|TornTail|PowerLoss' -v ./journal/
 	OUTBOX_VERIFY_HUGE=1 OUTBOX_VERIFY_RUNS=1000000 go test -count=1 -run 'Over2GiB|SmallConstantPerRun' -v ./journal/
 	go test -race -count=1 -run 'PowerLossOfTheDatabase|SQLiteIOError' -v ./tests/

@@ -7,7 +7,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
+	"sync"
 	"time"
+	"weak"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -218,19 +221,115 @@ func (s *streamSource) begin(ctx context.Context) (start, last uint64, err error
 	}
 	// Registered before anything is read, at what the session reads after: a trimmer that runs
 	// meanwhile keeps it, and the key never names a message this inbox has not committed.
-	if err := s.register(ctx, max(start, 1)-1); err != nil {
+	if err := s.register(ctx, max(start, 1)-1); errors.Is(err, ErrReaderNameShared) {
+		return 0, 0, err
+	} else if err != nil {
 		return 0, 0, s.broker(err, "register reader %q in %s", s.in.ReaderName(), ReadersBucket(s.name))
 	}
 	return start, last, nil
 }
 
 // register writes seq, in the stream read now, as this reader's position in the readers' bucket.
+// Once this Inbox wrote the key, it writes only over its own last write (the key's revision): a key
+// anyone else wrote meanwhile is another consumer, with an inbox of its own, reading under the same
+// name, and each would overwrite the other's position, so that the key could run ahead of one of
+// them. That is ErrReaderNameShared. A key removed meanwhile (ForgetReader) is written again. Calls
+// on one Inbox share its writes: they read positions of the same database.
 func (s *streamSource) register(ctx context.Context, seq uint64) error {
 	rctx, cancel := s.request(ctx)
 	defer cancel()
-	_, err := s.kv.Put(rctx, readerKeyPrefix+keyEscape(s.in.ReaderName()), StreamPosition{Seq: seq, Created: s.created}.encode())
-	return err
+	if registerStep != nil {
+		registerStep("before_register")
+	}
+	key, val := readerKeyPrefix+keyEscape(s.in.ReaderName()), StreamPosition{Seq: seq, Created: s.created}.encode()
+	w := writerOf(s.in, ReadersBucket(s.name), key)
+	w.mu.Lock()
+	rev, err := w.write(rctx, s.kv, key, val)
+	w.tried = val
+	if err == nil {
+		w.rev = rev
+	}
+	w.mu.Unlock()
+	if err != nil {
+		if errors.Is(err, ErrReaderNameShared) {
+			err = fmt.Errorf("%w: reader %q of stream %q (its inbox at stream sequence %d): give each consumer its own name (inbox.WithReaderName)",
+				err, s.in.ReaderName(), s.name, seq)
+		}
+		return err
+	}
+	if registerStep != nil {
+		registerStep("after_register")
+	}
+	return nil
 }
+
+// keyWriter is what an Inbox last wrote to a reader's key: its revision (0: nothing yet) and the
+// value last tried.
+type keyWriter struct {
+	mu    sync.Mutex
+	rev   uint64
+	tried []byte
+}
+
+type keyWriterID struct {
+	in          weak.Pointer[inbox.Inbox]
+	bucket, key string
+}
+
+// keyWriters holds a keyWriter per Inbox and key, dropped when the Inbox is collected.
+var keyWriters sync.Map // keyWriterID → *keyWriter
+
+func writerOf(in *inbox.Inbox, bucket, key string) *keyWriter {
+	id := keyWriterID{weak.Make(in), bucket, key}
+	if w, ok := keyWriters.Load(id); ok {
+		return w.(*keyWriter)
+	}
+	w, loaded := keyWriters.LoadOrStore(id, &keyWriter{})
+	if !loaded {
+		runtime.AddCleanup(in, func(id keyWriterID) { keyWriters.Delete(id) }, id)
+	}
+	return w.(*keyWriter)
+}
+
+// write writes val to key over the Inbox's last write; the caller holds w.mu.
+func (w *keyWriter) write(ctx context.Context, kv jetstream.KeyValue, key string, val []byte) (uint64, error) {
+	if w.rev == 0 {
+		return kv.Put(ctx, key, val)
+	}
+	rev, err := kv.Update(ctx, key, val, w.rev)
+	if err == nil || !wrongLastSeq(err) {
+		return rev, err
+	}
+	e, err := kv.Get(ctx, key)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return kv.Put(ctx, key, val) // forgotten while this reader reads: it registers again
+	case err != nil:
+		return 0, err
+	case w.tried != nil && bytes.Equal(e.Value(), w.tried):
+		// The Inbox's own last write, which reached the server though its answer did not come
+		// back (a timeout, a failover); or another consumer at the same position, which does no
+		// harm yet and shows at the next write that differs.
+		return kv.Update(ctx, key, val, e.Revision())
+	}
+	got := string(e.Value())
+	if p, err := ParseStreamPosition(e.Value()); err == nil {
+		got = p.String()
+	}
+	return 0, fmt.Errorf("%w: its key %s in %s holds %s, which this consumer did not write", ErrReaderNameShared, key, kv.Bucket(), got)
+}
+
+// wrongLastSeq says whether err is the server's refusal of a write whose expected last sequence of
+// its subject (a key's revision) is not the subject's.
+func wrongLastSeq(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+// registerStep, when set, is called just before a reader writes its key and just after the write
+// succeeded (tests: a process killed there).
+var registerStep func(step string)
 
 func (s *streamSource) look(ctx context.Context) (start, last uint64, err error) {
 	pos, from, err := s.in.SourceState(ctx, s.source)
@@ -516,7 +615,9 @@ func (s *streamSource) store(ctx context.Context, lines [][]byte, seq uint64) er
 	s.commits++
 	// After the commit, never before: a key that lags is safe, one ahead would let a trimmer remove
 	// what a crash here makes this inbox read again. A failed write leaves it lagging until the next.
-	if err := s.register(ctx, seq); err != nil && ctx.Err() == nil {
+	if err := s.register(ctx, seq); errors.Is(err, ErrReaderNameShared) {
+		return err
+	} else if err != nil && ctx.Err() == nil {
 		s.b.Logger.Warn("jetstream: could not register the reader's position; it lags until the next commit",
 			"stream", s.name, "reader", s.in.ReaderName(), "seq", seq, "err", err)
 	}

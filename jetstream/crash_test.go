@@ -26,7 +26,8 @@ import (
 // the parent runs, or as one of the servers of a cluster.
 func TestMain(m *testing.M) {
 	crashtest.Main(m, map[string]func() int{"nats-engine": natsEngine, "nats-server": natsServerChild,
-		"stream-consumer": streamConsumer, "stream-memory": streamMemory})
+		"stream-consumer": streamConsumer, "stream-memory": streamMemory,
+		"stream-trimmer": streamTrimmer, "stream-reader": streamReader})
 }
 
 // natsEngine is one start of the demo engine with a JetStream sink; when told (crashtest.KillAt), it

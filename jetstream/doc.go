@@ -63,7 +63,9 @@
 // ApplyStream and FollowStream register the reader (inbox.WithReaderName, or the inbox's derived
 // name) in the stream's readers' bucket (ReadersBucket): before a session reads, the position it
 // reads after, and after each commit, the stream sequence committed. A key may lag its inbox, never
-// run ahead of it. Trim removes only what is below the lowest registered position and older than its
+// run ahead of it. Once an Inbox wrote the key, its calls write only over its last write: a key
+// another consumer wrote meanwhile, with another position, is two inboxes reading under one name,
+// which stops the call with ErrReaderNameShared (Status gives each registered reader's lag and what the cap took). Trim removes only what is below the lowest registered position and older than its
 // keep duration; its hard cap (WithMaxBytes) removes past the readers and writes a mark first, and
 // a reader whose position is below the mark stops with ErrRetentionGap, as for any other removal.
 //

@@ -13,3 +13,7 @@ func SetBeforeConsume(f func()) { beforeConsume = f }
 // a run's removal recorded, not done; "purged": done; "capmark": the cap's mark written, nothing
 // removed by it yet); an error from it stops Trim there, as a kill would.
 func SetTrimStep(f func(step string) error) { trimStep = f }
+
+// SetRegisterStep sets the hook a reader calls just before it writes its key in the readers' bucket
+// ("before_register") and just after the write succeeded ("after_register").
+func SetRegisterStep(f func(step string)) { registerStep = f }

@@ -6,10 +6,13 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	njs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/textmachine/outbox/inbox"
 	"github.com/textmachine/outbox/jetstream"
@@ -89,5 +92,76 @@ func TestAReaderWhoseBatchFailsRegistersNothingPastWhatItCommittedAndTrimKeepsIt
 	}
 	if diff := cmp.Diff(map[string][]int64{"a": seqs(1, 6)}, applied(t, in)); diff != "" {
 		t.Errorf("effects (-want +got):\n%s", diff)
+	}
+}
+
+// writeReaderKey writes the key of reader name in EVENTS' readers' bucket at seq, as another consumer
+// under that name would, in the stream the key's current value was taken in.
+func writeReaderKey(t *testing.T, js njs.JetStream, name string, seq uint64) {
+	t.Helper()
+	ctx := context.Background()
+	kv, err := js.KeyValue(ctx, jetstream.ReadersBucket("EVENTS"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := kv.Get(ctx, "r."+name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := jetstream.ParseStreamPosition(e.Value())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "r."+name, fmt.Appendf(nil, "%d %s", seq, p.Created.UTC().Format(time.RFC3339Nano))); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestAFollowerStopsWhenAnotherConsumerWritesItsReaderKey(t *testing.T) {
+	_, js, in := consumeSetup(t, inbox.WithReaderName("shared"), inbox.WithPollInterval(20*time.Millisecond))
+	publishRun(t, js, "a", 1, 4)
+	f := follow(t, js, in, insertHandler)
+	waitApplied(t, in, map[string][]int64{"a": seqs(1, 4)})
+	waitRegistered(t, js, "shared")
+	for deadline := time.Now().Add(time.Minute); ; {
+		rs, err := jetstream.Readers(context.Background(), js, "EVENTS")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if readerSeqs(t, rs)["shared"] == 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the follower did not register 4: %v", rs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Another inbox under the same name, behind: its position, written over the follower's.
+	writeReaderKey(t, js, "shared", 1)
+	publishRun(t, js, "a", 5, 5)
+	err, ended := f.wait(time.Minute)
+	if !ended || !errors.Is(err, jetstream.ErrReaderNameShared) {
+		t.Fatalf("FollowStream: %v (ended %v), want ErrReaderNameShared", err, ended)
+	}
+	// What it applied before it stopped is committed.
+	if got := applied(t, in)["a"]; len(got) != 5 {
+		t.Errorf("applied %v, want 1..5", got)
+	}
+}
+
+func TestAFollowerWhoseReaderWasForgottenRegistersAgain(t *testing.T) {
+	_, js, in := consumeSetup(t, inbox.WithReaderName("gone"), inbox.WithPollInterval(20*time.Millisecond))
+	publishRun(t, js, "a", 1, 2)
+	f := follow(t, js, in, insertHandler)
+	waitApplied(t, in, map[string][]int64{"a": seqs(1, 2)})
+	waitRegistered(t, js, "gone")
+	if err := jetstream.ForgetReader(context.Background(), js, "EVENTS", "gone"); err != nil {
+		t.Fatal(err)
+	}
+	publishRun(t, js, "a", 3, 3)
+	waitApplied(t, in, map[string][]int64{"a": seqs(1, 3)})
+	waitRegistered(t, js, "gone")
+	if err, ended := f.wait(0); ended {
+		t.Fatalf("FollowStream ended: %v", err)
 	}
 }

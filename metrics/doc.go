@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package metrics exports an outbox's figures as Prometheus metrics: the book's (NewCollector), a
-// consumer's inbox's (NewInboxCollector), a segmented journal's (NewJournalCollector) and a relay's
-// appends to its sink (NewSinkMetrics, RelayOption). It is a module of its own, so that the outbox and the inbox do not depend on
+// consumer's inbox's (NewInboxCollector), a segmented journal's (NewJournalCollector), a JetStream
+// stream's and its registered readers' (NewStreamCollector) and a relay's appends to its sink
+// (NewSinkMetrics, RelayOption). It is a module of its own, so that the outbox and the inbox do not depend on
 // client_golang; the `outbox metrics` exporter serves the same collectors, so that every series has
 // one definition, whether an engine registers it in its own process or a sidecar reads the files.
 //

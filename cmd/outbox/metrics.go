@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -52,12 +53,18 @@ and left quarantined (counters kept in its database: outbox_inbox_lines_applied_
 others), how many runs it has applied, each quarantined run (one series per quarantined run, none
 for a healthy one) with its high-water mark, per file source the bytes still to be read to the
 file's end, and per JetStream stream source the last stream sequence applied (the stream's own
-last sequence is the server's to export: the exporter connects to no server). With --journal, a
+last sequence is the server's: --stream exports it, beside each registered reader's lag). With --journal, a
 segmented journal's directory: its bytes and segments, per registered reader the bytes and segments
 it has not read (label "reader"), and the segments retention deleted and, of those, the ones deleted
 under the size cap while a reader had not read them (counters kept in the directory:
-outbox_journal_segments_deleted_total, outbox_journal_segments_deleted_under_cap_total). Give any
-of them, or several. It reads the journal without its lock, as journal status does. It opens each
+outbox_journal_segments_deleted_total, outbox_journal_segments_deleted_under_cap_total).
+With --stream NAME and a server (--nats URL or --context NAME), a JetStream stream, read from the
+server at each scrape (jetstream.Status): its bytes (what the trim's --max-bytes bounds), messages
+and last sequence, the sequence below which the trim's cap removed lines (0 when it never acted),
+and per registered reader (label "reader") its lag, the stream's last sequence less the one it
+registered, and the sequences the cap removed past it before it applied them (above 0, it stops
+with a retention gap). Give any of them, or several. It reads the journal without its lock, as
+journal status does. It opens each
 database read-only, as stats does: it runs beside an engine and a consumer, keeps
 working when one starts or stops, and on a database no process holds open leaves the directory as
 it found it. A book, an inbox or a journal that does not exist yet is not an error: until it
@@ -83,16 +90,19 @@ const defaultListen = "localhost:9465"
 
 // metricsConfig is the parsed command line of metrics.
 type metricsConfig struct {
-	db, inbox, journal, listen string
+	db, inbox, journal, stream, listen string
+	nats                               *natsFlags
 }
 
 // parseMetrics parses the command line of metrics; done is set when parsing ended the command,
 // with the exit status to return.
 func parseMetrics(args []string, stderr io.Writer) (cfg metricsConfig, code int, done bool) {
-	fs := newFlags("metrics", "outbox metrics [--db FILE] [--inbox FILE] [--journal DIR] [--listen ADDR]", metricsAbout)
+	fs := newFlags("metrics", "outbox metrics [--db FILE] [--inbox FILE] [--journal DIR] [--stream NAME (--nats URL | --context NAME)] [--listen ADDR]", metricsAbout)
 	fs.StringVar(&cfg.db, "db", "", "the book's database `file`")
 	fs.StringVar(&cfg.inbox, "inbox", "", "a consumer's database `file`, holding its inbox")
 	fs.StringVar(&cfg.journal, "journal", "", "a segmented journal's `dir`ectory")
+	fs.StringVar(&cfg.stream, "stream", "", "a JetStream stream's `NAME`: its size and each registered reader's lag, read from the server")
+	cfg.nats = addNATSConnFlags(fs, "the NATS server `URL` of --stream")
 	fs.StringVar(&cfg.listen, "listen", defaultListen, "listen on `addr` (port 0: any free port)")
 	pos, code, done := parseFlags(fs, args, stderr)
 	if done {
@@ -101,8 +111,16 @@ func parseMetrics(args []string, stderr io.Writer) (cfg metricsConfig, code int,
 	if cfg.listen == "" {
 		return cfg, usageError(stderr, "outbox metrics", "--listen needs an address, HOST:PORT or :PORT"), true
 	}
-	if len(pos) != 0 || (cfg.db == "" && cfg.inbox == "" && cfg.journal == "") {
-		return cfg, usageError(stderr, "outbox metrics", "need --db FILE, --inbox FILE or --journal DIR (or several), and no arguments"), true
+	if len(pos) != 0 || (cfg.db == "" && cfg.inbox == "" && cfg.journal == "" && cfg.stream == "") {
+		return cfg, usageError(stderr, "outbox metrics", "need --db FILE, --inbox FILE, --journal DIR or --stream NAME (or several), and no arguments"), true
+	}
+	switch {
+	case cfg.stream != "" && !cfg.nats.chosen():
+		return cfg, usageError(stderr, "outbox metrics", "--stream NAME needs --nats URL or --context NAME"), true
+	case cfg.stream == "" && cfg.nats.chosen():
+		return cfg, usageError(stderr, "outbox metrics", "--nats and --context name the server of --stream NAME: give it"), true
+	case cfg.nats.problem() != "":
+		return cfg, usageError(stderr, "outbox metrics", "%s", cfg.nats.problem()), true
 	}
 	return cfg, 0, false
 }
@@ -168,6 +186,22 @@ func runMetrics(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			return failErr(stderr, exitUsage, "metrics", err)
 		}
 		served = append(served, "the journal "+quote(cfg.journal))
+	}
+	if cfg.stream != "" {
+		// An exporter outlives the server's restarts: it reconnects for as long as it runs, and
+		// each scrape while the server is away answers outbox_stream_up 0.
+		js, closeConn, err := cfg.nats.connect(nats.MaxReconnects(-1))
+		if err != nil {
+			return failErr(stderr, exitUsage, "metrics", err)
+		}
+		defer closeConn()
+		report := metrics.WithErrorHandler(func(err error) {
+			fmt.Fprintf(stderr, "outbox metrics: stream %s: %s\n", quote(cfg.stream), message(err))
+		})
+		if err := reg.Register(metrics.NewStreamCollector(cfg.stream, streamFigures(js, cfg.stream), report)); err != nil {
+			return failErr(stderr, exitUsage, "metrics", err)
+		}
+		served = append(served, "the stream "+quote(cfg.stream))
 	}
 	ln, err := net.Listen("tcp", cfg.listen)
 	if err != nil {

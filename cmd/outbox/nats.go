@@ -196,13 +196,13 @@ func (f *natsFlags) server() string {
 
 // connect connects to the server; the returned function closes the connection. A stream looked up
 // through the returned context and missing names the command that creates it.
-func (f *natsFlags) connect() (njs.JetStream, func(), error) {
+func (f *natsFlags) connect(extra ...nats.Option) (njs.JetStream, func(), error) {
 	c, err := f.resolve()
 	if err != nil {
 		return nil, nil, err
 	}
 	f.shown = c.shown
-	nc, err := nats.Connect(c.url, c.opts...)
+	nc, err := nats.Connect(c.url, append(c.opts, extra...)...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("connect to %s: %w", c.shown, err)
 	}

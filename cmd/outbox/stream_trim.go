@@ -133,7 +133,10 @@ func runStreamTrim(ctx context.Context, args []string, stdout, stderr io.Writer)
 
 const streamReadersAbout = `
 Lists the readers registered with the stream NAME: each one's name, the stream sequence its inbox
-has committed, its lag (the stream's last sequence less that), and when it last wrote. With
+has committed, its lag (the stream's last sequence less that), and when it last wrote; first the
+stream's size and, when the trim's cap (--max-bytes) acted, the sequence it removed below. A reader
+whose position the cap passed is marked RETENTION GAP with the sequences it lost: it stops there
+until an operator accepts the loss. With
 --forget READER, removes that reader's registration instead, so that the trim no longer keeps
 what it has not applied (for a reader gone for good: one that reads again registers again).`
 
@@ -166,22 +169,23 @@ func runStreamReaders(ctx context.Context, args []string, stdout, stderr io.Writ
 		fmt.Fprintf(stdout, "forgot reader %s of stream %s\n", *forget, *name)
 		return exitOK
 	}
-	st, err := js.Stream(ctx, *name)
+	st, err := ojs.Status(ctx, js, *name)
 	if err != nil {
 		return failErr(stderr, exitUsage, "stream readers", err)
 	}
-	rs, err := ojs.Readers(ctx, js, *name)
-	if err != nil {
-		return failErr(stderr, exitUsage, "stream readers", err)
+	fmt.Fprintf(stdout, "stream %s: %s, %d bytes, last sequence %d\n", st.Stream, plural(int64(st.Msgs), "message"), st.Bytes, st.LastSeq)
+	if st.CappedBelow > 0 {
+		fmt.Fprintf(stdout, "the cap removed every line below stream sequence %d, applied or not\n", st.CappedBelow)
 	}
-	info := st.CachedInfo()
-	for _, r := range rs {
-		lag := info.State.LastSeq - min(r.Seq, info.State.LastSeq)
+	for _, r := range st.Readers {
 		note := ""
-		if !r.Created.Equal(info.Created) {
+		if r.Earlier {
 			note = " (taken in an earlier stream of this name: holds everything)"
 		}
-		fmt.Fprintf(stdout, "%s\tseq %d\tlag %d\twritten %s%s\n", r.Name, r.Seq, lag, r.Updated.UTC().Format(time.RFC3339), note)
+		if r.CapTook > 0 {
+			note += fmt.Sprintf("\tRETENTION GAP: the cap removed sequences %d to %d before it applied them", r.Seq+1, st.CappedBelow-1)
+		}
+		fmt.Fprintf(stdout, "%s\tseq %d\tlag %d\twritten %s%s\n", r.Name, r.Seq, r.Lag, r.Updated.UTC().Format(time.RFC3339), note)
 	}
 	return exitOK
 }

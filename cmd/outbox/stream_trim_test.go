@@ -75,3 +75,18 @@ func TestRelayWithTrimTrimsTheStreamOnceTheBacklogIsProjected(t *testing.T) {
 		t.Errorf("relay --trim without a stream: exit %d %q, want a usage error naming --trim", code, errOut)
 	}
 }
+
+func TestStreamReadersShowsTheStreamsSizeAndWhatTheCapTookFromAReader(t *testing.T) {
+	url, _, _, _ := streamConsumer(t) // the reader applied 1..3 of 5
+	if code, _, errOut := cli(t, "stream", "trim", "--nats", url, "--stream", "EVENTS", "--max-bytes", "1"); code != exitOK {
+		t.Fatalf("stream trim: exit %d, %s", code, errOut)
+	}
+	code, out, errOut := cli(t, "stream", "readers", "--nats", url, "--stream", "EVENTS")
+	for _, w := range []string{"stream EVENTS: 0 messages, 0 bytes, last sequence 5",
+		"the cap removed every line below stream sequence 6", "seq 3\tlag 2",
+		"RETENTION GAP: the cap removed sequences 4 to 5 before it applied them"} {
+		if code != exitOK || !strings.Contains(out, w) {
+			t.Errorf("stream readers: exit %d, %s: does not say %q:\n%s", code, errOut, w, out)
+		}
+	}
+}
