@@ -114,10 +114,6 @@ type committer struct {
 	large map[string]struct{}
 	// largeWait is largeGatherWait, which a test may lengthen before the first call.
 	largeWait time.Duration
-	// gid is the goroutine running the loop, read once when it takes the loop: the caller's code that
-	// runs on it (a builder, a line check) is told when it calls the store (ErrCallInsideTx). Only
-	// that goroutine touches it, as with large.
-	gid int64
 }
 
 func newCommitter(s *Store) *committer {
@@ -136,7 +132,6 @@ func (c *committer) close() {
 // time: it returns when the store stops it, and when a builder overran and another goroutine took the
 // group over (see groupRun.expedite), which then runs the loop in its place.
 func (c *committer) run(carry []*request) {
-	c.gid = goid()
 	for {
 		group := carry
 		if len(group) == 0 {

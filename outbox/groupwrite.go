@@ -41,7 +41,6 @@ const (
 // groupRun is one group being written: its calls, their results and its transaction.
 type groupRun struct {
 	c       *committer
-	gid     int64 // the committer's goroutine, on which the builders run (see Store.render)
 	taken   []*request
 	results []result
 	tx      *sql.Tx
@@ -194,7 +193,7 @@ func (c *committer) commit(group []*request) (carry []*request, owned bool) {
 		// write then fails on it.
 		c.s.dur.waitWritten()
 	}
-	g := &groupRun{c: c, gid: c.gid, taken: slices.Clone(taken), results: make([]result, len(taken))}
+	g := &groupRun{c: c, taken: slices.Clone(taken), results: make([]result, len(taken))}
 	for _, r := range g.taken {
 		r.group.Store(g)
 	}
