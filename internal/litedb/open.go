@@ -154,12 +154,22 @@ func Closed(err error) bool {
 // ReadAgain runs fn, and runs it again while it fails having read nothing (see ReadNothing), as many
 // as readRetries times, while ctx lasts.
 func ReadAgain(ctx context.Context, fn func(ctx context.Context) error) error {
+	return readAgain(ctx, fn, ReadNothing)
+}
+
+// ReadAgainOpened is ReadAgain for a caller of a read-only reader's reads (OpenReadOnlyPool), which
+// also fail with ErrBookOpened having read nothing: that read is read again too.
+func ReadAgainOpened(ctx context.Context, fn func(ctx context.Context) error) error {
+	return readAgain(ctx, fn, func(err error) bool { return ReadNothing(err) || errors.Is(err, ErrBookOpened) })
+}
+
+func readAgain(ctx context.Context, fn func(ctx context.Context) error, nothing func(error) bool) error {
 	for attempt := 1; ; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		err := fn(ctx)
-		if !ReadNothing(err) || attempt == readRetries {
+		if !nothing(err) || attempt == readRetries {
 			return err
 		}
 		time.Sleep(time.Duration(attempt) * 10 * time.Microsecond)
