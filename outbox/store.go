@@ -96,8 +96,9 @@ func open(ctx context.Context, path string, opts []Option) (*Store, error) {
 	if s.lock, s.file, _, err = litedb.Lock(path, lockNames); err != nil {
 		return nil, err
 	}
-	// NORMAL at either durability: at FULL the store syncs the WAL itself after each commit, outside
-	// SQLite's write lock (see durability).
+	// One writer connection: every sequence number is assigned under it, so a transaction sees
+	// MAX(seq)=N only after the one that took N has committed. NORMAL at either durability: at FULL
+	// the store syncs the WAL itself after each commit, outside SQLite's write lock (see durability).
 	s.w, err = litedb.OpenWriter(path, s.dbConfig(), s.file, "NORMAL", func(c *sqlite3.Conn) error {
 		if err := incrementalIfNew(c); err != nil {
 			return err
