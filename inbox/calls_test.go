@@ -15,7 +15,7 @@ import (
 	"github.com/ncruces/go-sqlite3/vfs"
 
 	"github.com/textmachine/outbox/inbox"
-	"github.com/textmachine/outbox/internal/faultvfs"
+	"github.com/textmachine/outbox/internal/testing/faultvfs"
 )
 
 var vfsSeq atomic.Int64

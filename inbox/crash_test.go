@@ -15,9 +15,9 @@ import (
 	"github.com/ncruces/go-sqlite3/vfs"
 
 	"github.com/textmachine/outbox/inbox"
-	"github.com/textmachine/outbox/internal/crashtest"
 	"github.com/textmachine/outbox/internal/faultpoint"
-	"github.com/textmachine/outbox/internal/faultvfs"
+	"github.com/textmachine/outbox/internal/testing/crashtest"
+	"github.com/textmachine/outbox/internal/testing/faultvfs"
 )
 
 // The crash consumer's journal: crashBatches batches of crashBatch lines of each of two runs,

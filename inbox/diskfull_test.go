@@ -14,7 +14,7 @@ import (
 
 	"github.com/textmachine/outbox/inbox"
 	"github.com/textmachine/outbox/inbox/migrations"
-	"github.com/textmachine/outbox/internal/smallfs"
+	"github.com/textmachine/outbox/internal/testing/smallfs"
 )
 
 // TestEveryWriteOfTheInboxOnARealFullDiskIsENOSPCAndConsumesNothing fills a real small file system

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/textmachine/outbox/internal/outboxtest"
+	"github.com/textmachine/outbox/internal/testing/outboxtest"
 	"github.com/textmachine/outbox/journal"
 )
 

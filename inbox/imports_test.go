@@ -11,9 +11,10 @@ import (
 	"testing"
 )
 
-// TestTheInboxImportsNothingOfTheEnginesPackage: a consumer's program links the inbox, not the
-// engine's store, group committer and relay; what both ends share is the floor under them
-// (internal/litedb).
+// TestTheInboxImportsNothingOfTheEnginesPackage: the inbox's own code takes nothing of the engine's
+// store for its plumbing; what both ends share is the floor under them (internal/litedb). The journal
+// package, which the inbox reads through, still names the outbox's public line and sink types, so a
+// consumer's program links the outbox package through it.
 func TestTheInboxImportsNothingOfTheEnginesPackage(t *testing.T) {
 	t.Parallel()
 	files, err := filepath.Glob("*.go")

@@ -12,8 +12,8 @@ import (
 	"testing"
 
 	"github.com/textmachine/outbox/inbox"
-	"github.com/textmachine/outbox/internal/crashtest"
 	"github.com/textmachine/outbox/internal/faultpoint"
+	"github.com/textmachine/outbox/internal/testing/crashtest"
 	"github.com/textmachine/outbox/journal"
 	"github.com/textmachine/outbox/outbox"
 )

@@ -5,7 +5,7 @@ package inbox_test
 import (
 	"testing"
 
-	"github.com/textmachine/outbox/internal/crashtest"
+	"github.com/textmachine/outbox/internal/testing/crashtest"
 )
 
 // TestMain lets a test re-execute this binary as a child process in a role, so that the lock is

@@ -16,7 +16,7 @@ import (
 
 	"github.com/textmachine/outbox/inbox"
 	"github.com/textmachine/outbox/inbox/migrations"
-	"github.com/textmachine/outbox/internal/crashtest"
+	"github.com/textmachine/outbox/internal/testing/crashtest"
 	"github.com/textmachine/outbox/outbox"
 )
 

@@ -19,7 +19,7 @@ import (
 	"github.com/textmachine/outbox/inbox"
 	"github.com/textmachine/outbox/inbox/db"
 	"github.com/textmachine/outbox/inbox/migrations"
-	"github.com/textmachine/outbox/internal/dirstate"
+	"github.com/textmachine/outbox/internal/testing/dirstate"
 	"github.com/textmachine/outbox/outbox"
 )
 

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/textmachine/outbox/inbox"
-	"github.com/textmachine/outbox/internal/outboxtest"
+	"github.com/textmachine/outbox/internal/testing/outboxtest"
 	"github.com/textmachine/outbox/journal"
 	"github.com/textmachine/outbox/outbox"
 )

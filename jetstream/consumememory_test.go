@@ -18,7 +18,7 @@ import (
 	njs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/textmachine/outbox/inbox"
-	"github.com/textmachine/outbox/internal/crashtest"
+	"github.com/textmachine/outbox/internal/testing/crashtest"
 	"github.com/textmachine/outbox/jetstream"
 )
 

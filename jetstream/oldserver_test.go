@@ -20,7 +20,7 @@ import (
 	njs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/textmachine/outbox/inbox"
-	"github.com/textmachine/outbox/internal/outboxtest"
+	"github.com/textmachine/outbox/internal/testing/outboxtest"
 	"github.com/textmachine/outbox/jetstream"
 	"github.com/textmachine/outbox/journal"
 	"github.com/textmachine/outbox/outbox"

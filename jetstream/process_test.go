@@ -19,8 +19,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	njs "github.com/nats-io/nats.go/jetstream"
 
-	"github.com/textmachine/outbox/internal/crashtest"
-	"github.com/textmachine/outbox/internal/outboxtest"
+	"github.com/textmachine/outbox/internal/testing/crashtest"
+	"github.com/textmachine/outbox/internal/testing/outboxtest"
 	"github.com/textmachine/outbox/jetstream"
 	"github.com/textmachine/outbox/journal"
 	"github.com/textmachine/outbox/outbox"

@@ -24,10 +24,10 @@ import (
 	njs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/textmachine/outbox/inbox"
-	"github.com/textmachine/outbox/internal/crashtest"
 	"github.com/textmachine/outbox/internal/demo"
 	"github.com/textmachine/outbox/internal/faultpoint"
-	"github.com/textmachine/outbox/internal/outboxtest"
+	"github.com/textmachine/outbox/internal/testing/crashtest"
+	"github.com/textmachine/outbox/internal/testing/outboxtest"
 	"github.com/textmachine/outbox/jetstream"
 	"github.com/textmachine/outbox/journal"
 	"github.com/textmachine/outbox/outbox"

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/textmachine/outbox/internal/faultpoint"
-	"github.com/textmachine/outbox/internal/smallfs"
+	"github.com/textmachine/outbox/internal/testing/smallfs"
 )
 
 // singleFile writes a single-file journal of runs "x" (1–2) and "r" (1–6).

@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/textmachine/outbox/internal/outboxtest"
+	"github.com/textmachine/outbox/internal/testing/outboxtest"
 	"github.com/textmachine/outbox/outbox"
 )
 

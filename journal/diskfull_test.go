@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/textmachine/outbox/internal/smallfs"
+	"github.com/textmachine/outbox/internal/testing/smallfs"
 )
 
 // TestAnAppendOnARealFullDiskIsENOSPCAndLeavesNoHalfLine appends, on a real small file system that is

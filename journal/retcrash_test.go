@@ -14,7 +14,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/textmachine/outbox/internal/crashtest"
+	"github.com/textmachine/outbox/internal/testing/crashtest"
 )
 
 // retentionWriter appends batches of three lines of run "r" to the journal in SEG_DIR with

@@ -14,8 +14,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/textmachine/outbox/internal/crashtest"
 	"github.com/textmachine/outbox/internal/faultpoint"
+	"github.com/textmachine/outbox/internal/testing/crashtest"
 )
 
 func TestMain(m *testing.M) {

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/textmachine/outbox/internal/faultpoint"
-	"github.com/textmachine/outbox/internal/outboxtest"
+	"github.com/textmachine/outbox/internal/testing/outboxtest"
 	"github.com/textmachine/outbox/journal"
 	"github.com/textmachine/outbox/outbox"
 )

@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/textmachine/outbox/internal/faultvfs"
-	"github.com/textmachine/outbox/internal/outboxtest"
+	"github.com/textmachine/outbox/internal/testing/faultvfs"
+	"github.com/textmachine/outbox/internal/testing/outboxtest"
 	"github.com/textmachine/outbox/outbox"
 )
 

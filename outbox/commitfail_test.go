@@ -12,8 +12,8 @@ import (
 
 	"github.com/ncruces/go-sqlite3"
 
-	"github.com/textmachine/outbox/internal/faultvfs"
-	"github.com/textmachine/outbox/internal/outboxtest"
+	"github.com/textmachine/outbox/internal/testing/faultvfs"
+	"github.com/textmachine/outbox/internal/testing/outboxtest"
 	"github.com/textmachine/outbox/outbox"
 )
 

@@ -12,8 +12,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/textmachine/outbox/internal/outboxtest"
-	"github.com/textmachine/outbox/internal/smallfs"
+	"github.com/textmachine/outbox/internal/testing/outboxtest"
+	"github.com/textmachine/outbox/internal/testing/smallfs"
 	"github.com/textmachine/outbox/journal"
 	"github.com/textmachine/outbox/outbox"
 )

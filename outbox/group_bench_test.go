@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/textmachine/outbox/db"
-	"github.com/textmachine/outbox/internal/outboxtest"
+	"github.com/textmachine/outbox/internal/testing/outboxtest"
 	"github.com/textmachine/outbox/outbox"
 )
 

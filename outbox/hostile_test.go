@@ -26,9 +26,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/ncruces/go-sqlite3"
 
-	"github.com/textmachine/outbox/internal/dirstate"
-	"github.com/textmachine/outbox/internal/faultvfs"
-	"github.com/textmachine/outbox/internal/outboxtest"
+	"github.com/textmachine/outbox/internal/testing/dirstate"
+	"github.com/textmachine/outbox/internal/testing/faultvfs"
+	"github.com/textmachine/outbox/internal/testing/outboxtest"
 	"github.com/textmachine/outbox/journal"
 	"github.com/textmachine/outbox/migrations"
 	"github.com/textmachine/outbox/outbox"

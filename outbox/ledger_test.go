@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/textmachine/outbox/internal/outboxtest"
+	"github.com/textmachine/outbox/internal/testing/outboxtest"
 	"github.com/textmachine/outbox/journal"
 	"github.com/textmachine/outbox/migrations"
 	"github.com/textmachine/outbox/outbox"

@@ -5,7 +5,7 @@ package outbox_test
 import (
 	"testing"
 
-	"github.com/textmachine/outbox/internal/crashtest"
+	"github.com/textmachine/outbox/internal/testing/crashtest"
 )
 
 // TestMain lets a test re-execute this binary as a child process in a role, so that the writer lock

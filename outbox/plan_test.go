@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/textmachine/outbox/db"
-	"github.com/textmachine/outbox/internal/outboxtest"
+	"github.com/textmachine/outbox/internal/testing/outboxtest"
 )
 
 // queryPlans is what each shipping query must plan as. The SQL comes from the constants sqlc exports,

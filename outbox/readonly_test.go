@@ -17,8 +17,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/ncruces/go-sqlite3"
 
-	"github.com/textmachine/outbox/internal/dirstate"
 	"github.com/textmachine/outbox/internal/litedb"
+	"github.com/textmachine/outbox/internal/testing/dirstate"
 )
 
 // closedBook makes a book with two runs, one of them projected, and closes it: no -wal, no -shm.

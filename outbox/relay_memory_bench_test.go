@@ -13,7 +13,7 @@ import (
 
 	"github.com/ncruces/go-sqlite3/driver"
 
-	"github.com/textmachine/outbox/internal/outboxtest"
+	"github.com/textmachine/outbox/internal/testing/outboxtest"
 	"github.com/textmachine/outbox/journal"
 	"github.com/textmachine/outbox/outbox"
 )

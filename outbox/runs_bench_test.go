@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/textmachine/outbox/db"
-	"github.com/textmachine/outbox/internal/outboxtest"
+	"github.com/textmachine/outbox/internal/testing/outboxtest"
 	"github.com/textmachine/outbox/outbox"
 )
 

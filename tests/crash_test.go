@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/textmachine/outbox/internal/crashtest"
 	"github.com/textmachine/outbox/internal/demo"
 	"github.com/textmachine/outbox/internal/faultpoint"
+	"github.com/textmachine/outbox/internal/testing/crashtest"
 )
 
 // crashEngine runs one start of the demo engine and, when told (crashtest.KillAt), kills itself with

@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/textmachine/outbox/internal/crashtest"
 	"github.com/textmachine/outbox/internal/demo"
 	"github.com/textmachine/outbox/internal/faultpoint"
+	"github.com/textmachine/outbox/internal/testing/crashtest"
 )
 
 // crashPlatform runs one start of the demo's platform and, when told (crashtest.KillAt), kills itself

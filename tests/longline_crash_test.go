@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/textmachine/outbox/internal/crashtest"
 	"github.com/textmachine/outbox/internal/faultpoint"
+	"github.com/textmachine/outbox/internal/testing/crashtest"
 	"github.com/textmachine/outbox/journal"
 	"github.com/textmachine/outbox/outbox"
 )

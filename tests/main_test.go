@@ -8,7 +8,7 @@ package tests
 import (
 	"testing"
 
-	"github.com/textmachine/outbox/internal/crashtest"
+	"github.com/textmachine/outbox/internal/testing/crashtest"
 )
 
 // TestMain lets a test re-execute this binary as a child process in a role, so that crashes are

@@ -10,8 +10,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/textmachine/outbox/internal/faultvfs"
-	"github.com/textmachine/outbox/internal/outboxtest"
+	"github.com/textmachine/outbox/internal/testing/faultvfs"
+	"github.com/textmachine/outbox/internal/testing/outboxtest"
 	"github.com/textmachine/outbox/outbox"
 )
 

@@ -18,7 +18,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/textmachine/outbox/internal/dirstate"
+	"github.com/textmachine/outbox/internal/testing/dirstate"
 	ojs "github.com/textmachine/outbox/jetstream"
 	"github.com/textmachine/outbox/journal"
 	"github.com/textmachine/outbox/outbox"

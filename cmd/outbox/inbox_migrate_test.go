@@ -15,7 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/textmachine/outbox/inbox"
-	"github.com/textmachine/outbox/internal/dirstate"
+	"github.com/textmachine/outbox/internal/testing/dirstate"
 )
 
 func TestInboxMigrateUpCreatesTheInboxsTables(t *testing.T) {

@@ -21,7 +21,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/textmachine/outbox/inbox"
-	"github.com/textmachine/outbox/internal/dirstate"
+	"github.com/textmachine/outbox/internal/testing/dirstate"
 )
 
 // evilRun is a run id that would act on a terminal printed raw; handlerDetail is a handler's error

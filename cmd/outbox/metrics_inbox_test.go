@@ -17,7 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/textmachine/outbox/inbox"
-	"github.com/textmachine/outbox/internal/dirstate"
+	"github.com/textmachine/outbox/internal/testing/dirstate"
 )
 
 // startMetricsWith starts `outbox metrics` with args (and --listen on a free port) as a process of

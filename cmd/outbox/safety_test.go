@@ -17,7 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
-	"github.com/textmachine/outbox/internal/dirstate"
+	"github.com/textmachine/outbox/internal/testing/dirstate"
 	"github.com/textmachine/outbox/journal"
 	"github.com/textmachine/outbox/migrations"
 	"github.com/textmachine/outbox/outbox"

@@ -13,7 +13,7 @@ import (
 
 	"github.com/textmachine/outbox/inbox"
 	"github.com/textmachine/outbox/internal/demo"
-	"github.com/textmachine/outbox/internal/dirstate"
+	"github.com/textmachine/outbox/internal/testing/dirstate"
 )
 
 // finishedPlatform works a book of units with one engine start and applies its journal into a

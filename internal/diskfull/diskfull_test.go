@@ -12,7 +12,7 @@ import (
 	"github.com/ncruces/go-sqlite3"
 
 	"github.com/textmachine/outbox/internal/diskfull"
-	"github.com/textmachine/outbox/internal/smallfs"
+	"github.com/textmachine/outbox/internal/testing/smallfs"
 )
 
 // TestAnIOErrorIsAFullDiskOnlyWhereTheFileSystemIsFull: SQLite's generic I/O error (how the driver

@@ -9,7 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/textmachine/outbox/internal/dirstate"
+	"github.com/textmachine/outbox/internal/testing/dirstate"
 )
 
 func TestASnapshotChangesWithAnyFileCreatedChangedOrRemoved(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 
 	"github.com/ncruces/go-sqlite3/vfs"
 
-	"github.com/textmachine/outbox/internal/faultvfs"
+	"github.com/textmachine/outbox/internal/testing/faultvfs"
 	"github.com/textmachine/outbox/outbox"
 )
 
