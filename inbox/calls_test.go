@@ -248,3 +248,36 @@ func TestCallsAfterCloseAreErrClosed(t *testing.T) {
 		t.Errorf("second Close: %v", err)
 	}
 }
+
+func TestConcurrentCallsApplyEachLineOnce(t *testing.T) {
+	in, path := setup(t, inbox.WithDigestWindow(1))
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	total := inbox.Report{}
+	for g := 0; g < 6; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for s := int64(1); s <= 40; s += 4 {
+				rep, err := in.Apply(context.Background(), lines("r", s, s+3), insertHandler)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				total.Applied += rep.Applied
+				total.Duplicates += rep.Duplicates
+				total.Stale += rep.Stale
+				total.Quarantined += rep.Quarantined
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if total.Applied != 40 || total.Quarantined != 0 {
+		t.Fatalf("%+v", total)
+	}
+	if n := count(t, rawDB(t, path), `SELECT count(*) FROM applied`); n != 40 {
+		t.Fatalf("%d", n)
+	}
+}

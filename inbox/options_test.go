@@ -126,3 +126,31 @@ func TestTheWriterSyncsAtTheDurabilityAskedOnEveryConnection(t *testing.T) {
 		})
 	}
 }
+
+func TestAnInvalidOptionFailsOpenAndLeavesNoFile(t *testing.T) {
+	for name, opt := range map[string]inbox.Option{
+		"window 0":          inbox.WithDigestWindow(0),
+		"window -1":         inbox.WithDigestWindow(-1),
+		"window over max":   inbox.WithDigestWindow(inbox.MaxDigestWindow + 1),
+		"retention 0":       inbox.WithDigestRetention(0),
+		"retention -1":      inbox.WithDigestRetention(-time.Second),
+		"batch lines 0":     inbox.WithBatchLines(0),
+		"batch bytes -1":    inbox.WithBatchBytes(-1),
+		"max line 0":        inbox.WithMaxLineSize(0),
+		"max line over max": inbox.WithMaxLineSize(inbox.MaxLineSizeLimit + 1),
+		"poll 0":            inbox.WithPollInterval(0),
+		"read pool 0":       inbox.WithReadPoolSize(0),
+		"busy -1":           inbox.WithBusyTimeout(-1),
+	} {
+		dir := t.TempDir()
+		in, err := inbox.Open(context.Background(), filepath.Join(dir, "c.db"), opt)
+		if err == nil {
+			in.Close()
+			t.Errorf("%s: opened", name)
+			continue
+		}
+		if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+			t.Errorf("%s: refused Open left %d files", name, len(ents))
+		}
+	}
+}

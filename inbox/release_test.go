@@ -7,6 +7,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -244,5 +245,159 @@ func TestApplyFromRefusesASourceNameNoSourceHas(t *testing.T) {
 	}
 	if p := position(t, in, "r"); p != 0 {
 		t.Errorf("position %d", p)
+	}
+}
+
+func TestGivenUpSeqsComingLaterAreStaleAndTheOthersStillDuplicates(t *testing.T) {
+	ctx := context.Background()
+	in, _ := setup(t)
+	mustApply(t, in, lines("r", 1, 5))
+	mustApply(t, in, [][]byte{line("r", 10)})
+	if err := in.AcceptGap(ctx, "r", "lost"); err != nil {
+		t.Fatal(err)
+	}
+	if p := position(t, in, "r"); p != 9 {
+		t.Fatalf("position %d", p)
+	}
+	for seq := int64(6); seq <= 9; seq++ {
+		for _, body := range []string{"", "x"} {
+			if rep := applyOne(t, in, line("r", seq, body)); rep != (inbox.Report{Stale: 1}) {
+				t.Fatalf("given-up seq %d body %q: %+v, want Stale", seq, body, rep)
+			}
+		}
+	}
+	for seq := int64(1); seq <= 5; seq++ {
+		if rep := applyOne(t, in, line("r", seq)); rep != (inbox.Report{Duplicates: 1}) {
+			t.Fatalf("seq %d: %+v, want duplicate", seq, rep)
+		}
+	}
+	if rep := applyOne(t, in, line("r", 3, "x")); rep != (inbox.Report{Quarantined: 1}) {
+		t.Fatalf("seq 3 other bytes: %+v, want conflict", rep)
+	}
+}
+
+func TestAGapOfBillionsAcceptedCostsNoDigestRowsAndTheRunGoesOn(t *testing.T) {
+	ctx := context.Background()
+	in, path := setup(t, inbox.WithDigestWindow(inbox.MaxDigestWindow))
+	mustApply(t, in, lines("r", 1, 3))
+	big := int64(1) << 40
+	mustApply(t, in, [][]byte{line("r", big)})
+	if err := in.AcceptGap(ctx, "r", "lost"); err != nil {
+		t.Fatal(err)
+	}
+	if rep := mustApply(t, in, [][]byte{line("r", big), line("r", big+1)}); rep != (inbox.Report{Applied: 2}) {
+		t.Fatalf("%+v", rep)
+	}
+	if n := count(t, rawDB(t, path), `SELECT count(*) FROM inbox_digests WHERE engine_run_id = 'r'`); n > 4 {
+		t.Fatalf("%d digest rows", n)
+	}
+	for _, seq := range []int64{big - 1, big - 20, 2} {
+		rep := applyOne(t, in, line("r", seq))
+		if rep != (inbox.Report{Stale: 1}) && !(seq == 2 && rep == (inbox.Report{Duplicates: 1})) {
+			t.Fatalf("seq %d: %+v", seq, rep)
+		}
+	}
+}
+
+func TestARefusedAcceptGapOrReleaseLeavesTheQuarantine(t *testing.T) {
+	in, _ := setup(t)
+	mustApply(t, in, lines("r", 1, 2))
+	mustApply(t, in, [][]byte{line("r", 5)})
+	ctx := context.Background()
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := in.AcceptGap(ctx, "r", strings.Repeat("x", inbox.MaxReasonLen+1)); err == nil {
+		t.Fatal("a reason over the limit was accepted")
+	}
+	if err := in.AcceptGap(ctx, "r", "bad \xff utf-8"); err == nil {
+		t.Log("a reason that is not UTF-8 was accepted")
+	}
+	if err := in.AcceptGap(cancelled, "r", "ok"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled AcceptGap: %v", err)
+	}
+	if err := in.Release(cancelled, "r"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled Release: %v", err)
+	}
+	q := quarantined(t, in)
+	if len(q) != 1 || q[0].Reason != "gap" || position(t, in, "r") != 2 {
+		t.Fatalf("quarantine after refused calls: %+v, position %d", q, position(t, in, "r"))
+	}
+	gaps, err := in.AcceptedGaps(ctx)
+	if err != nil || len(gaps) > 1 {
+		t.Fatalf("%+v %v", gaps, err)
+	}
+}
+
+func TestApplyFromRefusesABadSourceOrPositionAndAppliesNothing(t *testing.T) {
+	in, _ := setup(t)
+	ctx := context.Background()
+	for name, c := range map[string]struct {
+		source string
+		to     []byte
+	}{
+		"empty name":       {"", []byte("1")},
+		"long name":        {strings.Repeat("s", inbox.MaxSourceNameLen+1), []byte("1")},
+		"invalid utf-8":    {"s\xff", []byte("1")},
+		"position too big": {"s", bytes.Repeat([]byte("1"), inbox.MaxPositionLen+1)},
+	} {
+		rep, err := in.ApplyFrom(ctx, c.source, nil, c.to, lines("r", 1, 2), insertHandler)
+		if err == nil || rep != (inbox.Report{}) {
+			t.Errorf("%s: %+v %v", name, rep, err)
+		}
+	}
+	if p := position(t, in, "r"); p != 0 {
+		t.Fatalf("refused calls applied up to %d", p)
+	}
+	if srcs, err := in.Sources(ctx); err != nil || len(srcs) != 0 {
+		t.Fatalf("%+v %v", srcs, err)
+	}
+}
+
+func TestGivenUpSeqsInsideADigestRowAreStaleOnceTheRowGoesOn(t *testing.T) {
+	ctx := context.Background()
+	in, path := setup(t)
+	mustApply(t, in, lines("r", 1, 5))
+	mustApply(t, in, [][]byte{line("r", 10)})
+	if err := in.AcceptGap(ctx, "r", "lost"); err != nil {
+		t.Fatal(err)
+	}
+	mustApply(t, in, lines("r", 10, 12))
+	if _, kept := storedDigest(t, rawDB(t, path), "r", 7); !kept {
+		t.Log("no zeros stored for the given-up seqs") // either is fine; the outcome is what counts
+	}
+	in = reopen(t, in, path)
+	for seq := int64(6); seq <= 9; seq++ {
+		for _, body := range []string{"", "x"} {
+			if rep := applyOne(t, in, line("r", seq, body)); rep != (inbox.Report{Stale: 1}) {
+				t.Fatalf("given-up seq %d body %q: %+v, want Stale", seq, body, rep)
+			}
+		}
+	}
+	for _, seq := range []int64{1, 5, 10, 12} {
+		if rep := applyOne(t, in, line("r", seq)); rep != (inbox.Report{Duplicates: 1}) {
+			t.Fatalf("seq %d: %+v, want duplicate", seq, rep)
+		}
+	}
+}
+
+func TestAGapAcceptedBeforeARunsFirstLineMakesItsEarlierSeqsStale(t *testing.T) {
+	ctx := context.Background()
+	in, _ := setup(t)
+	mustApply(t, in, [][]byte{line("r", 5)})
+	if err := in.AcceptGap(ctx, "r", "started late"); err != nil {
+		t.Fatal(err)
+	}
+	if p := position(t, in, "r"); p != 4 {
+		t.Fatalf("position %d", p)
+	}
+	if rep := mustApply(t, in, lines("r", 1, 6)); rep != (inbox.Report{Stale: 4, Applied: 2}) {
+		t.Fatalf("%+v", rep)
+	}
+	if err := in.AcceptGap(ctx, "r", "again"); err == nil {
+		t.Fatal("a second AcceptGap of a run not quarantined succeeded")
+	}
+	gaps, err := in.AcceptedGaps(ctx)
+	if err != nil || len(gaps) != 1 || gaps[0].FirstSeq != 1 || gaps[0].LastSeq != 4 {
+		t.Fatalf("%+v %v", gaps, err)
 	}
 }

@@ -290,3 +290,54 @@ func TestALineEndingInCRIsTakenAsVerifyTakesIt(t *testing.T) {
 		t.Errorf("quarantined %v", qs)
 	}
 }
+
+func TestRetentionTrimKeepsTheLastDigestAndMakesTheRestStale(t *testing.T) {
+	in, path := setup(t, inbox.WithDigestRetention(time.Millisecond))
+	mustApply(t, in, lines("r", 1, 50))
+	time.Sleep(20 * time.Millisecond)
+	// other runs' calls do the trimming
+	for i := 0; i < 5; i++ {
+		mustApply(t, in, lines(fmt.Sprintf("o%d", i), 1, 1))
+		time.Sleep(2 * time.Millisecond)
+	}
+	if n := digestsKept(t, rawDB(t, path), "r"); n > 16 {
+		t.Logf("digests kept for r: %d (trim is bounded per call)", n)
+	}
+	if rep := applyOne(t, in, line("r", 50)); rep != (inbox.Report{Duplicates: 1}) {
+		t.Fatalf("last line: %+v, want duplicate", rep)
+	}
+	for _, seq := range []int64{49, 10, 1} {
+		for _, body := range []string{"", "x"} {
+			rep := applyOne(t, in, line("r", seq, body))
+			if rep == (inbox.Report{Quarantined: 1}) {
+				t.Fatalf("seq %d body %q quarantined the run", seq, body)
+			}
+			if body == "x" && rep != (inbox.Report{Stale: 1}) {
+				t.Fatalf("seq %d other bytes: %+v", seq, rep)
+			}
+		}
+	}
+	if rep := applyOne(t, in, line("r", 50, "x")); rep != (inbox.Report{Quarantined: 1}) {
+		t.Fatalf("last line other bytes: %+v, want conflict", rep)
+	}
+}
+
+func TestAnIdleRunKeepsOnlyItsLastDigestOnceTrimmed(t *testing.T) {
+	in, path := setup(t, inbox.WithDigestRetention(time.Millisecond))
+	mustApply(t, in, lines("r", 1, 50))
+	time.Sleep(10 * time.Millisecond)
+	for i := 0; i < 3; i++ {
+		mustApply(t, in, lines(fmt.Sprintf("o%d", i), 1, 1))
+	}
+	if n := digestsKept(t, rawDB(t, path), "r"); n != 1 {
+		t.Fatalf("%d digests kept for the idle run", n)
+	}
+	if rep := applyOne(t, in, line("r", 50)); rep != (inbox.Report{Duplicates: 1}) {
+		t.Fatalf("%+v", rep)
+	}
+	// the run wakes up and its window fills again from its mark (no call after it to trim it)
+	mustApply(t, in, lines("r", 51, 60))
+	if n := digestsKept(t, rawDB(t, path), "r"); n != 11 {
+		t.Fatalf("%d digests kept after the run woke up, want 50..60", n)
+	}
+}
