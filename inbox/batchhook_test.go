@@ -189,36 +189,6 @@ func TestABatchHookThatWritesToTheInboxDoesNotDeadlock(t *testing.T) {
 	}
 }
 
-func TestABatchHookThatClosesTheInboxEndsTheSourceWithErrClosed(t *testing.T) {
-	var in *inbox.Inbox
-	in, _ = setup(t, inbox.WithBatchLines(2), inbox.WithBatchHook(func(string, inbox.Report) {
-		if err := in.Close(); err != nil {
-			t.Error(err)
-		}
-	}))
-	path := filepath.Join(t.TempDir(), "journal.jsonl")
-	var b []byte
-	for _, l := range lines("r", 1, 5) {
-		b = append(append(b, l...), '\n')
-	}
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() {
-		_, err := in.ApplyFile(context.Background(), path, insertNothing)
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		if !errors.Is(err, inbox.ErrClosed) {
-			t.Fatalf("ApplyFile: %v, want ErrClosed", err)
-		}
-	case <-time.After(3 * time.Second):
-		t.Fatal("Close inside the batch hook hung")
-	}
-}
-
 func TestABatchHookThatCallsGoexitLeavesTheInboxUsable(t *testing.T) {
 	in, _ := setup(t, inbox.WithBatchLines(2), inbox.WithBatchHook(func(string, inbox.Report) { runtime.Goexit() }))
 	path := filepath.Join(t.TempDir(), "journal.jsonl")

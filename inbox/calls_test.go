@@ -228,27 +228,6 @@ func TestConcurrentApplyCallsAreSerialized(t *testing.T) {
 	}
 }
 
-func TestCallsAfterCloseAreErrClosed(t *testing.T) {
-	t.Parallel()
-	in, _ := setup(t)
-	if err := in.Close(); err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	if _, err := in.Apply(ctx, lines("r", 1, 1), insertHandler); !errors.Is(err, inbox.ErrClosed) {
-		t.Errorf("Apply: %v", err)
-	}
-	if _, err := in.Position(ctx, "r"); !errors.Is(err, inbox.ErrClosed) {
-		t.Errorf("Position: %v", err)
-	}
-	if err := in.Release(ctx, "r"); !errors.Is(err, inbox.ErrClosed) {
-		t.Errorf("Release: %v", err)
-	}
-	if err := in.Close(); err != nil {
-		t.Errorf("second Close: %v", err)
-	}
-}
-
 func TestConcurrentCallsApplyEachLineOnce(t *testing.T) {
 	in, path := setup(t, inbox.WithDigestWindow(1))
 	var wg sync.WaitGroup

@@ -71,34 +71,6 @@ func TestAHandlerThatCallsGoexitLeavesNothingAndTheInboxGoesOn(t *testing.T) {
 	}
 }
 
-func TestCloseWaitsForTheCallInProgress(t *testing.T) {
-	t.Parallel()
-	in, path := setup(t)
-	inside, release := make(chan struct{}), make(chan struct{})
-	applied := make(chan error)
-	go func() {
-		_, err := in.Apply(context.Background(), lines("r", 1, 1), func(ctx context.Context, tx *sql.Tx, ev inbox.Event) error {
-			close(inside)
-			<-release
-			return insertHandler(ctx, tx, ev)
-		})
-		applied <- err
-	}()
-	<-inside
-	closed := make(chan error)
-	go func() { closed <- in.Close() }()
-	close(release)
-	if err := <-applied; err != nil {
-		t.Fatalf("the call in progress: %v", err)
-	}
-	if err := <-closed; err != nil {
-		t.Fatal(err)
-	}
-	if n := count(t, rawDB(t, path), `SELECT count(*) FROM applied`); n != 1 {
-		t.Errorf("%d rows", n)
-	}
-}
-
 func TestTheWriterSyncsAtTheDurabilityAskedOnEveryConnection(t *testing.T) {
 	t.Parallel()
 	for d, want := range map[outbox.Durability]int{outbox.DurabilityFull: 2, outbox.DurabilityNormal: 1} {
