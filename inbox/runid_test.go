@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/textmachine/outbox/inbox"
+	"github.com/textmachine/outbox/journal"
 )
 
 func TestRunIDsWithNULControlBytesAndLengthAreDistinctRuns(t *testing.T) {
@@ -75,3 +76,53 @@ func jsonString(s string) (string, error) {
 }
 
 var jsonMarshal = json.Marshal
+
+func TestHostileRunIDsAreKeptApartAndNeverMerged(t *testing.T) {
+	t.Parallel()
+	in, path := setup(t)
+	long := strings.Repeat("é", 5000)
+	ids := map[string]string{ // as written in JSON → the run id it decodes to
+		`a`:            "a",
+		`a\u0000b`:     "a\x00b",
+		`a\u0001`:      "a\x01",
+		`a\n`:          "a\n",
+		`a\r`:          "a\r",
+		`a\u007f`:      "a\x7f",
+		`a\u2028`:      "a\u2028",
+		`\u00e9`:       "é",
+		`e\u0301`:      "e\u0301", // the same glyph as é, not the same run
+		`\ud83d\ude00`: "😀",
+		long:           long,
+	}
+	var call [][]byte
+	for raw := range ids {
+		call = append(call, []byte(`{"engine_run_id":"`+raw+`","seq":1}`))
+	}
+	// An escape that decodes to an id already seen continues that run.
+	call = append(call, []byte(`{"engine_run_id":"\u0061","seq":2}`))
+	rep, err := in.Apply(context.Background(), call, insertHandler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Applied != len(ids)+1 {
+		t.Errorf("%+v", rep)
+	}
+	for _, id := range ids {
+		want := int64(1)
+		if id == "a" {
+			want = 2
+		}
+		if p := position(t, in, id); p != want {
+			t.Errorf("run %q at %d, want %d", id, p, want)
+		}
+	}
+	if n := count(t, rawDB(t, path), `SELECT count(*) FROM inbox_runs`); n != len(ids) {
+		t.Errorf("%d runs stored, want %d", n, len(ids))
+	}
+	// Invalid UTF-8 in the JSON, raw or in the run id, is malformed, never a run.
+	for _, bad := range []string{"{\"engine_run_id\":\"a\x80\",\"seq\":3}", "{\"engine_run_id\":\"a\",\"seq\":3,\"x\":\"\xed\xa0\x80\"}"} {
+		if _, err := in.Apply(context.Background(), [][]byte{[]byte(bad)}, insertHandler); !errors.Is(err, journal.ErrMalformed) {
+			t.Errorf("%q: %v", bad, err)
+		}
+	}
+}
