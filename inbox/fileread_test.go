@@ -248,9 +248,9 @@ func TestATornTailIsAppliedOnlyOnceItsNewlineComes(t *testing.T) {
 	wantApplied(t, c.applied(), map[string]int64{"a": 4, "t": 1})
 }
 
-// Run ids that an attacker would choose are each a run of their own, exactly as the journal keys
-// them; a lone surrogate, which decoders turn into U+FFFD, stops the call as malformed, naming where
-// the line is, with the lines before it applied.
+// Run ids chosen to be mistaken for one another are each a run of their own, exactly as the
+// journal keys them; a lone surrogate, which decoders turn into U+FFFD, stops the call as malformed,
+// naming where the line is, with the lines before it applied.
 func TestHostileRunIdsAreKeptApartAndALoneSurrogateStopsTheCall(t *testing.T) {
 	path := journalPath(t)
 	j, err := journal.OpenFile(path)
