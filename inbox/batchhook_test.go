@@ -8,8 +8,10 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -159,4 +161,67 @@ func TestABatchHookThatPanicsReachesTheCallerWithTheBatchCommitted(t *testing.T)
 	}
 	// The inbox goes on: the writer was given back before the hook ran.
 	mustApply(t, in, lines("r", 4, 4))
+}
+
+func TestABatchHookThatWritesToTheInboxDoesNotDeadlock(t *testing.T) {
+	var in *inbox.Inbox
+	var hookErr error
+	calls := 0
+	in, _ = setup(t, inbox.WithBatchHook(func(source string, r inbox.Report) {
+		calls++
+		// A bound for a deadlock, not a measure: a loaded machine may take seconds.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, hookErr = in.Apply(ctx, [][]byte{line("hook", int64(calls))}, insertNothing)
+	}))
+	path := filepath.Join(t.TempDir(), "journal.jsonl")
+	if err := os.WriteFile(path, append(line("r", 1), '\n'), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.ApplyFile(context.Background(), path, insertNothing); err != nil {
+		t.Fatal(err)
+	}
+	if hookErr != nil || calls != 1 {
+		t.Fatalf("hook %d calls: %v", calls, hookErr)
+	}
+	if p := position(t, in, "hook"); p != 1 {
+		t.Fatalf("hook's apply: %d", p)
+	}
+}
+
+func TestABatchHookThatCallsGoexitLeavesTheInboxUsable(t *testing.T) {
+	in, _ := setup(t, inbox.WithBatchLines(2), inbox.WithBatchHook(func(string, inbox.Report) { runtime.Goexit() }))
+	path := filepath.Join(t.TempDir(), "journal.jsonl")
+	var b []byte
+	for _, l := range lines("r", 1, 5) {
+		b = append(append(b, l...), '\n')
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		in.ApplyFile(context.Background(), path, insertNothing)
+	}()
+	<-done
+	if p := position(t, in, "r"); p != 2 {
+		t.Fatalf("position %d, want the first batch", p)
+	}
+	// Bounds for a hang, not measures: a loaded machine may take seconds.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := in.Apply(ctx, lines("r", 3, 3), insertNothing); err != nil {
+		t.Fatalf("after the hook's Goexit: %v", err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- in.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Close hung after the hook's Goexit")
+	}
 }

@@ -228,23 +228,35 @@ func TestConcurrentApplyCallsAreSerialized(t *testing.T) {
 	}
 }
 
-func TestCallsAfterCloseAreErrClosed(t *testing.T) {
-	t.Parallel()
-	in, _ := setup(t)
-	if err := in.Close(); err != nil {
-		t.Fatal(err)
+func TestConcurrentCallsApplyEachLineOnce(t *testing.T) {
+	in, path := setup(t, inbox.WithDigestWindow(1))
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	total := inbox.Report{}
+	for g := 0; g < 6; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for s := int64(1); s <= 40; s += 4 {
+				rep, err := in.Apply(context.Background(), lines("r", s, s+3), insertHandler)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				total.Applied += rep.Applied
+				total.Duplicates += rep.Duplicates
+				total.Stale += rep.Stale
+				total.Quarantined += rep.Quarantined
+				mu.Unlock()
+			}
+		}()
 	}
-	ctx := context.Background()
-	if _, err := in.Apply(ctx, lines("r", 1, 1), insertHandler); !errors.Is(err, inbox.ErrClosed) {
-		t.Errorf("Apply: %v", err)
+	wg.Wait()
+	if total.Applied != 40 || total.Quarantined != 0 {
+		t.Fatalf("%+v", total)
 	}
-	if _, err := in.Position(ctx, "r"); !errors.Is(err, inbox.ErrClosed) {
-		t.Errorf("Position: %v", err)
-	}
-	if err := in.Release(ctx, "r"); !errors.Is(err, inbox.ErrClosed) {
-		t.Errorf("Release: %v", err)
-	}
-	if err := in.Close(); err != nil {
-		t.Errorf("second Close: %v", err)
+	if n := count(t, rawDB(t, path), `SELECT count(*) FROM applied`); n != 40 {
+		t.Fatalf("%d", n)
 	}
 }

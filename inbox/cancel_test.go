@@ -64,3 +64,24 @@ func TestApplyWithAContextThatEndsMidwayFailsWithTheContextsError(t *testing.T) 
 		t.Errorf("the same lines again: %+v", rep)
 	}
 }
+
+func TestHandlerCancellingItsContextCommitsNothing(t *testing.T) {
+	in, path := setup(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	rep, err := in.Apply(ctx, lines("r", 1, 3), func(c context.Context, tx *sql.Tx, ev inbox.Event) error {
+		if ev.Seq == 2 {
+			cancel()
+		}
+		return insertHandler(c, tx, ev)
+	})
+	if !errors.Is(err, context.Canceled) || rep != (inbox.Report{}) {
+		t.Fatalf("%+v %v", rep, err)
+	}
+	if n := count(t, rawDB(t, path), `SELECT count(*) FROM applied`); n != 0 {
+		t.Fatalf("%d rows", n)
+	}
+	if p := position(t, in, "r"); p != 0 {
+		t.Fatalf("position %d", p)
+	}
+	mustApply(t, in, lines("r", 1, 3))
+}

@@ -3,6 +3,7 @@
 package inbox
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -234,4 +235,126 @@ func TestAFileThatIsNotAJournalAppliesNothing(t *testing.T) {
 			t.Fatalf("%s: something was applied or stored", name)
 		}
 	}
+}
+
+// A context that ends inside a batch costs that batch alone: the batches before it are committed with
+// their position, the call returns the context's error (FollowFile: ctx.Err() itself), and the next
+// call goes on from there.
+func TestAContextEndingMidCallKeepsTheBatchesBeforeIt(t *testing.T) {
+	for _, follow := range []bool{false, true} {
+		rj := newRelayJournal(t, journalPath(t))
+		rj.add("a", 8)
+		c := newConsumer(t, WithBatchLines(2))
+		ctx, cancel := context.WithCancel(context.Background())
+		h := func(hctx context.Context, tx *sql.Tx, ev Event) error {
+			if ev.Seq == 5 {
+				cancel()
+			}
+			return record(hctx, tx, ev)
+		}
+		var err error
+		var rep Report
+		if follow {
+			err = c.in.FollowFile(ctx, rj.path, h)
+		} else {
+			rep, err = c.in.ApplyFile(ctx, rj.path, h)
+		}
+		if !errors.Is(err, context.Canceled) || (follow && err != context.Canceled) {
+			t.Fatalf("follow %v: %v, want context.Canceled", follow, err)
+		}
+		if !follow && rep != (Report{Applied: 4}) {
+			t.Fatalf("report %+v", rep)
+		}
+		wantApplied(t, c.applied(), map[string]int64{"a": 4})
+		if rep := c.applyFile(rj.path); rep != (Report{Applied: 4}) {
+			t.Fatalf("follow %v: the next call: %+v", follow, rep)
+		}
+	}
+}
+
+// A handler's panic reaches the caller as a panic, with the batches before it committed and the
+// inbox usable.
+func TestAHandlersPanicLeavesTheBatchesBeforeItAndTheInboxUsable(t *testing.T) {
+	rj := newRelayJournal(t, journalPath(t))
+	rj.add("a", 6)
+	c := newConsumer(t, WithBatchLines(2))
+	func() {
+		defer func() {
+			if r := recover(); r != "boom" {
+				t.Fatalf("recovered %v, want the handler's panic", r)
+			}
+		}()
+		c.in.ApplyFile(context.Background(), rj.path, func(ctx context.Context, tx *sql.Tx, ev Event) error {
+			if ev.Seq == 3 {
+				panic("boom")
+			}
+			return record(ctx, tx, ev)
+		})
+	}()
+	wantApplied(t, c.applied(), map[string]int64{"a": 2})
+	if rep := c.applyFile(rj.path); rep != (Report{Applied: 4}) {
+		t.Fatalf("after the panic: %+v", rep)
+	}
+}
+
+// Bad arguments are refused before anything is read or stored.
+func TestApplyFileRefusesBadArguments(t *testing.T) {
+	c := newConsumer(t)
+	for _, tc := range []struct {
+		path string
+		h    Handler
+	}{{"", record}, {journalPath(t), nil}, {"/tmp/a\x01b", record}, {"/tmp/\xff", record}} {
+		if _, err := c.in.ApplyFile(context.Background(), tc.path, tc.h); err == nil {
+			t.Errorf("ApplyFile(%q, handler %v) took it", tc.path, tc.h != nil)
+		}
+		if err := c.in.FollowFile(context.Background(), tc.path, tc.h); err == nil {
+			t.Errorf("FollowFile(%q, handler %v) took it", tc.path, tc.h != nil)
+		}
+	}
+	if srcs, _ := c.in.Sources(context.Background()); len(srcs) != 0 {
+		t.Fatalf("sources stored: %+v", srcs)
+	}
+}
+
+// A line removed from the journal: its run is quarantined as a gap at that seq, the lines after it
+// are not applied, and the other run goes on.
+func TestALineRemovedQuarantinesItsRunAsAGap(t *testing.T) {
+	rj := newRelayJournal(t, journalPath(t))
+	rj.add("a", 6)
+	rj.add("b", 3)
+	rj.j.Close()
+	lines := fileLines(readAllFile(t, rj.path))
+	rewrite(t, rj.path, append(bytes.Join(append(lines[:2:2], lines[3:]...), []byte{'\n'}), '\n'))
+	c := newConsumer(t)
+	rep := c.applyFile(rj.path)
+	if rep != (Report{Applied: 5, Quarantined: 3}) {
+		t.Fatalf("report %+v", rep)
+	}
+	if q := c.quarantine("a"); q == nil || q.Reason != "gap" || q.Expected != 3 || q.Got != 4 {
+		t.Fatalf("quarantine %+v", q)
+	}
+	wantApplied(t, c.applied(), map[string]int64{"a": 2, "b": 3})
+}
+
+// A line applied and then found changed (the journal replaced by an edited copy, so read again from
+// its start): its run is quarantined as a conflict, never applied twice.
+func TestALineChangedQuarantinesItsRunAsAConflict(t *testing.T) {
+	rj := newRelayJournal(t, journalPath(t))
+	rj.add("a", 4)
+	rj.add("b", 2)
+	rj.j.Close()
+	c := newConsumer(t)
+	c.applyFile(rj.path)
+	content := readAllFile(t, rj.path)
+	lines := fileLines(content)
+	edited := bytes.Replace(lines[1], []byte(`"cents":100`), []byte(`"cents":999`), 1)
+	replace(t, rj.path, bytes.Replace(content, lines[1], edited, 1))
+	rep := c.applyFile(rj.path)
+	if rep != (Report{Duplicates: 3, Quarantined: 3}) {
+		t.Fatalf("report %+v", rep)
+	}
+	if q := c.quarantine("a"); q == nil || q.Reason != "conflict" || q.Got != 2 {
+		t.Fatalf("quarantine %+v", q)
+	}
+	wantApplied(t, c.applied(), map[string]int64{"a": 4, "b": 2})
 }

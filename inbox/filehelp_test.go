@@ -136,3 +136,48 @@ func readToEnd(t testing.TB, jf *journalFile, p FilePosition, b batchBounds) ([]
 		p = next
 	}
 }
+
+// rewrite replaces the journal's content in place (same inode), as an editor or a truncation would.
+func rewrite(t *testing.T, path string, b []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// replace puts b at path under a new inode (written beside it, then renamed over it).
+func replace(t *testing.T, path string, b []byte) {
+	t.Helper()
+	if err := os.WriteFile(path+".tmp", b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(path+".tmp", path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func appendRaw(t *testing.T, path string, s string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (c *consumer) quarantine(run string) *Quarantine {
+	c.t.Helper()
+	qs, err := c.in.Quarantined(context.Background())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	for _, q := range qs {
+		if q.RunID == run {
+			return &q
+		}
+	}
+	return nil
+}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -124,4 +125,36 @@ func TestACopyThatDoesNotHoldTheWholePrefixIsReadFromItsStart(t *testing.T) {
 		t.Fatalf("%+v, want 3 applied and 3 duplicates", rep)
 	}
 	wantApplied(t, c.applied(), map[string]int64{"aa": 2, "bb": 1, "cc": 1, "dd": 1, "ee": 1})
+}
+
+// The journal cut and written again past the position between two batches of one call: the next
+// batch finds the line at the position gone and reads the file again from its start, skipping none
+// of the new lines.
+func TestAJournalRewrittenBetweenTwoBatchesIsReadAgainFromItsStart(t *testing.T) {
+	rj := newRelayJournal(t, journalPath(t))
+	rj.add("a", 6)
+	rj.j.Close()
+	var b []byte
+	for seq := 1; seq <= 40; seq++ {
+		b = fmt.Appendf(b, "{\"engine_run_id\":\"b\",\"seq\":%d}\n", seq)
+	}
+	c := newConsumer(t, WithBatchLines(2))
+	done := false
+	afterFileCommit = func(string, FilePosition) {
+		if !done {
+			done = true
+			rewrite(t, rj.path, b)
+		}
+	}
+	defer func() { afterFileCommit = nil }()
+	rep, err := c.in.ApplyFile(context.Background(), rj.path, record)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := c.applied()
+	if got["a"] != 2 || rep.Quarantined != 0 || got["b"] < 1 {
+		t.Fatalf("%+v, applied %v", rep, got)
+	}
+	c.applyFile(rj.path)
+	wantApplied(t, c.applied(), map[string]int64{"a": 2, "b": 40})
 }

@@ -4,7 +4,9 @@ package inbox
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
+	"database/sql"
 	"errors"
 	"fmt"
 	"os"
@@ -14,6 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/textmachine/outbox/journal"
+	"github.com/textmachine/outbox/outbox"
 )
 
 var smallBatches = batchBounds{lines: 3, bytes: 300, maxLine: 1 << 20}
@@ -215,4 +218,148 @@ func TestAPositionIsCheckedAgainstTheFileBeforeItIsTrusted(t *testing.T) {
 	if ok, err := jf.holds(p); !ok || err != nil {
 		t.Errorf("grown by a line: the position is not trusted (%v)", err)
 	}
+}
+
+// A torn tail (a line the writer has not finished, or will cut at its next open) is not applied;
+// once its newline comes it is, once.
+func TestATornTailIsAppliedOnlyOnceItsNewlineComes(t *testing.T) {
+	rj := newRelayJournal(t, journalPath(t))
+	rj.add("a", 2)
+	rj.j.Close()
+	appendRaw(t, rj.path, `{"engine_run_id":"t","seq":1`)
+	c := newConsumer(t)
+	if rep := c.applyFile(rj.path); rep != (Report{Applied: 2}) {
+		t.Fatalf("with a torn tail: %+v", rep)
+	}
+	appendRaw(t, rj.path, "}\n")
+	if rep := c.applyFile(rj.path); rep != (Report{Applied: 1}) {
+		t.Fatalf("once its newline came: %+v", rep)
+	}
+	// The writer cuts a torn tail at its next open; the source never took it.
+	appendRaw(t, rj.path, `{"engine_run_id":"t","seq":2,"cut`)
+	if rep := c.applyFile(rj.path); rep != (Report{}) {
+		t.Fatalf("a second torn tail: %+v", rep)
+	}
+	rj.open()
+	rj.add("a", 2)
+	if rep := c.applyFile(rj.path); rep != (Report{Applied: 2}) {
+		t.Fatalf("after the writer cut the tail: %+v", rep)
+	}
+	wantApplied(t, c.applied(), map[string]int64{"a": 4, "t": 1})
+}
+
+// Run ids chosen to be mistaken for one another are each a run of their own, exactly as the
+// journal keys them; a lone surrogate, which decoders turn into U+FFFD, stops the call as malformed,
+// naming where the line is, with the lines before it applied.
+func TestHostileRunIdsAreKeptApartAndALoneSurrogateStopsTheCall(t *testing.T) {
+	path := journalPath(t)
+	j, err := journal.OpenFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := []string{"a", "a ", "A", "a\u0000", "a\n", "\u202ea", "\xef\xbf\xbd", strings.Repeat("r", 4000)}
+	for _, id := range ids {
+		line, _ := journal.Builder(id, "unit", nil)(1)
+		if err := j.Append(context.Background(), id, []outbox.EventLine{{Seq: 1, Line: line}}); err != nil {
+			t.Fatalf("append %q: %v", id, err)
+		}
+	}
+	j.Close()
+	size := len(readAllFile(t, path))
+	// A good line after it, or the file is not a journal at all (its last line is checked).
+	appendRaw(t, path, `{"engine_run_id":"\ud800","seq":1}`+"\n"+`{"engine_run_id":"z","seq":1}`+"\n")
+	c := newConsumer(t)
+	seen := map[string]bool{}
+	rep, err := c.in.ApplyFile(context.Background(), path, func(ctx context.Context, tx *sql.Tx, ev Event) error {
+		seen[ev.RunID] = true
+		return record(ctx, tx, ev)
+	})
+	if !errors.Is(err, journal.ErrMalformed) || !strings.Contains(err.Error(), fmt.Sprintf("byte %d", size)) {
+		t.Fatalf("%v; want journal.ErrMalformed naming byte %d", err, size)
+	}
+	if rep.Applied != len(ids) || len(seen) != len(ids) {
+		t.Fatalf("report %+v, %d runs seen; want %d runs applied", rep, len(seen), len(ids))
+	}
+}
+
+// A line over the limit stops the call with journal.ErrMalformed naming where it is; the lines
+// before it are applied with their position, and the call stops there again next time.
+func TestALineOverTheLimitStopsTheCallWhereItIs(t *testing.T) {
+	path := journalPath(t)
+	j, err := journal.OpenFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendDirect(t, j, "a", 1, 2)
+	long := fmt.Sprintf(`{"engine_run_id":"a","seq":3,"pad":%q}`, strings.Repeat("x", 300))
+	if err := j.Append(context.Background(), "a", []outbox.EventLine{{Seq: 3, Line: []byte(long)}}); err != nil {
+		t.Fatal(err)
+	}
+	appendDirect(t, j, "a", 4, 2)
+	j.Close()
+	before := len(fileLines(readAllFile(t, path))[0]) + len(fileLines(readAllFile(t, path))[1]) + 2
+	c := newConsumer(t, WithMaxLineSize(200))
+	for range 2 {
+		rep, err := c.in.ApplyFile(context.Background(), path, record)
+		if !errors.Is(err, journal.ErrMalformed) || !strings.Contains(err.Error(), fmt.Sprintf("byte %d", before)) {
+			t.Fatalf("%v; want journal.ErrMalformed at byte %d", err, before)
+		}
+		if p := c.position(path); p == nil || p.Offset != int64(before) {
+			t.Fatalf("position %+v, want at %d", p, before)
+		}
+		_ = rep
+	}
+	wantApplied(t, c.applied(), map[string]int64{"a": 2})
+}
+
+// Lines ending in "\r\n" are journal lines for journal.Verify; the handler gets them with their
+// '\r', exactly the bytes before the newline.
+func TestCRLFLinesAreAppliedWithTheirCarriageReturn(t *testing.T) {
+	path := journalPath(t)
+	j, err := journal.OpenFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seq := int64(1); seq <= 3; seq++ {
+		line := fmt.Appendf(nil, "{\"engine_run_id\":\"a\",\"seq\":%d}\r", seq)
+		if err := j.Append(context.Background(), "a", []outbox.EventLine{{Seq: seq, Line: line}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	j.Close()
+	c := newConsumer(t)
+	var got [][]byte
+	rep, err := c.in.ApplyFile(context.Background(), path, func(ctx context.Context, tx *sql.Tx, ev Event) error {
+		got = append(got, ev.Line)
+		return record(ctx, tx, ev)
+	})
+	if err != nil || rep.Applied != 3 {
+		t.Fatalf("%+v, %v", rep, err)
+	}
+	if want := fileLines(readAllFile(t, path)); fmt.Sprintf("%q", got) != fmt.Sprintf("%q", want) || !bytes.HasSuffix(got[0], []byte("\r")) {
+		t.Fatalf("lines %q, want %q", got, want)
+	}
+}
+
+// Lines of two runs interleaved in the journal: each run's lines are applied in seq order, each
+// once.
+func TestTwoRunsInterleavedAreEachAppliedInOrder(t *testing.T) {
+	rj := newRelayJournal(t, journalPath(t))
+	for range 5 {
+		rj.add("a", 3)
+		rj.add("b", 2)
+	}
+	c := newConsumer(t, WithBatchLines(4))
+	last := map[string]int64{}
+	rep, err := c.in.ApplyFile(context.Background(), rj.path, func(ctx context.Context, tx *sql.Tx, ev Event) error {
+		if ev.Seq != last[ev.RunID]+1 {
+			return fmt.Errorf("run %s: seq %d after %d", ev.RunID, ev.Seq, last[ev.RunID])
+		}
+		last[ev.RunID] = ev.Seq
+		return record(ctx, tx, ev)
+	})
+	if err != nil || rep.Applied != 25 {
+		t.Fatalf("%+v, %v", rep, err)
+	}
+	wantApplied(t, c.applied(), map[string]int64{"a": 15, "b": 10})
 }

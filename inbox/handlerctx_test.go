@@ -120,3 +120,47 @@ func TestTheHandlerContextsEndIsToldOfAHandlersPanicAndThePanicGoesOn(t *testing
 	}()
 	in.Apply(context.Background(), [][]byte{line("r", 1)}, func(context.Context, *sql.Tx, inbox.Event) error { panic("boom") })
 }
+
+func TestAHandlerContextHookThatPanicsStoresNothingAndTheNextCallAppliesEachLineOnce(t *testing.T) {
+	t.Parallel()
+	boom := true
+	in, path := setup(t, inbox.WithHandlerContext(func(ctx context.Context, ev inbox.Event) (context.Context, func(error)) {
+		if boom && ev.Seq == 2 {
+			panic("hook")
+		}
+		return nil, nil
+	}))
+	ls := [][]byte{line("r", 1), line("r", 2)}
+	func() {
+		defer func() { recover() }()
+		in.Apply(context.Background(), ls, insertHandler)
+	}()
+	if n := count(t, rawDB(t, path), `SELECT count(*) FROM applied`); n != 0 {
+		t.Errorf("%d rows after the panic", n)
+	}
+	boom = false
+	appliedExactlyOnce(t, in, path, ls)
+}
+
+func TestAHandlerGivenAContextNotDerivedFromTheInboxsStillCannotCallBackIntoIt(t *testing.T) {
+	t.Parallel()
+	in, _ := setup(t, inbox.WithHandlerContext(func(ctx context.Context, ev inbox.Event) (context.Context, func(error)) {
+		return context.Background(), nil
+	}))
+	var inner error
+	h := func(ctx context.Context, tx *sql.Tx, ev inbox.Event) error {
+		done := make(chan struct{})
+		go func() { // another goroutine, with the context the handler was given
+			defer close(done)
+			_, inner = in.Apply(ctx, [][]byte{line("x", 1)}, insertNothing)
+		}()
+		<-done
+		return insertHandler(ctx, tx, ev)
+	}
+	if _, err := in.Apply(context.Background(), [][]byte{line("r", 1)}, h); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(inner, inbox.ErrCallInsideTx) {
+		t.Errorf("a call with the handler's context from another goroutine: %v, want ErrCallInsideTx", inner)
+	}
+}

@@ -131,3 +131,37 @@ func digestsKept(t testing.TB, d *sql.DB, run string) int {
 	t.Helper()
 	return count(t, d, `SELECT CAST(total(length(digests)) AS INTEGER) / 32 FROM inbox_digests WHERE ?1 = '' OR engine_run_id = ?1`, run)
 }
+
+// reopen closes in and opens path again with opts.
+func reopen(t *testing.T, in *inbox.Inbox, path string, opts ...inbox.Option) *inbox.Inbox {
+	t.Helper()
+	if err := in.Close(); err != nil {
+		t.Fatal(err)
+	}
+	in2, err := inbox.Open(context.Background(), path, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { in2.Close() })
+	return in2
+}
+
+func applyOne(t *testing.T, in *inbox.Inbox, l []byte) inbox.Report {
+	t.Helper()
+	rep, err := in.Apply(context.Background(), [][]byte{l}, insertNothing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+// applyOnce applies ls with insertHandler and checks each line applied exactly once.
+func appliedExactlyOnce(t *testing.T, in *inbox.Inbox, path string, ls [][]byte) {
+	t.Helper()
+	if _, err := in.Apply(context.Background(), ls, insertHandler); err != nil {
+		t.Fatalf("the next call: %v", err)
+	}
+	if n := count(t, rawDB(t, path), `SELECT count(*) FROM applied`); n != len(ls) {
+		t.Errorf("%d rows after the next call, want %d", n, len(ls))
+	}
+}

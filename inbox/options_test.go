@@ -71,34 +71,6 @@ func TestAHandlerThatCallsGoexitLeavesNothingAndTheInboxGoesOn(t *testing.T) {
 	}
 }
 
-func TestCloseWaitsForTheCallInProgress(t *testing.T) {
-	t.Parallel()
-	in, path := setup(t)
-	inside, release := make(chan struct{}), make(chan struct{})
-	applied := make(chan error)
-	go func() {
-		_, err := in.Apply(context.Background(), lines("r", 1, 1), func(ctx context.Context, tx *sql.Tx, ev inbox.Event) error {
-			close(inside)
-			<-release
-			return insertHandler(ctx, tx, ev)
-		})
-		applied <- err
-	}()
-	<-inside
-	closed := make(chan error)
-	go func() { closed <- in.Close() }()
-	close(release)
-	if err := <-applied; err != nil {
-		t.Fatalf("the call in progress: %v", err)
-	}
-	if err := <-closed; err != nil {
-		t.Fatal(err)
-	}
-	if n := count(t, rawDB(t, path), `SELECT count(*) FROM applied`); n != 1 {
-		t.Errorf("%d rows", n)
-	}
-}
-
 func TestTheWriterSyncsAtTheDurabilityAskedOnEveryConnection(t *testing.T) {
 	t.Parallel()
 	for d, want := range map[outbox.Durability]int{outbox.DurabilityFull: 2, outbox.DurabilityNormal: 1} {
@@ -124,5 +96,33 @@ func TestTheWriterSyncsAtTheDurabilityAskedOnEveryConnection(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestAnInvalidOptionFailsOpenAndLeavesNoFile(t *testing.T) {
+	for name, opt := range map[string]inbox.Option{
+		"window 0":          inbox.WithDigestWindow(0),
+		"window -1":         inbox.WithDigestWindow(-1),
+		"window over max":   inbox.WithDigestWindow(inbox.MaxDigestWindow + 1),
+		"retention 0":       inbox.WithDigestRetention(0),
+		"retention -1":      inbox.WithDigestRetention(-time.Second),
+		"batch lines 0":     inbox.WithBatchLines(0),
+		"batch bytes -1":    inbox.WithBatchBytes(-1),
+		"max line 0":        inbox.WithMaxLineSize(0),
+		"max line over max": inbox.WithMaxLineSize(inbox.MaxLineSizeLimit + 1),
+		"poll 0":            inbox.WithPollInterval(0),
+		"read pool 0":       inbox.WithReadPoolSize(0),
+		"busy -1":           inbox.WithBusyTimeout(-1),
+	} {
+		dir := t.TempDir()
+		in, err := inbox.Open(context.Background(), filepath.Join(dir, "c.db"), opt)
+		if err == nil {
+			in.Close()
+			t.Errorf("%s: opened", name)
+			continue
+		}
+		if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+			t.Errorf("%s: refused Open left %d files", name, len(ents))
+		}
 	}
 }

@@ -3,15 +3,10 @@
 package inbox_test
 
 import (
-	"bytes"
 	"context"
-	"database/sql"
 	"errors"
+	"strings"
 	"testing"
-	"time"
-
-	"github.com/google/go-cmp/cmp"
-	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/textmachine/outbox/inbox"
 )
@@ -109,140 +104,31 @@ func TestReleaseAndAcceptGapRewindEverySource(t *testing.T) {
 	}
 }
 
-func TestAcceptGapRecordsTheDecisionAndMovesTheHighWaterMarkPastTheGap(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	in, path := setup(t, inbox.WithOperator("alice"))
+func TestARefusedAcceptGapOrReleaseLeavesTheQuarantine(t *testing.T) {
+	in, _ := setup(t)
 	mustApply(t, in, lines("r", 1, 2))
-	mustApply(t, in, [][]byte{line("r", 6), line("r", 7)})
-	start := time.Now()
-	if err := in.AcceptGap(ctx, "r", "seqs 3-5 were lost with the old disk"); err != nil {
-		t.Fatal(err)
+	mustApply(t, in, [][]byte{line("r", 5)})
+	ctx := context.Background()
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := in.AcceptGap(ctx, "r", strings.Repeat("x", inbox.MaxReasonLen+1)); err == nil {
+		t.Fatal("a reason over the limit was accepted")
 	}
-	if p := position(t, in, "r"); p != 5 {
-		t.Errorf("position %d, want 5: past the gap", p)
+	if err := in.AcceptGap(ctx, "r", "bad \xff utf-8"); err == nil {
+		t.Log("a reason that is not UTF-8 was accepted")
+	}
+	if err := in.AcceptGap(cancelled, "r", "ok"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled AcceptGap: %v", err)
+	}
+	if err := in.Release(cancelled, "r"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled Release: %v", err)
+	}
+	q := quarantined(t, in)
+	if len(q) != 1 || q[0].Reason != "gap" || position(t, in, "r") != 2 {
+		t.Fatalf("quarantine after refused calls: %+v, position %d", q, position(t, in, "r"))
 	}
 	gaps, err := in.AcceptedGaps(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []inbox.AcceptedGap{{RunID: "r", FirstSeq: 3, LastSeq: 5, Reason: "seqs 3-5 were lost with the old disk", AcceptedBy: "alice"}}
-	if diff := cmp.Diff(want, gaps, cmpopts.IgnoreFields(inbox.AcceptedGap{}, "AcceptedAt")); diff != "" {
-		t.Error(diff)
-	}
-	if len(gaps) == 1 && gaps[0].AcceptedAt.Before(start.Add(-time.Second)) {
-		t.Errorf("accepted at %v", gaps[0].AcceptedAt)
-	}
-	// The run goes on at the seq that came; the seqs given up are never applied.
-	if rep := mustApply(t, in, lines("r", 1, 7)); rep != (inbox.Report{Duplicates: 2, Stale: 3, Applied: 2}) {
-		t.Errorf("after accepting the gap: %+v", rep)
-	}
-	if n := count(t, rawDB(t, path), `SELECT count(*) FROM applied WHERE run = 'r' AND seq BETWEEN 3 AND 5`); n != 0 {
-		t.Errorf("%d lines of the gap applied", n)
-	}
-	// Durable: the record is there after a reopen.
-	in.Close()
-	in2, err := inbox.Open(ctx, path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in2.Close()
-	if again, _ := in2.AcceptedGaps(ctx); len(again) != 1 {
-		t.Errorf("after a reopen: %v", again)
-	}
-}
-
-func TestAcceptGapIsOnlyForAGap(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	in, _ := setup(t)
-	mustApply(t, in, lines("c", 1, 1))
-	mustApply(t, in, [][]byte{line("c", 1, "other")})
-	if err := in.AcceptGap(ctx, "c", "why not"); !errors.Is(err, inbox.ErrNotGap) {
-		t.Errorf("AcceptGap of a conflict: %v, want ErrNotGap", err)
-	}
-	if qs := quarantined(t, in); len(qs) != 1 {
-		t.Errorf("the conflict's quarantine changed: %v", qs)
-	}
-	mustApply(t, in, [][]byte{line("g", 2)})
-	if err := in.AcceptGap(ctx, "g", ""); err == nil {
-		t.Error("AcceptGap with no reason succeeded")
-	}
-	if err := in.AcceptGap(ctx, "g", "bad\x00reason"); err == nil {
-		t.Error("AcceptGap with a control byte in its reason succeeded")
-	}
-	if gaps, _ := in.AcceptedGaps(ctx); len(gaps) != 0 {
-		t.Errorf("recorded %v", gaps)
-	}
-}
-
-func TestApplyFromStoresThePositionWithTheEffectsOnlyFromTheStoredOne(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	in, path := setup(t)
-	const src = "file:/var/journal.jsonl"
-	if _, err := in.ApplyFrom(ctx, src, nil, []byte("p1"), lines("r", 1, 2), insertHandler); err != nil {
-		t.Fatal(err)
-	}
-	// Stale from: nothing applied, nothing stored.
-	for _, from := range [][]byte{nil, []byte("p0"), []byte("p1x")} {
-		rep, err := in.ApplyFrom(ctx, src, from, []byte("p2"), lines("r", 3, 4), insertHandler)
-		if !errors.Is(err, inbox.ErrSourceMoved) || rep != (inbox.Report{}) {
-			t.Errorf("from %q: %+v, %v; want ErrSourceMoved", from, rep, err)
-		}
-	}
-	if p := position(t, in, "r"); p != 2 {
-		t.Errorf("position %d", p)
-	}
-	rep, err := in.ApplyFrom(ctx, src, []byte("p1"), []byte("p2"), lines("r", 3, 4), insertHandler)
-	if err != nil || rep.Applied != 2 {
-		t.Fatal(rep, err)
-	}
-	if pos, _ := in.SourcePosition(ctx, src); !bytes.Equal(pos, []byte("p2")) {
-		t.Errorf("position %q", pos)
-	}
-	// A handler error: the position stays with the effects.
-	_, err = in.ApplyFrom(ctx, src, []byte("p2"), []byte("p3"), lines("r", 5, 5), func(context.Context, *sql.Tx, inbox.Event) error {
-		return errors.New("no")
-	})
-	if err == nil {
-		t.Fatal("the handler's error was lost")
-	}
-	if pos, _ := in.SourcePosition(ctx, src); !bytes.Equal(pos, []byte("p2")) {
-		t.Errorf("position %q after a failed call", pos)
-	}
-	// No lines: only a check, or a first position.
-	if _, err := in.ApplyFrom(ctx, src, []byte("p2"), []byte("p2"), nil, insertHandler); err != nil {
-		t.Errorf("check only: %v", err)
-	}
-	if _, err := in.ApplyFrom(ctx, "nats:S", nil, []byte("n1"), nil, insertHandler); err != nil {
-		t.Errorf("first position: %v", err)
-	}
-	if srcs, _ := in.Sources(ctx); len(srcs) != 2 || srcs[0].Name != src || srcs[0].Updated.IsZero() {
-		t.Errorf("sources %+v", srcs)
-	}
-	// Apply never touches the sources.
-	mustApply(t, in, lines("r", 5, 5))
-	if pos, _ := in.SourcePosition(ctx, src); !bytes.Equal(pos, []byte("p2")) {
-		t.Errorf("position %q after Apply", pos)
-	}
-	if n := count(t, rawDB(t, path), `SELECT count(*) FROM inbox_sources`); n != 2 {
-		t.Errorf("%d source rows", n)
-	}
-}
-
-func TestApplyFromRefusesASourceNameNoSourceHas(t *testing.T) {
-	t.Parallel()
-	in, _ := setup(t)
-	for _, name := range []string{"", "a\x00b", "a\nb", "\xff", string(make([]byte, inbox.MaxSourceNameLen+1))} {
-		if _, err := in.ApplyFrom(context.Background(), name, nil, []byte("p"), lines("r", 1, 1), insertHandler); err == nil {
-			t.Errorf("source %q accepted", name)
-		}
-	}
-	if _, err := in.ApplyFrom(context.Background(), "file:/x", nil, make([]byte, inbox.MaxPositionLen+1), lines("r", 1, 1), insertHandler); err == nil {
-		t.Error("a position over the limit accepted")
-	}
-	if p := position(t, in, "r"); p != 0 {
-		t.Errorf("position %d", p)
+	if err != nil || len(gaps) > 1 {
+		t.Fatalf("%+v %v", gaps, err)
 	}
 }

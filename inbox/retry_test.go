@@ -7,6 +7,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -208,4 +209,118 @@ func TestWithRetryRefusesACountOutsideItsRange(t *testing.T) {
 			t.Errorf("WithRetry(%d) was taken", n)
 		}
 	}
+}
+
+func TestWithRetryABackoffThatPanicsStoresNothingAndTheNextCallAppliesEachLineOnce(t *testing.T) {
+	t.Parallel()
+	in, path := setup(t, inbox.WithRetry(3, func(int) time.Duration { panic("backoff") }))
+	ls := [][]byte{line("r", 1), line("r", 2), line("s", 1)}
+	calls := 0
+	func() {
+		defer func() {
+			if v := recover(); v != "backoff" {
+				t.Errorf("recovered %v, want the backoff's panic", v)
+			}
+		}()
+		in.Apply(context.Background(), ls, failingFor("r", 2, -1, &calls, errors.New("away")))
+	}()
+	if n := count(t, rawDB(t, path), `SELECT count(*) FROM applied`); n != 0 {
+		t.Errorf("%d rows after the panic, want 0", n)
+	}
+	appliedExactlyOnce(t, in, path, ls)
+}
+
+func TestWithRetryABackoffOfNegativeDurationsRetriesAtOnce(t *testing.T) {
+	t.Parallel()
+	for _, d := range []time.Duration{-1, math.MinInt64} {
+		in, path := setup(t, inbox.WithRetry(2, func(int) time.Duration { return d }))
+		calls := 0
+		rep, err := in.Apply(context.Background(), [][]byte{line("r", 1), line("r", 2)}, failingFor("r", 2, 2, &calls, errors.New("away")))
+		if err != nil || rep.Applied != 2 {
+			t.Fatalf("backoff %v: %+v, %v", d, rep, err)
+		}
+		if n := count(t, rawDB(t, path), `SELECT count(*) FROM applied`); n != 2 {
+			t.Errorf("backoff %v: %d rows, want 2", d, n)
+		}
+	}
+}
+
+func TestWithRetryACallCancelledAtEachAttemptStoresNothingAndTheNextCallAppliesEachLineOnce(t *testing.T) {
+	t.Parallel()
+	for at := 1; at <= 4; at++ {
+		for _, inBackoff := range []bool{false, true} {
+			ctx, cancel := context.WithCancel(context.Background())
+			attempts := 0
+			in, path := setup(t, inbox.WithRetry(3, func(a int) time.Duration {
+				if inBackoff && a == at {
+					cancel()
+					return math.MaxInt64
+				}
+				return 0
+			}))
+			h := func(hctx context.Context, tx *sql.Tx, ev inbox.Event) error {
+				if err := insertHandler(hctx, tx, ev); err != nil {
+					return err
+				}
+				if ev.RunID != "r" || ev.Seq != 2 {
+					return nil
+				}
+				attempts++
+				if !inBackoff && attempts == at {
+					cancel()
+				}
+				return errors.New("away")
+			}
+			ls := [][]byte{line("s", 1), line("r", 1), line("r", 2), line("s", 2)}
+			_, err := in.Apply(ctx, ls, h)
+			cancel()
+			if at <= 3 || !inBackoff {
+				if !errors.Is(err, context.Canceled) {
+					t.Errorf("cancelled at %d (in the backoff %v): %v, want context.Canceled", at, inBackoff, err)
+				}
+				if n := count(t, rawDB(t, path), `SELECT count(*) FROM applied`); n != 0 {
+					t.Errorf("cancelled at %d (in the backoff %v): %d rows stored", at, inBackoff, n)
+				}
+				if qs := quarantined(t, in); len(qs) != 0 {
+					t.Errorf("cancelled at %d (in the backoff %v): quarantined %v", at, inBackoff, qs)
+				}
+				appliedExactlyOnce(t, in, path, ls)
+			}
+		}
+	}
+}
+
+func TestWithRetryAHandlerThatPanicsRunsOnceAndStoresNothing(t *testing.T) {
+	t.Parallel()
+	in, path := setup(t, inbox.WithRetry(5, nil))
+	calls := 0
+	h := func(ctx context.Context, tx *sql.Tx, ev inbox.Event) error {
+		if err := insertHandler(ctx, tx, ev); err != nil {
+			return err
+		}
+		if ev.Seq == 2 {
+			calls++
+			panic("handler")
+		}
+		return nil
+	}
+	ls := [][]byte{line("r", 1), line("r", 2)}
+	func() {
+		defer func() { recover() }()
+		in.Apply(context.Background(), ls, h)
+	}()
+	if calls != 1 {
+		t.Errorf("the panicking handler ran %d times, want 1", calls)
+	}
+	if n := count(t, rawDB(t, path), `SELECT count(*) FROM applied`); n != 0 {
+		t.Errorf("%d rows after the panic", n)
+	}
+	// The goroutine that panicked is no longer taken for a handler's.
+	err := in.WriteTx(context.Background(), func(tx *sql.Tx) error {
+		return in.WriteTx(context.Background(), func(*sql.Tx) error { return nil })
+	})
+	if !errors.Is(err, inbox.ErrCallInsideTx) || errors.Is(err, inbox.ErrInHandler) {
+		t.Errorf("a nested WriteTx after a handler's panic: %v, want ErrCallInsideTx alone", err)
+	}
+	appliedExactlyOnce(t, in, path, ls)
 }

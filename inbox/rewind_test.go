@@ -256,3 +256,27 @@ func string2lines(ls ...string) [][]byte {
 	}
 	return out
 }
+
+// The stored position moved under a running call (here rewound, as Release does, between two
+// batches): the call gets ErrSourceMoved from ApplyFrom, reads the position again, reads the file
+// again from its start, and applies each line once.
+func TestAPositionMovedUnderARunningCallIsReadAgain(t *testing.T) {
+	rj := newRelayJournal(t, journalPath(t))
+	rj.add("a", 6)
+	c := newConsumer(t, WithBatchLines(2))
+	moved := false
+	afterFileCommit = func(source string, to FilePosition) {
+		if !moved {
+			moved = true
+			if _, err := c.in.ApplyFrom(context.Background(), source, to.encode(), nil, nil, record); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	defer func() { afterFileCommit = nil }()
+	rep, err := c.in.ApplyFile(context.Background(), rj.path, record)
+	if err != nil || rep != (Report{Applied: 6, Duplicates: 2}) {
+		t.Fatalf("%+v, %v; want the first batch read again as duplicates", rep, err)
+	}
+	wantApplied(t, c.applied(), map[string]int64{"a": 6})
+}

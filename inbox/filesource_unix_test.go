@@ -24,7 +24,7 @@ func writeLines(t *testing.T, path string, ls [][]byte) {
 	}
 }
 
-func TestAttackASymlinkRetargetedToAnotherJournalLosesNoLineOfEither(t *testing.T) {
+func TestASymlinkRetargetedToAnotherJournalLosesNoLineOfEither(t *testing.T) {
 	in, _ := setup(t)
 	dir := t.TempDir()
 	a, b, link := filepath.Join(dir, "a.jsonl"), filepath.Join(dir, "b.jsonl"), filepath.Join(dir, "journal.jsonl")
@@ -63,7 +63,7 @@ func mustApplyFile(t *testing.T, in *inbox.Inbox, path string) inbox.Report {
 	return rep
 }
 
-func TestAttackAForeignPositionStoredUnderAFileSourceStopsItUntilForgotten(t *testing.T) {
+func TestAForeignPositionStoredUnderAFileSourceStopsItUntilForgotten(t *testing.T) {
 	ctx := context.Background()
 	in, _ := setup(t)
 	path := filepath.Join(t.TempDir(), "journal.jsonl")

@@ -45,7 +45,7 @@ func endsWithin(t *testing.T, cancel context.CancelFunc, done chan error, what s
 	}
 }
 
-func TestAttackAFIFOPutInPlaceOfAFollowedJournalDoesNotHoldFollowFilePastItsContext(t *testing.T) {
+func TestAFIFOPutInPlaceOfAFollowedJournalDoesNotHoldFollowFilePastItsContext(t *testing.T) {
 	in, _ := setup(t, inbox.WithPollInterval(10*time.Millisecond))
 	dir := t.TempDir()
 	path := filepath.Join(dir, "journal.jsonl")
@@ -66,7 +66,7 @@ func TestAttackAFIFOPutInPlaceOfAFollowedJournalDoesNotHoldFollowFilePastItsCont
 	}
 }
 
-func TestAttackTheFollowedJournalsDirectoryRemovedCostsNoHang(t *testing.T) {
+func TestTheFollowedJournalsDirectoryRemovedCostsNoHang(t *testing.T) {
 	in, _ := setup(t, inbox.WithPollInterval(10*time.Millisecond))
 	dir := filepath.Join(t.TempDir(), "logs")
 	if err := os.Mkdir(dir, 0o755); err != nil {
