@@ -35,6 +35,7 @@ type OutboxRun struct {
 	Lines       int64
 	LedgerLines int64
 	CountedTo   int64
+	Visit       int64
 }
 
 type OutboxStop struct {

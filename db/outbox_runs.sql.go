@@ -33,8 +33,8 @@ func (q *Queries) EventsForgetRange(ctx context.Context, db DBTX, arg EventsForg
 }
 
 const RunAddLines = `-- name: RunAddLines :exec
-INSERT INTO outbox_runs (engine_run_id, last_seq, lines, counted_to)
-SELECT e.engine_run_id, MAX(e.seq), count(*), MAX(e.seq)
+INSERT INTO outbox_runs (engine_run_id, last_seq, lines, counted_to, visit)
+SELECT e.engine_run_id, MAX(e.seq), count(*), MAX(e.seq), 1
 FROM events_outbox AS e
 WHERE e.engine_run_id = CAST(?1 AS TEXT)
   AND e.seq >= CAST(?2 AS INTEGER) AND e.seq <= CAST(?3 AS INTEGER)
@@ -55,7 +55,9 @@ type RunAddLinesParams struct {
 // in the transaction (seqs first_seq to last_seq) that are still stored: read from the rows, so that
 // one the transaction took out again (a DELETE, a rollback to a savepoint) is not added, and the
 // delete trigger left it out too (migrations/00007). counted_to moves to the highest, marking them
-// added. No row is made for a run none of whose lines is left.
+// added. No row is made for a run none of whose lines is left. A row made here is marked for recovery
+// (migrations/00008) as it is made; the update leaves the mark alone, so that it writes no page of
+// the index of the marked runs.
 func (q *Queries) RunAddLines(ctx context.Context, db DBTX, arg RunAddLinesParams) error {
 	_, err := db.ExecContext(ctx, RunAddLines, arg.EngineRunID, arg.FirstSeq, arg.LastSeq)
 	return err
@@ -105,6 +107,24 @@ func (q *Queries) RunSetForgotten(ctx context.Context, db DBTX, arg RunSetForgot
 	return err
 }
 
+const RunsCloseFinished = `-- name: RunsCloseFinished :execrows
+UPDATE outbox_runs SET visit = 0
+WHERE visit = 1 AND NOT (lines > 0 AND (last_seq > projected OR projected > forgotten))
+`
+
+// Unmarks the marked runs that are finished: no row stored, or every line projected and every
+// projected row forgotten. It walks the index of the marked runs, which holds the runs that needed
+// recovery since the last time this ran: a few per start. The test is made in the statement that
+// clears the mark, so a run that needs recovery is never unmarked (and the triggers of migrations/00008
+// mark it again in the statement that makes it need recovery).
+func (q *Queries) RunsCloseFinished(ctx context.Context, db DBTX) (int64, error) {
+	result, err := db.ExecContext(ctx, RunsCloseFinished)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
+}
+
 const RunsLedgerSize = `-- name: RunsLedgerSize :one
 SELECT CAST(COALESCE(SUM(ledger_lines), 0) AS INTEGER) AS keys
 FROM outbox_runs
@@ -132,8 +152,8 @@ SELECT r.engine_run_id, r.last_seq, r.projected, r.forgotten, r.lines, r.ledger_
        CAST(COALESCE(st.stopped_at, 0) AS INTEGER) AS stopped_at
 FROM outbox_runs AS r
 LEFT JOIN outbox_stops AS st ON st.engine_run_id = r.engine_run_id
-WHERE r.engine_run_id > CAST(?1 AS TEXT)
-  AND lines > 0 AND (last_seq > projected OR projected > forgotten)
+WHERE r.engine_run_id > CAST(?1 AS TEXT) AND visit = 1
+  AND r.lines > 0 AND (r.last_seq > r.projected OR r.projected > r.forgotten)
 ORDER BY r.engine_run_id
 LIMIT ?2
 `
@@ -159,8 +179,10 @@ type RunsOpenPageRow struct {
 
 // One page of the runs recovery visits and metrics name, after a run id: rows stored and either
 // lines pending or projected rows not yet forgotten (a run a relay stopped on has lines pending). The
-// WHERE repeats the partial index's (migrations/00005) so that the planner walks it: a start visits
-// these runs and no other. stored_last is the highest seq still stored: how far recovery projects.
+// WHERE repeats the partial index's (migrations/00008) so that the planner walks it: a start visits
+// the runs marked visit, every run that needs recovery among them, and no other; the test after it
+// leaves out a marked run finished since (RunsCloseFinished unmarks those). stored_last is the highest
+// seq still stored: how far recovery projects.
 func (q *Queries) RunsOpenPage(ctx context.Context, db DBTX, arg RunsOpenPageParams) ([]RunsOpenPageRow, error) {
 	rows, err := db.QueryContext(ctx, RunsOpenPage, arg.AfterRun, arg.MaxRuns)
 	if err != nil {

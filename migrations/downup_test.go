@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -372,5 +373,72 @@ func TestABookMigratedDownPastTheCountingStoreKeepsItsFiguresAndItsTriggersCount
 	want[4] = "v6: last 4, projected 0, forgotten 0, 3 lines, 0 in the ledger"
 	if diff := cmp.Diff(want, runFigures(t, dbPath)); diff != "" {
 		t.Errorf("figures after the store enqueued again (-want +got):\n%s", diff)
+	}
+}
+
+// markedRuns is the runs the index of the runs recovery visits holds, read through it.
+func markedRuns(t *testing.T, dbPath, where string) []string {
+	t.Helper()
+	rows, err := outboxtest.RawDB(t, dbPath).Query(
+		`SELECT engine_run_id FROM outbox_runs INDEXED BY outbox_runs_open WHERE ` + where + ` ORDER BY engine_run_id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var run string
+		if err := rows.Scan(&run); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, run)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestABookMigratedDownPastTheVisitMarkIndexesTheRunsToRecoverFromItsFiguresAndUpMarksThemAgain: the
+// down step of version 8 puts back the index computed from the figures, holding the same runs the
+// marks held; a run that a release of version 7 gives lines is in it, and up again it is marked and
+// recovered with the others.
+func TestABookMigratedDownPastTheVisitMarkIndexesTheRunsToRecoverFromItsFiguresAndUpMarksThemAgain(t *testing.T) {
+	t.Parallel()
+	dbPath, jPath := recoveredBook(t)
+	const toRecover = `lines > 0 AND (last_seq > projected OR projected > forgotten)`
+	if got := markedRuns(t, dbPath, "visit = 1"); !slices.Equal(got, []string{"live"}) {
+		t.Fatalf("marked runs %v, want live alone (recovery unmarked the finished ones)", got)
+	}
+	before := runFigures(t, dbPath)
+	migrateDownTo(t, dbPath, 7)
+	var visit int
+	if err := outboxtest.RawDB(t, dbPath).QueryRow(`SELECT count(*) FROM pragma_table_info('outbox_runs') WHERE name = 'visit'`).Scan(&visit); err != nil {
+		t.Fatal(err)
+	}
+	if visit != 0 {
+		t.Error("outbox_runs.visit is still there after the down step")
+	}
+	if got := markedRuns(t, dbPath, toRecover); !slices.Equal(got, []string{"live"}) {
+		t.Errorf("the index of version 7 holds %v, want live", got)
+	}
+	if diff := cmp.Diff(before, runFigures(t, dbPath)); diff != "" {
+		t.Errorf("figures after the down step (-before +after):\n%s", diff)
+	}
+	// What a release of version 7 writes to a finished run: a row its trigger counts.
+	d := outboxtest.RawDBRW(t, dbPath)
+	if _, err := d.Exec(`INSERT INTO events_outbox (engine_run_id, seq, line) VALUES ('gone', 6, '{"engine_run_id":"gone","seq":6}')`); err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	if got := markedRuns(t, dbPath, toRecover); !slices.Equal(got, []string{"gone", "live"}) {
+		t.Errorf("the index of version 7 holds %v, want gone and live", got)
+	}
+	rep := recoverInto(t, dbPath, jPath) // migrates up first
+	if got := markedRuns(t, dbPath, "visit = 1"); len(got) != 0 {
+		t.Errorf("marked runs after recovery: %v, want none", got)
+	}
+	if rep.Runs["gone"].Last != 6 || rep.Runs["live"].Last != 4 {
+		t.Errorf("journal after up and recovery: gone %+v, live %+v; want up to 6 and 4", rep.Runs["gone"], rep.Runs["live"])
 	}
 }

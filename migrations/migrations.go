@@ -210,7 +210,7 @@ var required = struct {
 		"outbox_progress": {"engine_run_id", "projected", "last_seq"},
 		"events_lines":    {"id", "line"},
 		"outbox_stops":    {"engine_run_id", "seq", "reason", "stopped_at"},
-		"outbox_runs":     {"engine_run_id", "last_seq", "projected", "forgotten", "lines", "ledger_lines", "counted_to"},
+		"outbox_runs":     {"engine_run_id", "last_seq", "projected", "forgotten", "lines", "ledger_lines", "counted_to", "visit"},
 	},
 	indexes: map[string]string{
 		"events_outbox_once_key":     "events_outbox",

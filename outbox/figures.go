@@ -86,6 +86,11 @@ func (w *txWriter) addCounts(ctx context.Context) error {
 			return fmt.Errorf("count the lines of run %q: %w", run, mapErr(ctx, err))
 		}
 	}
+	if w.raw != nil {
+		if err := w.raw.noteRuns(ctx, runs); err != nil {
+			return fmt.Errorf("unmark the finished runs: %w", mapErr(ctx, err))
+		}
+	}
 	return nil
 }
 
@@ -98,6 +103,43 @@ func (w *txWriter) addCounts(ctx context.Context) error {
 type rawAddLines struct {
 	conn *sqlite3.Conn
 	stmt *sqlite3.Stmt
+
+	// A run stays in the index of the runs recovery visits once it is finished, until something
+	// unmarks it (migrations/00008): recovery at a start, and here, the store itself once it has
+	// enqueued to sweepEvery runs since it last swept, a number that doubles at every sweep. An engine
+	// that enqueues to a run or a few never sweeps; a process that makes thousands of runs leaves at
+	// most about as many marked as it made since its last sweep, so that neither the index nor a walk
+	// of it (OpenRuns: recovery, a metrics scrape) grows with the runs before, and the sweeps cost it
+	// about two reads of each of its runs' rows in all.
+	since      map[string]struct{}
+	sweepEvery int
+}
+
+// firstSweep is how many runs the store enqueues to before it first unmarks the finished ones.
+const firstSweep = 64
+
+// noteRuns notes the runs a transaction enqueued to and, when they make sweepEvery since the last
+// sweep, unmarks the finished runs in the same transaction (RunsCloseFinished tests each run it
+// unmarks, so it may run anywhere in a transaction; rolled back, it is done again later).
+func (r *rawAddLines) noteRuns(ctx context.Context, runs []string) error {
+	if r.since == nil {
+		r.since = map[string]struct{}{}
+		r.sweepEvery = firstSweep
+	}
+	for _, run := range runs {
+		r.since[run] = struct{}{}
+	}
+	if len(r.since) < r.sweepEvery {
+		return nil
+	}
+	old := r.conn.SetInterrupt(ctx)
+	defer r.conn.SetInterrupt(old)
+	if err := r.conn.Exec(db.RunsCloseFinished); err != nil {
+		return err
+	}
+	clear(r.since)
+	r.sweepEvery *= 2
+	return nil
 }
 
 func (r *rawAddLines) exec(ctx context.Context, p db.RunAddLinesParams) error {
@@ -126,4 +168,22 @@ func (r *rawAddLines) close() error {
 	err := r.stmt.Close()
 	r.stmt = nil
 	return err
+}
+
+// closeFinishedRuns takes the runs recovery finds finished out of the index of the runs it visits
+// (migrations/00008): marked runs with nothing left to project or forget. A run's mark is set in the
+// statement that makes it need recovery and left alone by every later enqueue to it, so that an enqueue
+// commit writes no page of the index; clearing it is recovery's, at its end. One statement, which tests
+// what it clears, so no crash between recovery's steps can unmark a run that needs it. Its loss on a
+// power failure costs the next start a visit, nothing else.
+func (s *Store) closeFinishedRuns(ctx context.Context) (int64, error) {
+	var n int64
+	err := s.write(ctx, relaxed, func(w *txWriter) (err error) {
+		n, err = s.q.RunsCloseFinished(w.ctx, w.tx)
+		if err != nil {
+			return fmt.Errorf("unmark the finished runs: %w", mapErr(w.ctx, err))
+		}
+		return nil
+	})
+	return n, err
 }

@@ -375,6 +375,9 @@ func (r *Relay) Recover(ctx context.Context) error {
 		r.cfg.log.Debug("outbox: forgot earlier runs' projected lines", "lines", forgotten)
 	}
 	faultpoint.Hit(faultpoint.RecoverAfterForget)
+	if _, err := r.s.closeFinishedRuns(ctx); err != nil {
+		return fmt.Errorf("recover: %w", errors.Join(err, stuckError(stuck)))
+	}
 	if n, err := r.s.emptyLedgerLines(ctx); err != nil {
 		return fmt.Errorf("recover: %w", err)
 	} else if n > 0 {

@@ -23,8 +23,10 @@ LIMIT sqlc.arg(max_runs);
 -- name: RunsOpenPage :many
 -- One page of the runs recovery visits and metrics name, after a run id: rows stored and either
 -- lines pending or projected rows not yet forgotten (a run a relay stopped on has lines pending). The
--- WHERE repeats the partial index's (migrations/00005) so that the planner walks it: a start visits
--- these runs and no other. stored_last is the highest seq still stored: how far recovery projects.
+-- WHERE repeats the partial index's (migrations/00008) so that the planner walks it: a start visits
+-- the runs marked visit, every run that needs recovery among them, and no other; the test after it
+-- leaves out a marked run finished since (RunsCloseFinished unmarks those). stored_last is the highest
+-- seq still stored: how far recovery projects.
 SELECT r.engine_run_id, r.last_seq, r.projected, r.forgotten, r.lines, r.ledger_lines,
        CAST(COALESCE((SELECT MAX(o.seq) FROM events_outbox AS o WHERE o.engine_run_id = r.engine_run_id), 0) AS INTEGER) AS stored_last,
        CAST(CASE WHEN r.last_seq > r.projected THEN COALESCE((
@@ -38,10 +40,19 @@ SELECT r.engine_run_id, r.last_seq, r.projected, r.forgotten, r.lines, r.ledger_
        CAST(COALESCE(st.stopped_at, 0) AS INTEGER) AS stopped_at
 FROM outbox_runs AS r
 LEFT JOIN outbox_stops AS st ON st.engine_run_id = r.engine_run_id
-WHERE r.engine_run_id > CAST(sqlc.arg(after_run) AS TEXT)
-  AND lines > 0 AND (last_seq > projected OR projected > forgotten)
+WHERE r.engine_run_id > CAST(sqlc.arg(after_run) AS TEXT) AND visit = 1
+  AND r.lines > 0 AND (r.last_seq > r.projected OR r.projected > r.forgotten)
 ORDER BY r.engine_run_id
 LIMIT sqlc.arg(max_runs);
+
+-- name: RunsCloseFinished :execrows
+-- Unmarks the marked runs that are finished: no row stored, or every line projected and every
+-- projected row forgotten. It walks the index of the marked runs, which holds the runs that needed
+-- recovery since the last time this ran: a few per start. The test is made in the statement that
+-- clears the mark, so a run that needs recovery is never unmarked (and the triggers of migrations/00008
+-- mark it again in the statement that makes it need recovery).
+UPDATE outbox_runs SET visit = 0
+WHERE visit = 1 AND NOT (lines > 0 AND (last_seq > projected OR projected > forgotten));
 
 -- name: RunsTotals :one
 -- The book's figures for metrics and stats: one pass over the per-run rows (a row per run, not per
@@ -73,9 +84,11 @@ WHERE engine_run_id = sqlc.arg(engine_run_id);
 -- in the transaction (seqs first_seq to last_seq) that are still stored: read from the rows, so that
 -- one the transaction took out again (a DELETE, a rollback to a savepoint) is not added, and the
 -- delete trigger left it out too (migrations/00007). counted_to moves to the highest, marking them
--- added. No row is made for a run none of whose lines is left.
-INSERT INTO outbox_runs (engine_run_id, last_seq, lines, counted_to)
-SELECT e.engine_run_id, MAX(e.seq), count(*), MAX(e.seq)
+-- added. No row is made for a run none of whose lines is left. A row made here is marked for recovery
+-- (migrations/00008) as it is made; the update leaves the mark alone, so that it writes no page of
+-- the index of the marked runs.
+INSERT INTO outbox_runs (engine_run_id, last_seq, lines, counted_to, visit)
+SELECT e.engine_run_id, MAX(e.seq), count(*), MAX(e.seq), 1
 FROM events_outbox AS e
 WHERE e.engine_run_id = CAST(sqlc.arg(engine_run_id) AS TEXT)
   AND e.seq >= CAST(sqlc.arg(first_seq) AS INTEGER) AND e.seq <= CAST(sqlc.arg(last_seq) AS INTEGER)
