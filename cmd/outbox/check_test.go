@@ -527,3 +527,16 @@ func TestCheckWithJournalDashReadsStandardInputAsVerifyDashDoes(t *testing.T) {
 		t.Errorf("check --journal - of a journal cut short: exit %d\n%s", code, out)
 	}
 }
+
+// A script iterating the findings (jq '.findings[]') must work on the healthy outcome too.
+func TestCheckJSONFindingsIsAnEmptyListWhenTheBookAndJournalAgree(t *testing.T) {
+	dbPath, jPath := checkedBook(t)
+	code, out, errOut := cli(t, "check", "--json", "--db", dbPath, "--journal", jPath)
+	var rep map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("%v\n%s%s", err, out, errOut)
+	}
+	if code != exitOK || string(rep["findings"]) != "[]" {
+		t.Errorf("exit %d, findings %s; want 0 and []", code, rep["findings"])
+	}
+}

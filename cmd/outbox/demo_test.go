@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/textmachine/outbox/inbox"
 	"github.com/textmachine/outbox/internal/demo"
 	"github.com/textmachine/outbox/journal"
 )
@@ -152,5 +153,104 @@ func TestTheDemoKeepsItsJournalAsADirectoryOfSegmentsTheCaughtUpPlatformIsRegist
 	m := regexp.MustCompile(`platform's position\s+byte (\d+) of (\d+), registered as reader`).FindStringSubmatch(out)
 	if m == nil || m[1] != m[2] {
 		t.Errorf("the summary does not show the platform registered at the journal's end: %q\n%s", m, out)
+	}
+}
+
+func TestDemoRefusesADirectoryThePlatformCannotFollowAndCreatesNothing(t *testing.T) {
+	parent := t.TempDir()
+	for _, name := range []string{"esc\x1b[2J", "bad\xff"} {
+		dir := filepath.Join(parent, name)
+		code, out, errOut := runOutbox(t, "demo", "--dir", dir, "--units", "2", "--crashes", "0")
+		if code != exitUsage || out != "" || strings.Count(errOut, "\n") != 1 || !strings.HasPrefix(errOut, "outbox demo: ") {
+			t.Errorf("--dir %q: exit %d, stdout %q, stderr %q; want exit 2 and one line", dir, code, out, errOut)
+		}
+		checkNothingATerminalActsOn(t, "stderr", errOut)
+		if _, err := os.Lstat(dir); !os.IsNotExist(err) {
+			t.Errorf("--dir %q was created (%v)", dir, err)
+		}
+	}
+}
+
+func TestDemoRefusesADirectoryItCannotWriteInAndCreatesNothing(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ro")
+	if err := os.Mkdir(dir, 0o555); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := os.CreateTemp(dir, "probe"); err == nil {
+		// Root writes in a read-only directory: take one nobody can create a file in.
+		f.Close()
+		os.Remove(f.Name())
+		dir = "/proc/self"
+	}
+	before, _ := os.ReadDir(dir)
+	code, out, errOut := runOutbox(t, "demo", "--dir", dir, "--units", "2", "--crashes", "0")
+	if code != exitUsage || out != "" || strings.Count(errOut, "\n") != 1 || !strings.HasPrefix(errOut, "outbox demo: ") {
+		t.Errorf("--dir %s: exit %d, stdout %q, stderr %q; want exit 2 and one line", dir, code, out, errOut)
+	}
+	if dir != "/proc/self" {
+		if after, _ := os.ReadDir(dir); len(after) != len(before) {
+			t.Errorf("--dir %s: %d entries before, %d after", dir, len(before), len(after))
+		}
+	}
+}
+
+func TestDemoOutputIsTerminalSafe(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "bidi\u202egnp.exe")
+	code, out, errOut := runOutbox(t, "demo", "--dir", dir, "--units", "2", "--crashes", "0")
+	if code != exitOK {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
+	}
+	checkNothingATerminalActsOn(t, "demo's stdout", out)
+	checkNothingATerminalActsOn(t, "demo's stderr", errOut)
+}
+
+// A directory a demo with --sink nats already ran in holds the embedded server's store, whose
+// stream still has that demo's lines, and its stream.jsonl: a second demo there must be refused as
+// a used directory, not run and report lines counted twice.
+func TestDemoWithTheEmbeddedServerRefusesADirectoryAnotherDemoUsed(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "demo")
+	if code, out, errOut := runOutbox(t, "demo", "--dir", dir, "--sink", "nats", "--units", "3", "--crashes", "0"); code != exitOK {
+		t.Fatalf("first demo: exit %d\n%s%s", code, out, errOut)
+	}
+	for _, f := range []string{"book.db", "journal", "platform.db"} {
+		os.Remove(filepath.Join(dir, f))
+	}
+	store := fileDigest(t, filepath.Join(dir, "stream.jsonl"))
+	code, out, errOut := runOutbox(t, "demo", "--dir", dir, "--sink", "nats", "--units", "3", "--crashes", "0")
+	if code != exitUsage || out != "" || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, "already exists") {
+		t.Errorf("second demo: exit %d, stdout %q, stderr %q; want exit 2 naming what exists", code, out, errOut)
+	}
+	if fileDigest(t, filepath.Join(dir, "stream.jsonl")) != store {
+		t.Errorf("stream.jsonl was rewritten")
+	}
+}
+
+func TestDemoRefusesADirectoryWhoseJournalDirectoryIsTooLongForThePlatformsSourceName(t *testing.T) {
+	parent, err := filepath.Abs(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Short enough for the stream's file (its name has no prefix), one byte too long for
+	// "journal:" + DIR/journal.
+	n := inbox.MaxSourceNameLen - len(inbox.JournalSourcePrefix) - len("/journal") + 1 - len(parent) - 1
+	var b strings.Builder
+	for n-b.Len() > 201 {
+		b.WriteString(strings.Repeat("d", 200) + "/")
+	}
+	if rest := n - b.Len(); rest == 201 {
+		b.WriteString(strings.Repeat("d", 100) + "/" + strings.Repeat("d", 100))
+	} else {
+		b.WriteString(strings.Repeat("d", rest))
+	}
+	dir := filepath.Join(parent, b.String())
+	if len(inbox.JournalSourcePrefix)+len(filepath.Join(dir, "journal")) != inbox.MaxSourceNameLen+1 {
+		t.Fatalf("setup: journal source name of %d bytes", len(inbox.JournalSourcePrefix)+len(filepath.Join(dir, "journal")))
+	}
+	code, out, errOut := runOutbox(t, "demo", "--dir", dir, "--units", "2", "--crashes", "0")
+	if code != exitUsage || out != "" || !strings.Contains(errOut, "longer than") {
+		t.Errorf("exit %d, stdout %q, stderr %q; want exit 2 saying the path is too long", code, out, errOut)
+	}
+	if _, err := os.Lstat(dir); !os.IsNotExist(err) {
+		t.Errorf("--dir was created (%v)", err)
 	}
 }

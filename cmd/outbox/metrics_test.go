@@ -240,3 +240,11 @@ func TestMetricsListenOnTheDefaultPortWithoutListen(t *testing.T) {
 		t.Errorf("metrics without --listen, the default port taken: exit %d, %q", code, errOut)
 	}
 }
+
+func TestMetricsWithAnEmptyListenSaysTheAddressIsMissing(t *testing.T) {
+	dbPath := emptyBook(t)
+	code, _, errOut := cli(t, "metrics", "--db", dbPath, "--listen", "")
+	if code != exitUsage || !strings.HasPrefix(errOut, "outbox metrics: --listen needs an address") || strings.Count(errOut, "\n") != 1 {
+		t.Errorf("exit %d, stderr %q", code, errOut)
+	}
+}

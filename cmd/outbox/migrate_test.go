@@ -150,3 +150,39 @@ func TestABookMigratedDownWithForceAndUpIsRelayedWithNothingSentAsNew(t *testing
 		t.Errorf("second relay: exit %d, journal %d bytes, was %d: %s", code, size(), before, errOut)
 	}
 }
+
+// migrate up on the platform's database (the wrong file of the two) would add the outbox's tables
+// to it, after which the inbox refuses it as a book: the consumer could not start again.
+func TestMigrateRefusesAConsumersDatabaseAndChangesNothing(t *testing.T) {
+	consumer, _ := consumerDB(t)
+	before := fileDigest(t, consumer)
+	for _, action := range []string{"up", "down"} {
+		code, out, errOut := cli(t, "migrate", action, "--db", consumer)
+		if code != exitUsage || out != "" || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, "consumer's database") {
+			t.Errorf("migrate %s: exit %d, stdout %q, stderr %q; want exit 2 naming a consumer's database", action, code, out, errOut)
+		}
+	}
+	if fileDigest(t, consumer) != before {
+		t.Errorf("the consumer's database was changed")
+	}
+	if code, _, errOut := cli(t, "inbox", "stats", "--db", consumer); code != exitOK {
+		t.Errorf("inbox stats afterwards: exit %d, %s", code, errOut)
+	}
+}
+
+// migrate status and version on the platform's database do not report it as a book with every
+// migration pending (which sends the operator to migrate up, which refuses it): they name it a
+// consumer's database, exit 2, and change nothing.
+func TestMigrateStatusAndVersionNameAConsumersDatabaseAsOne(t *testing.T) {
+	consumer, _ := consumerDB(t)
+	before := fileDigest(t, consumer)
+	for _, action := range []string{"status", "version"} {
+		code, out, errOut := cli(t, "migrate", action, "--db", consumer)
+		if code != exitUsage || out != "" || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, "consumer's database") {
+			t.Errorf("migrate %s: exit %d, stdout %q, stderr %q; want exit 2 naming a consumer's database", action, code, out, errOut)
+		}
+	}
+	if fileDigest(t, consumer) != before {
+		t.Errorf("the consumer's database was changed")
+	}
+}

@@ -127,3 +127,23 @@ func TestStreamHelpGoesToStdoutAndUsageErrorsExitTwo(t *testing.T) {
 		}
 	}
 }
+
+func TestStreamCreateUsageErrorsNameStreamCreate(t *testing.T) {
+	for _, args := range [][]string{
+		{"stream", "create", "--bogus"},
+		{"stream", "create", "--json", "--nats", "nats://127.0.0.1:1", "--stream", "S"},
+		{"stream", "create"},
+		{"stream", "create", "extra", "--nats", "nats://127.0.0.1:1", "--stream", "S"},
+		{"stream", "create", "--nats", "nats://127.0.0.1:1", "--stream", "S", "--replicas", "9"},
+		{"stream", "--nats", "nats://127.0.0.1:1", "--stream", "S", "create", "extra"},
+	} {
+		code, out, errOut := cli(t, args...)
+		if code != exitUsage || out != "" || strings.Count(errOut, "\n") != 1 ||
+			!strings.HasPrefix(errOut, "outbox stream create: ") || !strings.HasSuffix(errOut, "(run 'outbox stream create --help')\n") {
+			t.Errorf("%q: exit %d, stderr %q; want exit 2 and one line from outbox stream create", args, code, errOut)
+		}
+	}
+	if code, _, errOut := cli(t, "stream", "delete"); code != exitUsage || !strings.HasPrefix(errOut, "outbox stream: ") {
+		t.Errorf("stream delete: exit %d, stderr %q", code, errOut)
+	}
+}
