@@ -278,3 +278,26 @@ func TestTheDemoGivesItsEngineTheServersPasswordInItsEnvironmentNotOnItsCommandL
 		t.Errorf("the engine's environment: %q", env)
 	}
 }
+
+func TestDemoKillsTheEngineAndFindsNothingLost(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "demo")
+	code, out, errOut := cli(t, "demo", "--dir", dir, "--units", "300", "--crashes", "3", "--seed", "7")
+	if code != exitOK {
+		t.Fatalf("demo: exit %d\n%s\n%s", code, out, errOut)
+	}
+	for _, want := range []string{"3 killed with SIGKILL", "gaps                          0", "conflicts                     0",
+		"units announced exactly once  300 of 300", "OK: nothing lost"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("demo output lacks %q:\n%s", want, out)
+		}
+	}
+	for _, f := range []string{"book.db", "journal", "journal/00000000000000000000.jsonl"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Errorf("demo left no %s: %v", f, err)
+		}
+	}
+	// The directory now holds a book: a second demo there is refused.
+	if code, _, _ := cli(t, "demo", "--dir", dir); code != exitUsage {
+		t.Errorf("demo into a used directory: exit %d, want 2", code)
+	}
+}

@@ -5,6 +5,8 @@ package main
 import (
 	"context"
 	"database/sql"
+	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -356,5 +358,136 @@ func TestMigrateSQLRefusesAnUnknownVersionAndADatabase(t *testing.T) {
 	}
 	if _, err := os.Stat("x.db"); err == nil {
 		t.Error("x.db was created")
+	}
+}
+
+func TestMigrateUpStatusVersionDown(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "m.db")
+	if code, out, errOut := cli(t, "migrate", "up", "--db", db); code != exitOK || !strings.Contains(out, "applied 00001") {
+		t.Fatalf("up: %d %q %q", code, out, errOut)
+	}
+	known := migrations.Known()
+	latest, before := known[len(known)-1], known[len(known)-2]
+	if code, out, _ := cli(t, "migrate", "--db", db, "version"); code != exitOK || strings.TrimSpace(out) != fmt.Sprint(latest) {
+		t.Errorf("version: %d %q", code, out)
+	}
+	if code, out, _ := cli(t, "migrate", "status", "--db", db); code != exitOK || strings.Count(out, "applied") != len(known) {
+		t.Errorf("status: %d %q", code, out)
+	}
+	if code, out, _ := cli(t, "migrate", "down", "--db", db); code != exitOK || !strings.Contains(out, fmt.Sprintf("rolled back %05d", latest)) {
+		t.Errorf("down: %d %q", code, out)
+	}
+	if code, out, _ := cli(t, "migrate", "version", "--db", db); code != exitOK || strings.TrimSpace(out) != fmt.Sprint(before) {
+		t.Errorf("version after down: %d %q", code, out)
+	}
+	// The library reads the same version table and brings the schema back up.
+	s, err := outbox.Open(context.Background(), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if code, out, _ := cli(t, "migrate", "version", "--db", db); strings.TrimSpace(out) != fmt.Sprint(latest) || code != exitOK {
+		t.Errorf("version after Open: %q", out)
+	}
+	if code, _, _ := cli(t, "migrate", "version", "--db", filepath.Join(t.TempDir(), "missing.db")); code != exitUsage {
+		t.Errorf("version of a missing file: exit %d", code)
+	}
+}
+
+func TestMigrateDownDoesNotSilentlyDestroy(t *testing.T) {
+	dbPath, _ := book(t) // five events stored, one once key still pending in run "dead"
+	version := func() string {
+		_, out, _ := runOutbox(t, "migrate", "version", "--db", dbPath)
+		return strings.TrimSpace(out)
+	}
+	// Run "gone" keeps its ledger row at seq 1 after seqs 1-2 are forgotten: only last_seq (version 3)
+	// remembers that it reached 2.
+	s, err := outbox.Open(context.Background(), dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.EnqueueOnce(context.Background(), "gone", "g", journal.Builder("gone", "x", 1))
+	s.EnqueueEvent(context.Background(), "gone", journal.Builder("gone", "x", 2))
+	s.MarkAnnounced(context.Background(), "gone", map[int64]string{1: "g"})
+	if _, err := s.ForgetEvents(context.Background(), "dead"); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	// Version 7 hands the figures' counting back to the triggers and loses nothing.
+	if code, _, errOut := runOutbox(t, "migrate", "down", "--db", dbPath); code != exitOK {
+		t.Fatalf("down from 7: exit %d, %s", code, errOut)
+	}
+	// No ledger line emptied (MarkAnnounced alone leaves the line): version 6 rolls back and loses
+	// nothing; no run stopped: nor does version 4.
+	if code, _, errOut := runOutbox(t, "migrate", "down", "--db", dbPath); code != exitOK {
+		t.Fatalf("down from 6 without an emptied ledger line: exit %d, %s", code, errOut)
+	}
+	// The per-run figures: version 5 rolls back and loses nothing.
+	if code, _, errOut := runOutbox(t, "migrate", "down", "--db", dbPath); code != exitOK {
+		t.Fatalf("down from 5: exit %d, %s", code, errOut)
+	}
+	if code, _, errOut := runOutbox(t, "migrate", "down", "--db", dbPath); code != exitOK {
+		t.Fatalf("down from 4 without a stopped run: exit %d, %s", code, errOut)
+	}
+	code, _, errOut := runOutbox(t, "migrate", "down", "--db", dbPath)
+	if code != exitUsage || !strings.Contains(errOut, "the highest seq of 2 runs whose lines were forgotten") || !strings.Contains(errOut, "--force") {
+		t.Errorf("down from 3 with a forgotten run: exit %d, %q", code, errOut)
+	}
+	if v := version(); v != "3" {
+		t.Errorf("version after a refused down: %s, want 3", v)
+	}
+	if code, _, errOut := runOutbox(t, "migrate", "down", "--db", dbPath, "--force"); code != exitOK {
+		t.Fatalf("down --force: exit %d, %s", code, errOut)
+	}
+	code, _, errOut = runOutbox(t, "migrate", "down", "--db", dbPath)
+	if code != exitUsage || !strings.Contains(errOut, "the once keys of 1 event not yet projected") || !strings.Contains(errOut, "--force") {
+		t.Errorf("down from 2 with a pending once key: exit %d, %q", code, errOut)
+	}
+	if v := version(); v != "2" {
+		t.Errorf("version after a refused down: %s, want 2", v)
+	}
+	if code, _, errOut := runOutbox(t, "migrate", "down", "--db", dbPath, "--force"); code != exitOK {
+		t.Fatalf("down --force: exit %d, %s", code, errOut)
+	}
+	code, _, errOut = runOutbox(t, "migrate", "down", "--db", dbPath)
+	if code != exitUsage || !strings.Contains(errOut, "would drop 4 stored events, 1 of them a once key in the ledger") {
+		t.Errorf("down from 1 with events stored: exit %d, %q", code, errOut)
+	}
+	if v := version(); v != "1" {
+		t.Errorf("version after a refused down: %s, want 1", v)
+	}
+	// A step that loses nothing needs no --force.
+	empty := filepath.Join(t.TempDir(), "empty.db")
+	runOutbox(t, "migrate", "up", "--db", empty)
+	for range 3 {
+		if code, _, errOut := runOutbox(t, "migrate", "down", "--db", empty); code != exitOK {
+			t.Errorf("down on an empty book: exit %d, %s", code, errOut)
+		}
+	}
+}
+
+func TestMigrateStatusListsVersionsItDoesNotKnow(t *testing.T) {
+	dbPath := emptyBook(t)
+	u := url.URL{Scheme: "file", OmitHost: true, Path: dbPath}
+	d, err := sql.Open("sqlite3", u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Exec(`INSERT INTO outbox_db_version (version_id, is_applied) VALUES (8, 1)`); err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	code, out, errOut := runOutbox(t, "migrate", "status", "--db", dbPath)
+	if code != exitOK || !strings.Contains(out, "00008 (unknown to this outbox)") || strings.Count(out, "applied") != len(migrations.Known())+1 {
+		t.Errorf("status: exit %d\n%s%s", code, out, errOut)
+	}
+	if _, out, _ := runOutbox(t, "migrate", "version", "--db", dbPath); strings.TrimSpace(out) != "8" {
+		t.Errorf("version: %q, want 8", out)
+	}
+	for _, action := range []string{"up", "down"} {
+		code, out, errOut := runOutbox(t, "migrate", action, "--db", dbPath, "--force")
+		if code != exitUsage || out != "" || !strings.Contains(errOut, "version 8, which this release does not know") {
+			t.Errorf("%s on a book of an unknown version: exit %d, %q %q", action, code, out, errOut)
+		}
 	}
 }

@@ -5,7 +5,6 @@ package main
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -35,19 +34,6 @@ func stuckBook(t *testing.T) (dbPath, jPath string, bad []byte) {
 		t.Fatal(lines, err)
 	}
 	return dbPath, jPath, lines[0].Line
-}
-
-func statsJSON(t *testing.T, dbPath string) statsReport {
-	t.Helper()
-	code, out, errOut := runOutbox(t, "stats", "--db", dbPath, "--json")
-	if code != exitOK {
-		t.Fatalf("stats --json: exit %d, %s", code, errOut)
-	}
-	var rep statsReport
-	if err := json.Unmarshal([]byte(out), &rep); err != nil {
-		t.Fatal(err)
-	}
-	return rep
 }
 
 func TestAStoppedRunIsShownByStatsAndMetricsUntilRetireLetsItProjectOn(t *testing.T) {

@@ -185,3 +185,15 @@ func TestStreamCreateRefusesBadNamesAndPrefixesAndCreatesNothing(t *testing.T) {
 		t.Errorf("flags before the subcommand: %d %q %q", code, out, errOut)
 	}
 }
+
+func TestStreamCreateSaysWhetherItCreatedTheStreamOrFoundIt(t *testing.T) {
+	url := bareNATS(t)
+	code, out, errOut := cli(t, "stream", "create", "--nats", url, "--stream", "EVENTS")
+	if code != exitOK || !strings.HasPrefix(out, "created stream EVENTS at "+url+": subjects outbox.>, file storage, 1 replica,") {
+		t.Errorf("stream create: %d %q %q", code, out, errOut)
+	}
+	code, out, errOut = cli(t, "stream", "create", "--nats", url, "--stream", "EVENTS")
+	if code != exitOK || !strings.HasPrefix(out, "found stream EVENTS at "+url+": ") {
+		t.Errorf("stream create again: %d %q %q", code, out, errOut)
+	}
+}

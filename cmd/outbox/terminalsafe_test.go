@@ -32,3 +32,18 @@ func checkNothingATerminalActsOn(t *testing.T, what, out string) {
 		}
 	}
 }
+
+// checkTerminalSafe fails when out holds a byte that a terminal would act on: a control byte other
+// than newline, DEL, or invalid UTF-8.
+func checkTerminalSafe(t *testing.T, what, out string) {
+	t.Helper()
+	if !utf8.ValidString(out) {
+		t.Errorf("%s: invalid UTF-8 in %q", what, out)
+	}
+	for _, r := range out {
+		if (r < 0x20 && r != '\n') || r == 0x7f {
+			t.Errorf("%s: raw control character %U in %q", what, r, out)
+			return
+		}
+	}
+}
