@@ -56,58 +56,6 @@ func TestBareOutboxIsAOneLineUsageError(t *testing.T) {
 	}
 }
 
-func TestPendingOfAnUnknownRunSaysSo(t *testing.T) {
-	dbPath, _ := book(t)
-	code, out, errOut := cli(t, "pending", "--db", dbPath, "--run", "nobody")
-	if code != exitFindings || out != "" || !strings.Contains(errOut, "outbox pending: run nobody is not in ") {
-		t.Errorf("pending of an unknown run: %d %q %q", code, out, errOut)
-	}
-	// A run whose lines were all projected is known, with nothing pending.
-	if code, out, errOut := cli(t, "pending", "--db", dbPath, "--run", "old"); code != exitOK || out != "" || errOut != "" {
-		t.Errorf("pending of a projected run: %d %q %q", code, out, errOut)
-	}
-}
-
-func TestPendingSaysWhenTheLimitCutTheList(t *testing.T) {
-	dbPath, _ := book(t) // "dead": 3 lines pending
-	code, out, errOut := cli(t, "pending", "--db", dbPath, "--run", "dead", "--limit", "2")
-	if code != exitOK || strings.Count(out, "\n") != 2 || !strings.Contains(errOut, "--limit 2 cut the list after seq 2; more lines follow (--after 2 shows them)") {
-		t.Errorf("pending --limit 2 of 3: %d %q %q", code, out, errOut)
-	}
-	for _, limit := range []string{"3", "4"} {
-		if code, out, errOut := cli(t, "pending", "--db", dbPath, "--run", "dead", "--limit", limit); code != exitOK || strings.Count(out, "\n") != 3 || errOut != "" {
-			t.Errorf("pending --limit %s of 3: %d %q %q", limit, code, out, errOut)
-		}
-	}
-}
-
-func TestVerifyDashReadsStandardInput(t *testing.T) {
-	cmd := outboxCmd(t, "verify", "--json", "-")
-	cmd.Stdin = strings.NewReader(`{"engine_run_id":"a","seq":1}` + "\n" + `{"engine_run_id":"a","seq":2}` + "\n")
-	code, out, errOut := runCmd(t, cmd)
-	var rep verifyReport
-	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != exitOK || rep.Lines != 2 || rep.File != "-" {
-		t.Errorf("verify - : %d %v %+v %q", code, err, rep, errOut)
-	}
-	cmd = outboxCmd(t, "verify", "-")
-	cmd.Stdin = strings.NewReader(`{"engine_run_id":"a","seq":2}` + "\n")
-	if code, _, errOut := runCmd(t, cmd); code != exitFindings || !strings.Contains(errOut, "expected seq 1, found 2") {
-		t.Errorf("verify - of a gap: %d %q", code, errOut)
-	}
-}
-
-func TestStreamCreateSaysWhetherItCreatedTheStreamOrFoundIt(t *testing.T) {
-	url := bareNATS(t)
-	code, out, errOut := cli(t, "stream", "create", "--nats", url, "--stream", "EVENTS")
-	if code != exitOK || !strings.HasPrefix(out, "created stream EVENTS at "+url+": subjects outbox.>, file storage, 1 replica,") {
-		t.Errorf("stream create: %d %q %q", code, out, errOut)
-	}
-	code, out, errOut = cli(t, "stream", "create", "--nats", url, "--stream", "EVENTS")
-	if code != exitOK || !strings.HasPrefix(out, "found stream EVENTS at "+url+": ") {
-		t.Errorf("stream create again: %d %q %q", code, out, errOut)
-	}
-}
-
 func TestCountsAgreeInNumber(t *testing.T) {
 	for _, tc := range []struct {
 		n    int64

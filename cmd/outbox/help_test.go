@@ -19,11 +19,44 @@ func TestHelpOfACommandPrintsThatCommandsHelp(t *testing.T) {
 	}
 }
 
-// A redraw reads the whole book: --watch has a floor, so that a typo like 1ns does not keep a core
-// and the book's read connection busy beside the engine.
-func TestStatsWatchRefusesAnIntervalBelowItsFloor(t *testing.T) {
-	code, out, errOut := cli(t, "stats", "--db", "book.db", "--watch", "1ns")
-	if code != exitUsage || out != "" || !strings.Contains(errOut, "--watch must be at least") {
-		t.Errorf("stats --watch 1ns: exit %d, stdout %q, stderr %q", code, out, errOut)
+func TestHelpForEveryCommandExitsZero(t *testing.T) {
+	for name := range commands {
+		if code, out, _ := cli(t, name, "--help"); code != exitOK || !strings.Contains(out, "usage: outbox "+name) {
+			t.Errorf("%s --help: exit %d, %q", name, code, out)
+		}
+	}
+	if code, out, _ := cli(t, "help"); code != exitOK || !strings.Contains(out, "verify") {
+		t.Errorf("help: %d %q", code, out)
+	}
+	_, help, _ := cli(t, "help")
+	for _, c := range []string{engineCommand, platformCommand} {
+		if strings.Contains(help, c) {
+			t.Errorf("help lists the hidden command %s", c)
+		}
+	}
+}
+
+func TestUnknownCommandsAndFlagsAreUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"frobnicate"},
+		{"stats", "--nope"},
+		{"verify"},
+		{"verify", "a", "b"},
+		{"pending", "--db", "x"},
+		{"migrate", "sideways", "--db", "x"},
+		{"demo", "--units", "1"},
+		{"pending", "--db", "x", "--run", "r", "--limit", "0"},
+		{"stats"},
+		{"relay", "--db", "x"},
+		{"migrate", "--db", "x"},
+		{"pending", "--limit", "many"},
+	} {
+		code, _, errOut := cli(t, args...)
+		if code != exitUsage {
+			t.Errorf("%v: exit %d, want 2", args, code)
+		}
+		if errOut == "" || strings.Count(errOut, "\n") != 1 {
+			t.Errorf("%v: stderr %q, want one line", args, errOut)
+		}
 	}
 }

@@ -3,14 +3,11 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 
@@ -19,40 +16,6 @@ import (
 	"github.com/textmachine/outbox/inbox"
 	"github.com/textmachine/outbox/internal/testing/dirstate"
 )
-
-// startMetricsWith starts `outbox metrics` with args (and --listen on a free port) as a process of
-// its own, as startMetrics does.
-func startMetricsWith(t *testing.T, args ...string) (string, func() (int, string)) {
-	t.Helper()
-	cmd := outboxCmd(t, append([]string{"metrics", "--listen", "127.0.0.1:0"}, args...)...)
-	var errOut strings.Builder
-	cmd.Stderr = &errOut
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		t.Fatalf("metrics printed no address: %v (%s)", err, errOut.String())
-	}
-	url := regexp.MustCompile(`http://\S+/metrics`).FindString(line)
-	if url == "" {
-		t.Fatalf("metrics printed %q", line)
-	}
-	return url, func() (int, string) {
-		cmd.Process.Signal(os.Interrupt)
-		err := cmd.Wait()
-		var exit *exec.ExitError
-		if err != nil && !errors.As(err, &exit) {
-			t.Fatal(err)
-		}
-		return cmd.ProcessState.ExitCode(), errOut.String()
-	}
-}
 
 // inboxSeries is the scrape's inbox series, by name and labels.
 func inboxSeries(m map[string]float64) map[string]float64 {

@@ -480,3 +480,41 @@ func TestConnectionFilesThatAreNotRegularFilesAreRefusedAtOnce(t *testing.T) {
 		t.Errorf("a context that is a named pipe: %d %q", code, errOut)
 	}
 }
+
+// An operator who forgets --nats, or puts the URL after the wrong flag, must not see the password
+// printed back: not in an error, not in the JSON.
+func TestAServerURLGivenInTheWrongPlaceIsNotPrintedWithItsPassword(t *testing.T) {
+	const secret = "s3cretPW"
+	url := "nats://alice:" + secret + "@127.0.0.1:1"
+	dbPath := emptyBook(t)
+	t.Chdir(t.TempDir())
+	for _, args := range [][]string{
+		{"verify", url},
+		{"verify", "--json", url},
+		{"verify", "--stream", "EVENTS", url},
+		{"verify", "--context", url, "--stream", "EVENTS"},
+		{"check", "--db", dbPath, "--journal", url},
+		{"check", "--db", dbPath, "--journal", url, "--json"},
+		{"check", "--db", url, "--journal", url, "--json"},
+		{"relay", "--db", url, "--journal", "j.jsonl"},
+		{"stream", "create", "--stream", "EVENTS", url},
+		{"stream", "create", "--nats", url, "--stream", "EVENTS", "--replicas", url},
+		{"demo", "--sink", url},
+		{"stats", "--db", url},
+		{"pending", "--db", dbPath, "--run", url},
+		{"inbox", "stats", "--db", url},
+		{"metrics", "--db", dbPath, "--listen", url},
+		{"migrate", url, "--db", dbPath},
+		{url},
+		{"nats://" + secret + "@127.0.0.1:1"},
+		{"verify", "nats://alice:p@" + secret + "@127.0.0.1:1"},
+	} {
+		code, out, errOut := cli(t, args...)
+		if code == exitOK || strings.Contains(out+errOut, secret) {
+			t.Errorf("%q: exit %d, the password printed:\n%s%s", args, code, out, errOut)
+		}
+	}
+	if entries, _ := os.ReadDir("."); len(entries) != 0 {
+		t.Errorf("files created: %v", entries)
+	}
+}

@@ -4,69 +4,17 @@ package main
 
 import (
 	"bytes"
-	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
-	"unicode/utf8"
-
-	"github.com/google/go-cmp/cmp"
-
-	"github.com/textmachine/outbox/journal"
-	"github.com/textmachine/outbox/outbox"
 )
-
-// insertRows writes rows into a book behind the library's back, as an older version or another
-// program could have: the library itself refuses such run ids and keys.
-func insertRows(t *testing.T, dbPath string, rows ...[]any) {
-	t.Helper()
-	u := url.URL{Scheme: "file", OmitHost: true, Path: dbPath}
-	d, err := sql.Open("sqlite3", u.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	for _, r := range rows {
-		if _, err := d.Exec(`INSERT INTO events_outbox (engine_run_id, seq, line, announce_key, enqueued_at) VALUES (?, ?, ?, ?, ?)`, r...); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-func emptyBook(t *testing.T) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "book.db")
-	s, err := outbox.Open(context.Background(), path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Close()
-	return path
-}
-
-// checkTerminalSafe fails when out holds a byte that a terminal would act on: a control byte other
-// than newline, DEL, or invalid UTF-8.
-func checkTerminalSafe(t *testing.T, what, out string) {
-	t.Helper()
-	if !utf8.ValidString(out) {
-		t.Errorf("%s: invalid UTF-8 in %q", what, out)
-	}
-	for _, r := range out {
-		if (r < 0x20 && r != '\n') || r == 0x7f {
-			t.Errorf("%s: raw control character %U in %q", what, r, out)
-			return
-		}
-	}
-}
 
 func TestTextOutputIsTerminalSafe(t *testing.T) {
 	const evil = "evil\x1b[2J\x07"
@@ -138,108 +86,6 @@ func TestTextOutputIsTerminalSafe(t *testing.T) {
 	var vrep verifyReport
 	if err := json.Unmarshal([]byte(out), &vrep); err != nil || vrep.Finding == nil || vrep.Finding.Run != evil {
 		t.Errorf("verify --json: %v %+v", err, vrep.Finding)
-	}
-}
-
-func TestStatsSaysWhatItMeans(t *testing.T) {
-	ctx := context.Background()
-	dir := t.TempDir()
-	dbPath, jPath := filepath.Join(dir, "book.db"), filepath.Join(dir, "journal.jsonl")
-	s, err := outbox.Open(ctx, dbPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	j, err := journal.OpenFile(jPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.EnqueueEvent(ctx, "gone", journal.Builder("gone", "x", 1))
-	s.EnqueueOnce(ctx, "gone", "unit:0", journal.Builder("gone", "unit_done", 0)) // a ledger row, kept
-	s.EnqueueEvent(ctx, "gone", journal.Builder("gone", "x", 3))
-	s.EnqueueEvent(ctx, "live", journal.Handshake("live", nil))
-	s.EnqueueOnce(ctx, "live", "unit:1", journal.Builder("live", "unit_done", 1))
-	for _, run := range []string{"gone", "live"} {
-		relay, err := outbox.NewRelay(s, j, run, outbox.WithForgetProjected(false))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := relay.Flush(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := s.ForgetEvents(ctx, "live"); err != nil { // drops run gone's rows but its ledger row
-		t.Fatal(err)
-	}
-	s.EnqueueEvent(ctx, "live", journal.Builder("live", "x", 3))
-	s.EnqueueEvent(ctx, "live", journal.Builder("live", "x", 4))
-	j.Close()
-	defer s.Close() // the engine stays open: the WAL has a size
-
-	// A line enqueued under a clock that has since stepped back an hour.
-	insertRows(t, dbPath, []any{"skewed", 1, []byte(`{"seq":1}`), "", time.Now().Add(time.Hour).UnixMilli()})
-
-	code, out, errOut := runOutbox(t, "stats", "--db", dbPath, "--json")
-	if code != exitOK {
-		t.Fatalf("stats: %d %s", code, errOut)
-	}
-	var rep statsReport
-	if err := json.Unmarshal([]byte(out), &rep); err != nil {
-		t.Fatal(err)
-	}
-	type row struct{ Last, Lines, Projected, Pending int64 }
-	got := map[string]row{}
-	for _, r := range rep.Runs {
-		got[r.RunID] = row{r.LastSeq, r.Lines, r.Projected, r.Pending}
-		if r.OldestAge != nil && *r.OldestAge < 0 {
-			t.Errorf("run %s: oldest age %v, negative", r.RunID, *r.OldestAge)
-		}
-		if (r.Pending > 0) != (r.OldestAge != nil) {
-			t.Errorf("run %s: %d not yet projected, oldest age %v", r.RunID, r.Pending, r.OldestAge)
-		}
-	}
-	want := map[string]row{
-		"gone":   {Last: 3, Lines: 1, Projected: 3, Pending: 0}, // the highest seq ever given, not the highest stored
-		"live":   {Last: 4, Lines: 4, Projected: 2, Pending: 2},
-		"skewed": {Last: 1, Lines: 1, Projected: 0, Pending: 1},
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("runs (-want +got):\n%s", diff)
-	}
-	if rep.Ledger != 2 || rep.FileBytes == 0 || rep.WALBytes == 0 {
-		t.Errorf("ledger %d, file %d bytes, WAL %d bytes; want 2 keys and both sizes", rep.Ledger, rep.FileBytes, rep.WALBytes)
-	}
-	_, out, _ = runOutbox(t, "stats", "--db", dbPath)
-	for _, h := range []string{"highest seq", "lines stored", "projected up to", "pending", "oldest pending", "WAL"} {
-		if !strings.Contains(out, h) {
-			t.Errorf("stats text lacks %q:\n%s", h, out)
-		}
-	}
-}
-
-func TestPendingShowsTheLinesNotYetProjectedByDefaultAndEveryStoredLineWithAll(t *testing.T) {
-	dbPath, _ := book(t) // run "old": 2 lines, projected; run "dead": 3 lines, none projected
-	count := func(args ...string) int {
-		t.Helper()
-		code, out, errOut := runOutbox(t, append([]string{"pending", "--db", dbPath}, args...)...)
-		if code != exitOK {
-			t.Fatalf("%v: %d %s", args, code, errOut)
-		}
-		return strings.Count(out, "\n")
-	}
-	for _, tc := range []struct {
-		args []string
-		want int
-	}{
-		{[]string{"--run", "old"}, 0},
-		{[]string{"--run", "old", "--all"}, 2},
-		{[]string{"--run", "old", "--all", "--after", "1"}, 1},
-		{[]string{"--run", "dead"}, 3},
-		{[]string{"--run", "dead", "--after", "2"}, 1},
-		{[]string{"--run", "dead", "--limit", "2"}, 2},
-	} {
-		if got := count(tc.args...); got != tc.want {
-			t.Errorf("pending %v: %d lines, want %d", tc.args, got, tc.want)
-		}
 	}
 }
 
@@ -360,44 +206,109 @@ func TestScriptsGetAnAnswerEveryTime(t *testing.T) {
 	}
 }
 
-// TestStatsPrintsABookOfMoreRunsThanAPageWholeAndAsOneJSONDocument: stats prints a page of runs at a
-// time; every run of a book of several pages is printed once, in order, in one valid document, and
-// the stopped runs are named after the table.
-func TestStatsPrintsABookOfMoreRunsThanAPageWholeAndAsOneJSONDocument(t *testing.T) {
+func TestJSONOutputEscapesRunesATerminalActsOnAndStaysExact(t *testing.T) {
 	dbPath := emptyBook(t)
-	d, err := sql.Open("sqlite3", (&url.URL{Scheme: "file", OmitHost: true, Path: dbPath}).String())
-	if err != nil {
+	now := time.Now().UnixMilli()
+	insertRows(t, dbPath,
+		[]any{bidiRun, 1, []byte(`{"seq":1}`), "", now},
+		[]any{c1Run, 1, []byte(`{"seq":1}`), "", now},
+	)
+	jPath := filepath.Join(t.TempDir(), "j.jsonl")
+	var j strings.Builder
+	for _, run := range []string{bidiRun, c1Run, "iso\u2066x\u200b"} {
+		j.WriteString(jline(run, 1, "\u202e"))
+	}
+	if err := os.WriteFile(jPath, []byte(j.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	runs := 2*statsPage + 7
-	if _, err := d.Exec(`WITH RECURSIVE r(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM r WHERE n < ? - 1)
-		INSERT INTO events_outbox (engine_run_id, seq, line) SELECT printf('run-%05d', n), 1, '{}' FROM r`, runs); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := d.Exec(`INSERT INTO outbox_stops (engine_run_id, seq, reason, stopped_at) VALUES ('run-00600', 1, 'refused', 0)`); err != nil {
-		t.Fatal(err)
-	}
-	d.Close()
-	code, out, errOut := runOutbox(t, "stats", "--db", dbPath, "--json")
-	if code != exitOK {
-		t.Fatalf("stats --json: %d %s", code, errOut)
-	}
+
+	_, out, _ := runOutbox(t, "stats", "--db", dbPath, "--json")
+	checkNothingATerminalActsOn(t, "stats --json", out)
 	var rep statsReport
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
-		t.Fatalf("stats --json is not one document: %v\n%.300s", err, out)
+		t.Fatalf("stats --json: %v\n%s", err, out)
 	}
-	if len(rep.Runs) != runs || rep.Runs[0].RunID != "run-00000" || rep.Runs[runs-1].RunID != fmt.Sprintf("run-%05d", runs-1) {
-		t.Fatalf("stats --json listed %d runs, want %d in order", len(rep.Runs), runs)
+	var ids []string
+	for _, r := range rep.Runs {
+		ids = append(ids, r.RunID)
 	}
-	if rep.Runs[600].Stopped == nil || rep.Runs[601].Stopped != nil {
-		t.Errorf("the stopped run is not marked alone: %+v %+v", rep.Runs[600], rep.Runs[601])
+	if got := strings.Join(ids, "|"); got != bidiRun+"|"+c1Run {
+		t.Errorf("stats --json runs %q, want the exact ids", got)
 	}
-	code, out, errOut = runOutbox(t, "stats", "--db", dbPath)
-	if code != exitOK {
-		t.Fatalf("stats: %d %s", code, errOut)
+
+	_, out, _ = runOutbox(t, "verify", "--json", jPath)
+	checkNothingATerminalActsOn(t, "verify --json", out)
+	var vrep verifyReport
+	if err := json.Unmarshal([]byte(out), &vrep); err != nil {
+		t.Fatalf("verify --json: %v\n%s", err, out)
 	}
-	if n := strings.Count(out, "run-0"); n != runs+1 || !strings.Contains(out, fmt.Sprintf("%d runs", runs)) ||
-		!strings.Contains(out, "run run-00600 stopped at seq 1") {
-		t.Errorf("stats names runs %d times, want each once and the stopped one again; header and end:\n%.300s\n…\n%s", n, out, out[max(0, len(out)-300):])
+	if _, ok := vrep.Runs[bidiRun]; !ok || len(vrep.Runs) != 3 {
+		t.Errorf("verify --json runs %v, want the exact ids", vrep.Runs)
+	}
+
+	_, out, _ = runOutbox(t, "check", "--db", dbPath, "--journal", jPath, "--json")
+	checkNothingATerminalActsOn(t, "check --json", out)
+	var crep checkReport
+	if err := json.Unmarshal([]byte(out), &crep); err != nil {
+		t.Fatalf("check --json: %v\n%s", err, out)
+	}
+	for _, args := range [][]string{
+		{"stats", "--db", dbPath},
+		{"verify", jPath},
+		{"check", "--db", dbPath, "--journal", jPath},
+		{"pending", "--db", dbPath, "--run", bidiRun},
+	} {
+		_, out, errOut := runOutbox(t, args...)
+		checkNothingATerminalActsOn(t, strings.Join(args, " ")+" (stdout)", out)
+		checkNothingATerminalActsOn(t, strings.Join(args, " ")+" (stderr)", errOut)
+	}
+}
+
+// Paths are bytes: two that differ only in bytes that are not UTF-8 both come out of JSON as
+// U+FFFD, so the reports give each such path escaped beside it, as they do run ids.
+func TestJSONGivesAPathThatIsNotUTF8EscapedBesideIt(t *testing.T) {
+	dbPath, jPath := checkedBook(t)
+	dir := t.TempDir()
+	badDB, badJ := filepath.Join(dir, "b\xff.db"), filepath.Join(dir, "j\xfe.jsonl")
+	for from, to := range map[string]string{dbPath: badDB, jPath: badJ} {
+		b, err := os.ReadFile(from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(to, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	consumer, _ := consumerDB(t)
+	badConsumer := filepath.Join(dir, "c\xfd.db")
+	if err := os.Rename(consumer, badConsumer); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want map[string]string
+	}{
+		{[]string{"stats", "--json", "--db", badDB}, map[string]string{"db_escaped": strconv.Quote(badDB)}},
+		{[]string{"verify", "--json", badJ}, map[string]string{"file_escaped": strconv.Quote(badJ)}},
+		{[]string{"check", "--json", "--db", badDB, "--journal", badJ},
+			map[string]string{"db_escaped": strconv.Quote(badDB), "journal_escaped": strconv.Quote(badJ)}},
+		{[]string{"inbox", "stats", "--json", "--db", badConsumer}, map[string]string{"db_escaped": strconv.Quote(badConsumer)}},
+		{[]string{"inbox", "quarantined", "--json", "--db", badConsumer}, map[string]string{"db_escaped": strconv.Quote(badConsumer)}},
+	} {
+		_, out, errOut := cli(t, tc.args...)
+		var rep map[string]any
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			t.Fatalf("%q: %v\n%s%s", tc.args, err, out, errOut)
+		}
+		for k, v := range tc.want {
+			if rep[k] != v {
+				t.Errorf("%q: %s is %v, want %s", tc.args, k, rep[k], v)
+			}
+		}
+	}
+	// A valid path has no such member.
+	_, out, _ := cli(t, "stats", "--json", "--db", dbPath)
+	if strings.Contains(out, "_escaped") {
+		t.Errorf("stats --json of a UTF-8 path:\n%s", out)
 	}
 }

@@ -127,3 +127,73 @@ func TestStreamHelpGoesToStdoutAndUsageErrorsExitTwo(t *testing.T) {
 		}
 	}
 }
+
+func TestStreamCreateUsageErrorsNameStreamCreate(t *testing.T) {
+	for _, args := range [][]string{
+		{"stream", "create", "--bogus"},
+		{"stream", "create", "--json", "--nats", "nats://127.0.0.1:1", "--stream", "S"},
+		{"stream", "create"},
+		{"stream", "create", "extra", "--nats", "nats://127.0.0.1:1", "--stream", "S"},
+		{"stream", "create", "--nats", "nats://127.0.0.1:1", "--stream", "S", "--replicas", "9"},
+		{"stream", "--nats", "nats://127.0.0.1:1", "--stream", "S", "create", "extra"},
+	} {
+		code, out, errOut := cli(t, args...)
+		if code != exitUsage || out != "" || strings.Count(errOut, "\n") != 1 ||
+			!strings.HasPrefix(errOut, "outbox stream create: ") || !strings.HasSuffix(errOut, "(run 'outbox stream create --help')\n") {
+			t.Errorf("%q: exit %d, stderr %q; want exit 2 and one line from outbox stream create", args, code, errOut)
+		}
+	}
+	if code, _, errOut := cli(t, "stream", "delete"); code != exitUsage || !strings.HasPrefix(errOut, "outbox stream: ") {
+		t.Errorf("stream delete: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// TestStreamCreateRefusesBadNamesAndPrefixesAndCreatesNothing: against a running server, a stream
+// name or subject prefix that JetStream cannot take is a usage error of one line on stderr, nothing
+// on stdout, and the server is left without a stream. Flags before the subcommand are read as after it.
+func TestStreamCreateRefusesBadNamesAndPrefixesAndCreatesNothing(t *testing.T) {
+	outbox := builtCommand(t)
+	url := bareNATS(t)
+	for _, args := range [][]string{
+		{"--stream", "a b"},
+		{"--stream", "a.b"},
+		{"--stream", "A>"},
+		{"--stream", "S", "--subject-prefix", ""},
+		{"--stream", "S", "--subject-prefix", "a.>"},
+		{"--stream", "S", "--subject-prefix", "a b"},
+		{"--stream", "S", "--subject-prefix", "a.*"},
+		{"--stream", "S", "--subject-prefix", "\xff"},
+		{"--stream", "S", "--replicas", "-1"},
+		{"--stream", "S", "--replicas", "99999999999999999999"},
+	} {
+		full := append([]string{"stream", "create", "--nats", url}, args...)
+		code, out, errOut := outbox(full...)
+		if code != exitUsage || out != "" || strings.Count(errOut, "\n") != 1 {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q: want 2 and one line on stderr", args, code, out, errOut)
+		}
+	}
+	js, closeConn, err := connectJetStream(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeConn()
+	names := js.StreamNames(context.Background())
+	for n := range names.Name() {
+		t.Errorf("a refused stream create left stream %q", n)
+	}
+	if code, out, errOut := outbox("stream", "--nats", url, "--stream", "EARLY", "create"); code != exitOK || errOut != "" || !strings.Contains(out, "stream EARLY") {
+		t.Errorf("flags before the subcommand: %d %q %q", code, out, errOut)
+	}
+}
+
+func TestStreamCreateSaysWhetherItCreatedTheStreamOrFoundIt(t *testing.T) {
+	url := bareNATS(t)
+	code, out, errOut := cli(t, "stream", "create", "--nats", url, "--stream", "EVENTS")
+	if code != exitOK || !strings.HasPrefix(out, "created stream EVENTS at "+url+": subjects outbox.>, file storage, 1 replica,") {
+		t.Errorf("stream create: %d %q %q", code, out, errOut)
+	}
+	code, out, errOut = cli(t, "stream", "create", "--nats", url, "--stream", "EVENTS")
+	if code != exitOK || !strings.HasPrefix(out, "found stream EVENTS at "+url+": ") {
+		t.Errorf("stream create again: %d %q %q", code, out, errOut)
+	}
+}

@@ -24,27 +24,6 @@ func TestVacuumRewritesABookAndRefusesWhatIsNotOne(t *testing.T) {
 	}
 }
 
-func TestCheckComparesNothingOfALedgerLineWhoseDigestARollbackDropped(t *testing.T) {
-	dbPath, jPath := checkedBook(t)
-	// Each engine's once key is a ledger row that keeps its line's digest: rolled back, each keeps
-	// neither line nor digest, and of the six lines check compared, four are left.
-	for range 2 { // 8 and 7, which lose nothing
-		if code, _, errOut := cli(t, "migrate", "down", "--db", dbPath); code != exitOK {
-			t.Fatalf("down: exit %d, %s", code, errOut)
-		}
-	}
-	if code, _, errOut := cli(t, "migrate", "down", "--db", dbPath, "--force"); code != exitOK {
-		t.Fatalf("down: exit %d, %s", code, errOut)
-	}
-	if code, _, errOut := cli(t, "migrate", "up", "--db", dbPath); code != exitOK {
-		t.Fatalf("up: exit %d, %s", code, errOut)
-	}
-	code, out, errOut := cli(t, "check", "--db", dbPath, "--journal", jPath)
-	if code != exitOK || !strings.Contains(out, "4 stored lines compared") {
-		t.Errorf("check: exit %d\n%s%s", code, out, errOut)
-	}
-}
-
 func TestABookTheCommandCreatesGivesItsFreePagesBack(t *testing.T) {
 	dbPath := filepath.Join(t.TempDir(), "book.db")
 	if code, _, errOut := cli(t, "migrate", "up", "--db", dbPath); code != exitOK {

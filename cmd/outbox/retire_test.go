@@ -4,7 +4,7 @@ package main
 
 import (
 	"context"
-	"encoding/json"
+	"database/sql"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,19 +34,6 @@ func stuckBook(t *testing.T) (dbPath, jPath string, bad []byte) {
 		t.Fatal(lines, err)
 	}
 	return dbPath, jPath, lines[0].Line
-}
-
-func statsJSON(t *testing.T, dbPath string) statsReport {
-	t.Helper()
-	code, out, errOut := runOutbox(t, "stats", "--db", dbPath, "--json")
-	if code != exitOK {
-		t.Fatalf("stats --json: exit %d, %s", code, errOut)
-	}
-	var rep statsReport
-	if err := json.Unmarshal([]byte(out), &rep); err != nil {
-		t.Fatal(err)
-	}
-	return rep
 }
 
 func TestAStoppedRunIsShownByStatsAndMetricsUntilRetireLetsItProjectOn(t *testing.T) {
@@ -137,5 +124,72 @@ func TestRetireRefusesAProjectedLineAnExistingSaveFileAndARunningEngine(t *testi
 	}
 	if code, _, errOut := cli(t, "retire", "--db", dbPath, "--run", "r", "--seq", "1", "--reason", "x"); code != exitUsage || !strings.Contains(errOut, "already projected") {
 		t.Errorf("a projected line: exit %d, %q", code, errOut)
+	}
+}
+
+// relay and retire act on an existing book. Pointed at a file that holds none (an empty file,
+// another program's database, a consumer's inbox) they must say so and leave it as it was, not
+// migrate the outbox's tables into it, and relay must create no journal beside it.
+func TestRelayAndRetireRefuseADatabaseThatHoldsNoBookAndChangeNothing(t *testing.T) {
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty.db")
+	if err := os.WriteFile(empty, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(dir, "other.db")
+	d, err := sql.Open("sqlite3", "file:"+other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Exec(`CREATE TABLE x (a)`); err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	consumer, _ := consumerDB(t)
+	for _, db := range []string{empty, other, consumer} {
+		before := fileDigest(t, db)
+		jPath := filepath.Join(t.TempDir(), "j.jsonl")
+		for _, args := range [][]string{
+			{"relay", "--db", db, "--journal", jPath},
+			{"retire", "--db", db, "--run", "a", "--seq", "1", "--reason", "r"},
+		} {
+			code, out, errOut := cli(t, args...)
+			if code != exitUsage || out != "" || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, "no book") {
+				t.Errorf("%q: exit %d, stdout %q, stderr %q; want exit 2 saying it holds no book", args, code, out, errOut)
+			}
+		}
+		if fileDigest(t, db) != before {
+			t.Errorf("%s was changed", db)
+		}
+		if _, err := os.Stat(jPath); !os.IsNotExist(err) {
+			t.Errorf("relay created the journal beside %s (%v)", db, err)
+		}
+		for _, suffix := range []string{"-wal", "-shm"} {
+			if _, err := os.Stat(db + suffix); !os.IsNotExist(err) {
+				t.Errorf("%s%s created (%v)", db, suffix, err)
+			}
+		}
+	}
+}
+
+// The tombstone carries the SHA-256 and size of the line it replaced. A retire run again on the
+// same seq (a command repeated from the shell's history) would replace it with a tombstone of the
+// tombstone, and the record of the original's bytes would be gone.
+func TestRetireRefusesALineAlreadyRetiredAndKeepsItsTombstone(t *testing.T) {
+	dbPath, _ := book(t)
+	if code, _, errOut := cli(t, "retire", "--db", dbPath, "--run", "dead", "--seq", "3", "--reason", "bad line"); code != exitOK {
+		t.Fatalf("first retire: exit %d, %s", code, errOut)
+	}
+	_, tombstone, _ := cli(t, "pending", "--db", dbPath, "--run", "dead", "--raw")
+	save := filepath.Join(t.TempDir(), "saved")
+	code, out, errOut := cli(t, "retire", "--db", dbPath, "--run", "dead", "--seq", "3", "--reason", "again", "--save", save)
+	if code != exitUsage || out != "" || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, "already retired") {
+		t.Errorf("second retire: exit %d, stdout %q, stderr %q; want exit 2 saying it is already retired", code, out, errOut)
+	}
+	if _, after, _ := cli(t, "pending", "--db", dbPath, "--run", "dead", "--raw"); after != tombstone {
+		t.Errorf("the tombstone changed:\n%s\nnow\n%s", tombstone, after)
+	}
+	if _, err := os.Stat(save); !os.IsNotExist(err) {
+		t.Errorf("--save wrote %s (%v)", save, err)
 	}
 }

@@ -201,3 +201,88 @@ func TestMetricsAsAnotherUserBesideARunningEngineReportsUp(t *testing.T) {
 		t.Errorf("scrape after the engine's next commit: %v\n%s", m, errOut.String())
 	}
 }
+
+// readOnlyRuns are the read-only commands, each run on the book at db with journal j.
+func readOnlyRuns(db, j string) [][]string {
+	return [][]string{
+		{"stats", "--db", db},
+		{"stats", "--db", db, "--json"},
+		{"pending", "--db", db, "--run", "dead"},
+		{"pending", "--db", db, "--run", "old", "--all"},
+		{"verify", j},
+		{"verify", "--json", j},
+		{"migrate", "status", "--db", db},
+		{"migrate", "version", "--db", db},
+		{"check", "--db", db, "--journal", j},
+	}
+}
+
+func TestReadOnlyCommandsWriteNothing(t *testing.T) {
+	t.Run("on a book that no engine holds open", func(t *testing.T) {
+		dbPath, jPath := book(t)
+		dir := filepath.Dir(dbPath)
+		before := dirstate.Snapshot(t, dir)
+		for _, args := range readOnlyRuns(dbPath, jPath) {
+			if code, _, errOut := runOutbox(t, args...); code != exitOK {
+				t.Errorf("%v: exit %d: %s", args, code, errOut)
+			}
+			if diff := cmp.Diff(before, dirstate.Snapshot(t, dir)); diff != "" {
+				t.Fatalf("%v changed the directory (-before +after):\n%s", args, diff)
+			}
+		}
+	})
+	t.Run("in a directory the user cannot write", func(t *testing.T) {
+		base, err := os.MkdirTemp("", "outbox-cli-ro-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := filepath.Join(base, "book")
+		t.Cleanup(func() { os.Chmod(dir, 0o755); os.RemoveAll(base) })
+		srcDB, srcJ := book(t)
+		os.Mkdir(dir, 0o755)
+		dbPath, jPath := filepath.Join(dir, "book.db"), filepath.Join(dir, "journal.jsonl")
+		dirstate.CopyFile(t, srcDB, dbPath, 0o444)
+		dirstate.CopyFile(t, srcJ, jPath, 0o444)
+		os.Chmod(dir, 0o555)
+		exe, err := os.Executable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		bin := filepath.Join(base, "outbox")
+		os.Chmod(base, 0o755)
+		dirstate.CopyFile(t, exe, bin, 0o755)
+		before := dirstate.Snapshot(t, dir)
+		for _, args := range readOnlyRuns(dbPath, jPath) {
+			cmd := exec.Command(bin, args...)
+			cmd.Env = append(os.Environ(), asOutbox+"=1")
+			if os.Geteuid() == 0 { // permissions do not bind root: read as nobody
+				cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+			}
+			if code, _, errOut := runCmd(t, cmd); code != exitOK {
+				t.Errorf("%v: exit %d: %s", args, code, errOut)
+			}
+		}
+		if diff := cmp.Diff(before, dirstate.Snapshot(t, dir)); diff != "" {
+			t.Errorf("the directory changed (-before +after):\n%s", diff)
+		}
+	})
+	t.Run("beside a running engine", func(t *testing.T) {
+		dbPath, jPath := book(t)
+		s, err := outbox.Open(context.Background(), dbPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		if _, err := s.EnqueueEvent(context.Background(), "dead", journal.Builder("dead", "late", nil)); err != nil {
+			t.Fatal(err)
+		}
+		for _, args := range readOnlyRuns(dbPath, jPath) {
+			if code, _, errOut := runOutbox(t, args...); code != exitOK {
+				t.Errorf("%v: exit %d: %s", args, code, errOut)
+			}
+		}
+		if _, out, _ := runOutbox(t, "pending", "--db", dbPath, "--run", "dead"); strings.Count(out, "\n") != 4 {
+			t.Errorf("pending beside the engine does not show its commit:\n%s", out)
+		}
+	})
+}
