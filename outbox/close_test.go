@@ -21,9 +21,25 @@ import (
 	"github.com/textmachine/outbox/outbox"
 )
 
-// TestCloseRacingAGoexitGroupReturns: Close called while the committer's goroutine is being ended by
+// TestClose gathers what Close promises: it returns while calls, builders, groups and relays are
+// anywhere in their work, bounded by the operation timeout; it waits for the record of a batch the
+// sink has and lets no append start; and it leaves only what was acknowledged, nothing to send twice.
+func TestClose(t *testing.T) {
+	t.Run("CloseRacingAGoexitGroupReturns", testCloseRacingAGoexitGroupReturns)
+	t.Run("CloseWhileARecordIsInFlightWaitsForItAndRefusesTheNextAppend", testCloseWhileARecordIsInFlightWaitsForItAndRefusesTheNextAppend)
+	t.Run("CloseGivesUpOnAnAppendBlockedPastItsWaitAndTheNextStartResendsOnlyThatBatch", testCloseGivesUpOnAnAppendBlockedPastItsWaitAndTheNextStartResendsOnlyThatBatch)
+	t.Run("ACallerPanicOrGoexitInsideTheRelayLeavesNoBatchInFlightForCloseToWaitFor", testACallerPanicOrGoexitInsideTheRelayLeavesNoBatchInFlightForCloseToWaitFor)
+	t.Run("CloseDuringADrainWithTinyBatchesLeavesTheStoreConsistent", testCloseDuringADrainWithTinyBatchesLeavesTheStoreConsistent)
+	t.Run("CloseDuringConcurrentCallsLeavesOnlyWhatWasAcknowledged", testCloseDuringConcurrentCallsLeavesOnlyWhatWasAcknowledged)
+	t.Run("CloseWithAStuckBuilderReturnsWithinTheOpTimeoutNamingIt", testCloseWithAStuckBuilderReturnsWithinTheOpTimeoutNamingIt)
+	t.Run("CloseDuringADrainWaitsForTheBatchInFlightAndNothingIsSentAgain", testCloseDuringADrainWaitsForTheBatchInFlightAndNothingIsSentAgain)
+	t.Run("CloseWaitsForAStuckSinkOnlyUpToTheOpTimeout", testCloseWaitsForAStuckSinkOnlyUpToTheOpTimeout)
+	t.Run("CloseAtAnyMomentOfADrainLeavesNothingToSendAgain", testCloseAtAnyMomentOfADrainLeavesNothingToSendAgain)
+}
+
+// testCloseRacingAGoexitGroupReturns: Close called while the committer's goroutine is being ended by
 // a builder's runtime.Goexit and replaced must return, and the calls must all have returned.
-func TestCloseRacingAGoexitGroupReturns(t *testing.T) {
+func testCloseRacingAGoexitGroupReturns(t *testing.T) {
 	for round := 0; round < 10; round++ {
 		s, _ := outboxtest.Setup(t)
 		var wg sync.WaitGroup
@@ -46,7 +62,7 @@ func TestCloseRacingAGoexitGroupReturns(t *testing.T) {
 
 // Close while a batch's record waits for the write lock: Close waits for the record, so the next
 // process re-sends nothing; the relay is refused the batch after (ErrClosed).
-func TestCloseWhileARecordIsInFlightWaitsForItAndRefusesTheNextAppend(t *testing.T) {
+func testCloseWhileARecordIsInFlightWaitsForItAndRefusesTheNextAppend(t *testing.T) {
 	opts := []outbox.Option{outbox.WithBusyTimeout(time.Minute), outbox.WithOpTimeout(time.Minute)}
 	s := openStore(t, opts...)
 	path := filepath.Join(t.TempDir(), "journal.jsonl")
@@ -99,7 +115,7 @@ func TestCloseWhileARecordIsInFlightWaitsForItAndRefusesTheNextAppend(t *testing
 // Close gives a blocked append its wait (the operation timeout) and no more; the append that returns
 // after the store closed is left unrecorded, the record before it kept, and the relay is told
 // ErrClosed, not left hanging or touching a closed book. The next start re-sends that batch only.
-func TestCloseGivesUpOnAnAppendBlockedPastItsWaitAndTheNextStartResendsOnlyThatBatch(t *testing.T) {
+func testCloseGivesUpOnAnAppendBlockedPastItsWaitAndTheNextStartResendsOnlyThatBatch(t *testing.T) {
 	// The operation timeout is Close's wait for the append, and also the bound of the first batch's
 	// record: short, it would let a loaded machine overrun that record and fail the run before Close. Any wait proves the point, since the append stays blocked until
 	// Close has returned. Every other call has a deadline of its own (Patient), which the operation
@@ -155,7 +171,7 @@ func TestCloseGivesUpOnAnAppendBlockedPastItsWaitAndTheNextStartResendsOnlyThatB
 // of the batch in flight as it unwinds, so that Close does not wait out its whole wait for a batch
 // that will never be recorded; the batch the sink took before is recorded, and the next Flush sends
 // nothing twice.
-func TestACallerPanicOrGoexitInsideTheRelayLeavesNoBatchInFlightForCloseToWaitFor(t *testing.T) {
+func testACallerPanicOrGoexitInsideTheRelayLeavesNoBatchInFlightForCloseToWaitFor(t *testing.T) {
 	// projected is where the run is recorded once the goroutine has unwound: up to the batch before
 	// the sink's failing call, or the batch the callback hears of, which is recorded before it is told.
 	cases := map[string]struct {
@@ -221,10 +237,10 @@ func TestACallerPanicOrGoexitInsideTheRelayLeavesNoBatchInFlightForCloseToWaitFo
 	}
 }
 
-// TestCloseDuringADrainWithTinyBatchesLeavesTheStoreConsistent: a store closed while a relay drains a
+// testCloseDuringADrainWithTinyBatchesLeavesTheStoreConsistent: a store closed while a relay drains a
 // backlog one line at a time with its reader ahead running: Flush returns (ErrClosed or done), the
 // sink holds a prefix of the lines, once each, and a reopened store's relay sends exactly the rest.
-func TestCloseDuringADrainWithTinyBatchesLeavesTheStoreConsistent(t *testing.T) {
+func testCloseDuringADrainWithTinyBatchesLeavesTheStoreConsistent(t *testing.T) {
 	s, path := outboxtest.Setup(t)
 	ctx := context.Background()
 	for range 200 {
@@ -264,10 +280,10 @@ func TestCloseDuringADrainWithTinyBatchesLeavesTheStoreConsistent(t *testing.T) 
 	}
 }
 
-// TestCloseDuringConcurrentCallsLeavesOnlyWhatWasAcknowledged closes a store while goroutines enqueue:
+// testCloseDuringConcurrentCallsLeavesOnlyWhatWasAcknowledged closes a store while goroutines enqueue:
 // every call either returns a seq (and that line is stored) or fails, with ErrClosed once the store is
 // closed; nothing panics, and the database reopens with exactly the acknowledged lines, dense.
-func TestCloseDuringConcurrentCallsLeavesOnlyWhatWasAcknowledged(t *testing.T) {
+func testCloseDuringConcurrentCallsLeavesOnlyWhatWasAcknowledged(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "book.db")
 	s, err := outbox.Open(context.Background(), path)
@@ -325,7 +341,7 @@ func TestCloseDuringConcurrentCallsLeavesOnlyWhatWasAcknowledged(t *testing.T) {
 // builder once it has waited the operation timeout, fails its call (ErrBuilderStuck), commits the
 // call before it, fails the calls still queued (ErrClosed), and returns an error naming the stuck
 // call. What each caller was told matches the book as the next Open finds it.
-func TestCloseWithAStuckBuilderReturnsWithinTheOpTimeoutNamingIt(t *testing.T) {
+func testCloseWithAStuckBuilderReturnsWithinTheOpTimeoutNamingIt(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "book.db")
 	s := openShortOps(t, path, 200*time.Millisecond)
 	long, cancel := context.WithTimeout(context.Background(), time.Hour)
@@ -373,7 +389,7 @@ func TestCloseWithAStuckBuilderReturnsWithinTheOpTimeoutNamingIt(t *testing.T) {
 // Close, called while the sink appends a batch, waits until the batch is recorded; the relay then
 // appends nothing more, and the next process re-sends nothing. Without the wait, the batch landed
 // after Close had returned, its record failed on the closed store, and the next start sent it again.
-func TestCloseDuringADrainWaitsForTheBatchInFlightAndNothingIsSentAgain(t *testing.T) {
+func testCloseDuringADrainWaitsForTheBatchInFlightAndNothingIsSentAgain(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	dbPath, path := filepath.Join(dir, "book.db"), filepath.Join(dir, "journal.jsonl")
@@ -425,7 +441,7 @@ func TestCloseDuringADrainWaitsForTheBatchInFlightAndNothingIsSentAgain(t *testi
 
 // Close waits for a batch in flight only up to the operation timeout: a sink that never answers
 // cannot hang it.
-func TestCloseWaitsForAStuckSinkOnlyUpToTheOpTimeout(t *testing.T) {
+func testCloseWaitsForAStuckSinkOnlyUpToTheOpTimeout(t *testing.T) {
 	s, sink, flushed := stuckRelay(t)
 	defer close(sink.free)
 	if err := s.Close(); err != nil {
@@ -440,7 +456,7 @@ func TestCloseWaitsForAStuckSinkOnlyUpToTheOpTimeout(t *testing.T) {
 // Close at a random moment of a drain, by Run or by Flush, with or without another relay of the run:
 // after Close returns nothing more reaches the sink, and the next process's Flush completes the
 // journal with no line sent twice.
-func TestCloseAtAnyMomentOfADrainLeavesNothingToSendAgain(t *testing.T) {
+func testCloseAtAnyMomentOfADrainLeavesNothingToSendAgain(t *testing.T) {
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(1, 2))
 	for round := range closeRounds(t) {
