@@ -59,7 +59,7 @@ func foreignDBOf(t *testing.T, path string) *sql.DB {
 	return d
 }
 
-// enqueuePath is one way of enqueueing a single event, so that a test can run the same attack through
+// enqueuePath is one way of enqueueing a single event, so that a test can run the same case through
 // every path.
 type enqueuePath struct {
 	name string
