@@ -11,12 +11,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/textmachine/outbox/internal/testing/faultvfs"
 	"github.com/textmachine/outbox/internal/testing/outboxtest"
+	"github.com/textmachine/outbox/journal"
 	"github.com/textmachine/outbox/outbox"
 )
 
@@ -256,5 +258,54 @@ func TestALargeLineIsStoredApartFromItsRowAndDroppedWithIt(t *testing.T) {
 	}
 	if err := outboxtest.RawDB(t, path).QueryRow(`SELECT count(*) FROM events_lines`).Scan(&apart); err != nil || apart != 0 {
 		t.Errorf("lines stored apart after Recover forgot their rows: %d, %v", apart, err)
+	}
+}
+
+// TestALineAtTheLimitGoesThroughTheStoreTheJournalAndTheVerifier: a line of exactly the default
+// limit is stored, projected and verified byte for byte; one byte more is refused before it is stored,
+// naming both sizes, and uses no number.
+func TestALineAtTheLimitGoesThroughTheStoreTheJournalAndTheVerifier(t *testing.T) {
+	if testing.Short() {
+		t.Skip("moves 16 MiB several times")
+	}
+	t.Parallel()
+	ctx := context.Background()
+	s, _ := outboxtest.Setup(t)
+	head, tail := `{"engine_run_id":"r","seq":1,"data":"`, `"}`
+	big := append([]byte(head), bytes.Repeat([]byte("é"), (outbox.DefaultMaxLineSize-len(head)-len(tail))/2)...)
+	for len(big) < outbox.DefaultMaxLineSize-len(tail) {
+		big = append(big, 'x')
+	}
+	big = append(big, tail...)
+	if len(big) != outbox.DefaultMaxLineSize {
+		t.Fatalf("line of %d bytes", len(big))
+	}
+	over := append(append([]byte(head), 'x'), big[len(head):]...)
+	_, err := s.EnqueueEvent(ctx, "r", outboxtest.ConstLine(over))
+	if !errors.Is(err, outbox.ErrInvalidLine) || !strings.Contains(err.Error(), fmt.Sprint(len(over))) ||
+		!strings.Contains(err.Error(), fmt.Sprint(outbox.DefaultMaxLineSize)) {
+		t.Errorf("a line one byte over the limit: %v, want ErrInvalidLine naming both sizes", err)
+	}
+	if seq, err := s.EnqueueEvent(ctx, "r", outboxtest.ConstLine(big)); err != nil || seq != 1 {
+		t.Fatalf("a line at the limit: (%d, %v), want seq 1", seq, err)
+	}
+	jpath := filepath.Join(t.TempDir(), "j.jsonl")
+	j, err := journal.OpenFile(jpath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := outboxtest.NewRelay(t, s, j, "r").Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	f, _ := os.Open(jpath)
+	defer f.Close()
+	rep, err := journal.Verify(f)
+	if err != nil || rep.Runs["r"].Last != 1 {
+		t.Errorf("Verify: (%+v, %v)", rep, err)
+	}
+	got, _ := os.ReadFile(jpath)
+	if !bytes.Equal(got[:len(got)-1], big) {
+		t.Error("the journal's line differs from the stored one")
 	}
 }

@@ -203,55 +203,6 @@ func TestABuilderThatNeverReturnsHoldsNoOtherCallerNorClose(t *testing.T) {
 	}
 }
 
-// Close while a builder never returns and every caller waits for an hour: Close gives up on the
-// builder once it has waited the operation timeout, fails its call (ErrBuilderStuck), commits the
-// call before it, fails the calls still queued (ErrClosed), and returns an error naming the stuck
-// call. What each caller was told matches the book as the next Open finds it.
-func TestCloseWithAStuckBuilderReturnsWithinTheOpTimeoutNamingIt(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "book.db")
-	s := openShortOps(t, path, 200*time.Millisecond)
-	long, cancel := context.WithTimeout(context.Background(), time.Hour)
-	defer cancel()
-	stuck, stuckReturned, entered := blockedBuilder(t)
-	got := newOutcomes()
-	returned := lineUpInOneGroup(t, s, got,
-		groupCall{"before", long, named("before")},
-		groupCall{"stuck", long, stuck},
-		groupCall{"after", long, named("after")})
-	<-entered
-	var wg sync.WaitGroup
-	for i := range 5 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			id := fmt.Sprintf("queued-%d", i)
-			seq, err := s.EnqueueEvent(long, "r", named(id))
-			got.record(id, seq, err)
-		}()
-	}
-	err := s.Close()
-	if !errors.Is(err, outbox.ErrBuilderStuck) || !strings.Contains(err.Error(), `line 3 of run "r"`) ||
-		!strings.Contains(err.Error(), "Close") {
-		t.Fatalf("Close: %v, want ErrBuilderStuck naming line 3 of run r and Close's wait", err)
-	}
-	if stuckReturned.Load() {
-		t.Fatal("Close returned only once the builder had")
-	}
-	for range 4 {
-		<-returned
-	}
-	wg.Wait()
-	if err := got.got["stuck"].err; !errors.Is(err, outbox.ErrBuilderStuck) {
-		t.Fatalf("the stuck call: %v, want ErrBuilderStuck", err)
-	}
-	s2, err := outbox.Open(context.Background(), path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s2.Close()
-	t.Logf("%d of %d calls stored", got.check(t, storedByID(t, s2)), got.len())
-}
-
 // Producers with deadlines from 0 to 50 ms, some with none (the operation timeout bounds them), whose
 // builders return at once, sleep, or never return: every call returns, and what it was told is what
 // the book holds: told a seq, stored there; told an error, not stored.

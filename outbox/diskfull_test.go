@@ -9,9 +9,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
+	"github.com/ncruces/go-sqlite3"
+
+	"github.com/textmachine/outbox/internal/testing/faultvfs"
 	"github.com/textmachine/outbox/internal/testing/outboxtest"
 	"github.com/textmachine/outbox/internal/testing/smallfs"
 	"github.com/textmachine/outbox/journal"
@@ -135,5 +139,26 @@ func TestOpeningABookOnARealFullDiskIsENOSPCAndLeavesNoBook(t *testing.T) {
 	defer s.Close()
 	if seq, err := s.EnqueueEvent(context.Background(), "r", outboxtest.LineOf("x")); err != nil || seq != 1 {
 		t.Errorf("first EnqueueEvent: seq %d, %v", seq, err)
+	}
+}
+
+func TestDiskFullIsNamedAndStoresNothing(t *testing.T) {
+	t.Parallel()
+	setupCalls, total := outboxtest.CountCalls(t, 12)
+	named := 0
+	for at := setupCalls + 1; at <= total; at++ {
+		s, _, path, _ := outboxtest.FaultStore(t, func(v *faultvfs.VFS) { v.FailAt, v.FailWith = at, sqlite3.FULL })
+		acked, err := outboxtest.Workload(s, 12)
+		if err != nil && !errors.Is(err, outbox.ErrNotDurable) {
+			if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "full") {
+				t.Errorf("disk full at call %d: %v, want an error naming it (ENOSPC)", at, err)
+			}
+			named++
+		}
+		s.Close()
+		outboxtest.CheckDurable(t, fmt.Sprintf("disk full at call %d", at), path, acked)
+	}
+	if named == 0 {
+		t.Error("no full disk reached a call")
 	}
 }

@@ -4,8 +4,10 @@ package outbox_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -57,6 +59,60 @@ func TestErrorsNameThePackageOnce(t *testing.T) {
 		}
 		if n := strings.Count(c.err.Error(), "outbox:"); n != 1 {
 			t.Errorf("%s: %q names the package %d times, want once", c.name, c.err, n)
+		}
+	}
+}
+
+// TestErrorChainsFromEveryPathNameThePackageAtMostOnce: the errors a caller gets from the relay's
+// methods, from each enqueue path and from Open, when what fails is deep inside (the sink, a builder, a
+// line, a closed store, the file), never name the package twice.
+func TestErrorChainsFromEveryPathNameThePackageAtMostOnce(t *testing.T) {
+	ctx := context.Background()
+	s, path := outboxtest.Setup(t)
+	outboxtest.MustEnqueue(t, s, "r")
+	bad := func(int64) ([]byte, error) { return []byte("a\nb"), nil }
+	fail := func(int64) ([]byte, error) { return nil, outboxtest.ErrRender }
+	sink := outboxtest.NewMemSink()
+	sink.SetFailing(true)
+	relay := outboxtest.FastRelay(t, s, sink, "r", outbox.WithFlushAttempts(2))
+	errs := map[string]error{}
+	errs["Flush"] = relay.Flush(ctx)
+	// A bound for a Run that would not stop, not the refusal's: ended first, it would test the
+	// context's error instead.
+	rctx, cancel := context.WithTimeout(ctx, liveness)
+	errs["Run"] = outboxtest.FastRelay(t, s, &refusingSink{}, "r").Run(rctx)
+	cancel()
+	_, errs["EnqueueEvent line"] = s.EnqueueEvent(ctx, "r", bad)
+	_, errs["EnqueueEvent build"] = s.EnqueueEvent(ctx, "r", fail)
+	_, _, errs["EnqueueOnce build"] = s.EnqueueOnce(ctx, "r", "k", fail)
+	_, errs["EnqueueEvents line"] = s.EnqueueEvents(ctx, "r", []outbox.EventBuilder{outboxtest.LineOf("x"), bad})
+	_, errs["EnqueueEvents build"] = s.EnqueueEvents(ctx, "r", []outbox.EventBuilder{fail})
+	errs["WriteTx EnqueueTx"] = s.WriteTx(ctx, func(tx *sql.Tx) error {
+		_, err := s.EnqueueTx(ctx, tx, "r", bad)
+		return err
+	})
+	ftx, err := foreignDB(t, path).BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, errs["foreign EnqueueTx"] = s.EnqueueTx(ctx, ftx, "r", fail)
+	ftx.Rollback()
+	_, errs["Open a directory"] = outbox.Open(ctx, t.TempDir())
+	noDB := filepath.Join(t.TempDir(), "not.db")
+	if err := os.WriteFile(noDB, []byte(strings.Repeat("not a database ", 100)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, errs["Open not a database"] = outbox.Open(ctx, noDB)
+	s.Close()
+	_, errs["EnqueueEvent closed"] = s.EnqueueEvent(ctx, "r", outboxtest.LineOf("x"))
+	errs["Flush closed"] = relay.Flush(ctx)
+	for name, err := range errs {
+		if err == nil {
+			t.Errorf("%s: no error", name)
+			continue
+		}
+		if n := strings.Count(err.Error(), "outbox:"); n > 1 {
+			t.Errorf("%s: %q names the package %d times, want at most once", name, err, n)
 		}
 	}
 }

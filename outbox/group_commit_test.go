@@ -4,6 +4,7 @@ package outbox_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -143,5 +144,62 @@ func TestGroupCommitCanBeTurnedOff(t *testing.T) {
 	wg.Wait()
 	if diff := cmp.Diff(outboxtest.SeqRange(1, 40), outboxtest.SeqsOf(outboxtest.AllLines(t, s, "r"))); diff != "" {
 		t.Errorf("seqs (-want +got):\n%s", diff)
+	}
+}
+
+// TestAGroupWithOneRefusedLargeLineCommitsTheOthersAndLeavesNoLineBehind: several callers of large
+// lines share groups, and a trigger refuses every row of one run. Those calls alone fail, the others
+// are stored, and events_lines holds exactly the stored events' lines.
+func TestAGroupWithOneRefusedLargeLineCommitsTheOthersAndLeavesNoLineBehind(t *testing.T) {
+	s, path := outboxtest.Setup(t)
+	ctx := context.Background()
+	if err := s.WriteTx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.Exec(`CREATE TRIGGER refuse_bad BEFORE INSERT ON events_outbox
+			WHEN NEW.engine_run_id = 'bad' BEGIN SELECT RAISE(ABORT, 'refused'); END`)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		run := "r"
+		if w%4 == 0 {
+			run = "bad"
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 10; i++ {
+				seq, err := s.EnqueueEvent(ctx, run, func(seq int64) ([]byte, error) {
+					return []byte(strings.Repeat("x", 600+int(seq))), nil
+				})
+				if run == "bad" && (err == nil || seq != 0) {
+					t.Errorf("a refused call returned seq %d, %v", seq, err)
+				}
+				if run == "r" && err != nil {
+					t.Errorf("a call grouped with refused ones failed: %v", err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	lines := outboxtest.AllLines(t, s, "r")
+	if len(lines) != 60 {
+		t.Fatalf("%d lines stored, want 60", len(lines))
+	}
+	for i, l := range lines {
+		if l.Seq != int64(i+1) || len(l.Line) != 600+int(l.Seq) {
+			t.Errorf("line %d: seq %d with %d bytes", i+1, l.Seq, len(l.Line))
+		}
+	}
+	if n := len(outboxtest.AllLines(t, s, "bad")); n != 0 {
+		t.Errorf("run bad holds %d lines", n)
+	}
+	var spilled int
+	if err := outboxtest.RawDB(t, path).QueryRow(`SELECT count(*) FROM events_lines`).Scan(&spilled); err != nil {
+		t.Fatal(err)
+	}
+	if spilled != 60 {
+		t.Errorf("events_lines holds %d lines for 60 stored events", spilled)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/textmachine/outbox/internal/testing/outboxtest"
 	"github.com/textmachine/outbox/journal"
@@ -400,5 +401,78 @@ func TestVacuumPutsABookCreatedBeforeInTheModeThatGivesPagesBack(t *testing.T) {
 	}
 	if ok, _, _ := s.EnqueueOnce(ctx, "new", "unit:1", outboxtest.LineOf("done")); ok {
 		t.Error("a key was announced again after Vacuum")
+	}
+}
+
+// A batch of once keys reached the sink and its record failed. The relay's next attempt records it,
+// its once keys included, before it appends anything; a process that stops instead leaves it to the
+// next start, whose Recover re-sends it, byte for byte, and moves its keys into the ledger, beside the
+// runs of other earlier processes. Either way no key is announced again.
+func TestAnUnrecordedBatchOfOnceKeysIsLedgeredByTheNextAttemptOrTheNextStart(t *testing.T) {
+	for _, restart := range []bool{false, true} {
+		t.Run(fmt.Sprintf("restart=%v", restart), func(t *testing.T) {
+			ctx := context.Background()
+			s := openStore(t, outbox.WithBusyTimeout(5*time.Millisecond))
+			path := filepath.Join(t.TempDir(), "journal.jsonl")
+			for i := range 20 {
+				key := fmt.Sprintf("unit-%d", i)
+				if ok, _, err := s.EnqueueOnce(ctx, "run", key, journal.Builder("run", "done", key)); err != nil || !ok {
+					t.Fatalf("EnqueueOnce %s: %v, %v", key, ok, err)
+				}
+			}
+			for _, other := range []string{"other-a", "other-b"} {
+				for range 7 {
+					if _, err := s.EnqueueEvent(ctx, other, journal.Builder(other, "spend", 1)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			j := openJournal(t, path)
+			var release func()
+			sink := &hookedSink{sink: j, after: func(call int) {
+				if call == 1 {
+					release = holdWriteLock(t, s.Path())
+				}
+			}}
+			r := outboxtest.NewRelay(t, s, sink, "run", outbox.WithBatchSize(10), outbox.WithFlushAttempts(1))
+			if err := r.Flush(ctx); err == nil {
+				t.Fatal("Flush with the write lock held: nil error")
+			}
+			if got := sink.calls; got != 1 {
+				t.Fatalf("the sink was called %d times, want 1: nothing after the batch whose record failed", got)
+			}
+			release()
+			wantDup := 0
+			if restart {
+				s = outboxtest.Reopen(t, s, outbox.WithBusyTimeout(time.Minute))
+				if err := outboxtest.NewRelay(t, s, j, "next", outbox.WithBatchSize(4)).Recover(ctx); err != nil {
+					t.Fatal(err)
+				}
+				wantDup = 10
+			} else {
+				if err := r.Flush(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if st := runStats(t, s, "run"); st.Projected != 20 || st.LedgerLines != 20 {
+					t.Errorf("after the next attempt: projected %d, %d keys in the ledger; want 20 and 20", st.Projected, st.LedgerLines)
+				}
+				if err := outboxtest.NewRelay(t, s, j, "other-a").Flush(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if err := outboxtest.NewRelay(t, s, j, "other-b").Flush(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			v := verifyFile(t, path)
+			if v.Lines != 34 || v.Runs["run"].Duplicates != wantDup {
+				t.Errorf("the journal holds %d lines, run's with %d duplicates; want 34 and %d", v.Lines, v.Runs["run"].Duplicates, wantDup)
+			}
+			for i := range 20 {
+				key := fmt.Sprintf("unit-%d", i)
+				if ok, _, err := s.EnqueueOnce(ctx, "next", key, journal.Builder("next", "done", key)); err != nil || ok {
+					t.Errorf("EnqueueOnce %s afterwards: announcing %v, %v; want false: it is in the journal", key, ok, err)
+				}
+			}
+		})
 	}
 }

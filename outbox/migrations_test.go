@@ -4,9 +4,13 @@ package outbox_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/textmachine/outbox/internal/testing/outboxtest"
+	"github.com/textmachine/outbox/migrations"
 	"github.com/textmachine/outbox/outbox"
 )
 
@@ -44,6 +48,53 @@ func TestSchemaRefusesAnEmptyRunIDAndASeqBelowOne(t *testing.T) {
 	} {
 		if _, err := d.Exec(q); err == nil {
 			t.Errorf("schema accepted: %s", q)
+		}
+	}
+}
+
+func TestASchemaNewerThanTheLibraryIsRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, path := outboxtest.Setup(t)
+	s.Close()
+	known := migrations.Known()
+	newer := known[len(known)-1] + 1
+	d := outboxtest.RawDBRW(t, path)
+	if _, err := d.Exec(`INSERT INTO `+migrations.TableName+` (version_id, is_applied) VALUES (?, 1)`, newer); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := outbox.Open(ctx, path); !errors.Is(err, outbox.ErrSchemaMismatch) || !strings.Contains(err.Error(), fmt.Sprint(newer)) {
+		t.Errorf("Open: %v, want ErrSchemaMismatch naming version %d", err, newer)
+	}
+	if _, err := outbox.OpenReadOnly(ctx, path); !errors.Is(err, outbox.ErrSchemaMismatch) {
+		t.Errorf("OpenReadOnly: %v, want ErrSchemaMismatch", err)
+	}
+	if err := outbox.Migrate(ctx, d); !errors.Is(err, outbox.ErrSchemaMismatch) {
+		t.Errorf("Migrate: %v, want ErrSchemaMismatch", err)
+	}
+}
+
+func TestABookMissingWhatTheProtocolReliesOnIsRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, tc := range []struct{ drop, names string }{
+		{`DROP INDEX events_outbox_once_key`, "events_outbox_once_key"},
+		{`DROP INDEX events_outbox_announce_key`, "events_outbox_announce_key"},
+		{`DROP INDEX events_outbox_once_key; CREATE INDEX events_outbox_once_key ON events_outbox (once_key)`, "uniqueness"},
+		{`ALTER TABLE events_outbox DROP COLUMN enqueued_at`, "events_outbox.enqueued_at"},
+		{`DROP TABLE outbox_progress`, "table outbox_progress"},
+	} {
+		s, path := outboxtest.Setup(t)
+		s.Close()
+		d := outboxtest.RawDBRW(t, path)
+		if _, err := d.Exec(tc.drop); err != nil {
+			t.Fatalf("%s: %v", tc.drop, err)
+		}
+		if _, err := outbox.Open(ctx, path); !errors.Is(err, outbox.ErrSchemaMismatch) || !strings.Contains(err.Error(), tc.names) {
+			t.Errorf("Open after %s: %v, want ErrSchemaMismatch naming %s", tc.drop, err, tc.names)
+		}
+		if _, err := outbox.OpenReadOnly(ctx, path); !errors.Is(err, outbox.ErrSchemaMismatch) {
+			t.Errorf("OpenReadOnly after %s: %v, want ErrSchemaMismatch", tc.drop, err)
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -452,5 +453,136 @@ func TestARelayTakesTheBatchSizeItsSinkAsksFor(t *testing.T) {
 		if got := sink.Tried(); len(got) == 0 || got[0] != tc.want {
 			t.Errorf("%s: batches %v, want the first of %d lines", run, got, tc.want)
 		}
+	}
+}
+
+// failingOn is a sink that fails the Append calls whose numbers (from 1) it is given, and keeps the
+// lines of every other one.
+type failingOn struct {
+	outboxtest.MemSink
+	mu    sync.Mutex
+	calls int
+	fail  map[int]bool
+}
+
+func (f *failingOn) Append(ctx context.Context, runID string, lines []outbox.EventLine) error {
+	f.mu.Lock()
+	f.calls++
+	fail := f.fail[f.calls]
+	f.mu.Unlock()
+	if fail {
+		return outboxtest.ErrSinkDown
+	}
+	return f.MemSink.Append(ctx, runID, lines)
+}
+
+// TestASinkFailingOnTheSecondAndThirdBatchesGetsEveryLineOnceInOrder: with batches of one line, the
+// first batch read directly, the second as the reader ahead starts, the third from the reader ahead;
+// failing the 2nd and 3rd appends, while more lines are enqueued during the drain, neither skips nor
+// repeats a line, and Flush returns once everything before it is in the sink.
+func TestASinkFailingOnTheSecondAndThirdBatchesGetsEveryLineOnceInOrder(t *testing.T) {
+	for _, batchBytes := range []int{1, 40, 100} {
+		t.Run(fmt.Sprint(batchBytes), func(t *testing.T) {
+			s, _ := outboxtest.Setup(t)
+			ctx := context.Background()
+			for range 10 {
+				outboxtest.MustEnqueue(t, s, "r")
+			}
+			sink := &failingOn{MemSink: *outboxtest.NewMemSink(), fail: map[int]bool{2: true, 3: true}}
+			r := outboxtest.FastRelay(t, s, sink, "r", outbox.WithBatchBytes(batchBytes), outbox.WithFlushAttempts(3), outbox.WithForgetProjected(false))
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for range 10 {
+					outboxtest.MustEnqueue(t, s, "r")
+				}
+			}()
+			if err := r.Flush(ctx); err != nil {
+				t.Fatalf("Flush: %v", err)
+			}
+			// Flush's target is at least the ten lines committed before it.
+			if got, err := s.Projected(ctx, "r"); err != nil || got < 10 {
+				t.Fatalf("Projected = %d, %v after Flush; want at least 10", got, err)
+			}
+			<-done
+			if err := r.Flush(ctx); err != nil {
+				t.Fatalf("second Flush: %v", err)
+			}
+			got := sink.All()
+			want := outboxtest.AllLines(t, s, "r")
+			if len(got) != 20 || len(want) != 20 {
+				t.Fatalf("sink has %v, store %v; want 1..20 in each", outboxtest.SeqsOf(got), outboxtest.SeqsOf(want))
+			}
+			for i := range got {
+				if got[i].Seq != int64(i+1) || string(got[i].Line) != string(want[i].Line) {
+					t.Fatalf("sink line %d is %d %q, want %d %q", i, got[i].Seq, got[i].Line, want[i].Seq, want[i].Line)
+				}
+			}
+		})
+	}
+}
+
+// TestAHoleReachedByTheReaderAheadStopsTheDrainBeforeIt: rows deleted by hand in the middle of a long
+// backlog are met by the reader ahead, mid-batch or at a batch's front, at every batch size: the sink
+// gets exactly the lines before the hole, once each and in order, the position stops there, and the
+// drain fails with ErrRowsMissing, the package named once.
+func TestAHoleReachedByTheReaderAheadStopsTheDrainBeforeIt(t *testing.T) {
+	for _, c := range []struct{ size, bytes int }{{1, 1 << 20}, {3, 1 << 20}, {256, 1}, {256, 70}, {4, 45}} {
+		t.Run(fmt.Sprintf("size=%d,bytes=%d", c.size, c.bytes), func(t *testing.T) {
+			s, _ := outboxtest.Setup(t)
+			ctx := context.Background()
+			for range 40 {
+				outboxtest.MustEnqueue(t, s, "r")
+			}
+			if err := s.WriteTx(ctx, func(tx *sql.Tx) error {
+				_, err := tx.Exec(`DELETE FROM events_outbox WHERE seq IN (23, 24)`)
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			sink := outboxtest.NewMemSink()
+			r := outboxtest.FastRelay(t, s, sink, "r", outbox.WithBatchSize(c.size), outbox.WithBatchBytes(c.bytes))
+			err := r.Flush(ctx)
+			if !errors.Is(err, outbox.ErrRowsMissing) {
+				t.Fatalf("Flush over a hole: %v, want ErrRowsMissing", err)
+			}
+			if n := strings.Count(err.Error(), "outbox:"); n != 1 {
+				t.Errorf("%q names the package %d times", err, n)
+			}
+			if got := outboxtest.SeqsOf(sink.All()); fmt.Sprint(got) != fmt.Sprint(outboxtest.SeqRange(1, 22)) {
+				t.Errorf("sink has %v, want 1..22", got)
+			}
+			if got, err := s.Projected(ctx, "r"); got != 22 || err != nil {
+				t.Errorf("Projected = %d, %v; want 22", got, err)
+			}
+			// Again: nothing is sent twice.
+			if err := r.Flush(ctx); !errors.Is(err, outbox.ErrRowsMissing) {
+				t.Errorf("second Flush: %v", err)
+			}
+			if n := len(sink.All()); n != 22 {
+				t.Errorf("sink has %d lines after the second Flush, want 22", n)
+			}
+		})
+	}
+}
+
+// TestARelayOnAReadOnlyStoreIsRefused: it could append but never record, so every attempt would send
+// its batch again.
+func TestARelayOnAReadOnlyStoreIsRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, path := outboxtest.Setup(t)
+	outboxtest.MustEnqueue(t, s, "r")
+	ro, err := outbox.OpenReadOnly(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	sink := outboxtest.NewMemSink()
+	if r, err := outbox.NewRelay(ro, sink, "r"); r != nil || !errors.Is(err, outbox.ErrReadOnly) {
+		t.Errorf("NewRelay on a read-only store: %v, want ErrReadOnly", err)
+	}
+	if len(sink.All()) != 0 {
+		t.Error("a relay on a read-only store appended")
 	}
 }

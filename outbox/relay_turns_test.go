@@ -3,11 +3,11 @@
 package outbox_test
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sync"
@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/textmachine/outbox/internal/faultpoint"
 	"github.com/textmachine/outbox/internal/testing/outboxtest"
 	"github.com/textmachine/outbox/journal"
 	"github.com/textmachine/outbox/outbox"
@@ -170,59 +171,6 @@ func (g *gatedSink) Append(ctx context.Context, runID string, lines []outbox.Eve
 	return nil
 }
 
-// Close, called while the sink appends a batch, waits until the batch is recorded; the relay then
-// appends nothing more, and the next process re-sends nothing. Without the wait, the batch landed
-// after Close had returned, its record failed on the closed store, and the next start sent it again.
-func TestCloseDuringADrainWaitsForTheBatchInFlightAndNothingIsSentAgain(t *testing.T) {
-	ctx := context.Background()
-	dir := t.TempDir()
-	dbPath, path := filepath.Join(dir, "book.db"), filepath.Join(dir, "journal.jsonl")
-	const backlog = 2000
-	s := openWithBacklog(t, dbPath, backlog)
-	j := openJournal(t, path)
-	sink := newGatedSink(j, 3)
-	flushed := make(chan error, 1)
-	relay := outboxtest.NewRelay(t, s, sink, "run", outbox.WithBatchSize(100))
-	go func() { flushed <- relay.Flush(ctx) }()
-	<-sink.held
-	closed := make(chan error, 1)
-	go func() { closed <- s.Close() }()
-	// Let Close begin before the batch is let through; a Close that has not begun yet by then
-	// finds the batch recorded, which must hold too.
-	time.Sleep(50 * time.Millisecond)
-	close(sink.release)
-	if err := <-closed; err != nil {
-		t.Fatalf("Close: %v", err)
-	}
-	sink.closed.Store(true)
-	if n := sink.active.Load(); n != 0 {
-		t.Fatalf("%d appends still running after Close returned", n)
-	}
-	if err := <-flushed; !errors.Is(err, outbox.ErrClosed) {
-		t.Fatalf("Flush across Close: %v, want ErrClosed", err)
-	}
-	if n := sink.late.Load(); n != 0 {
-		t.Fatalf("%d appends began after Close returned", n)
-	}
-	sent := sink.lines.Load()
-
-	s2, err := outbox.Open(ctx, dbPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s2.Close()
-	after := newGatedSink(j, 0)
-	if err := outboxtest.NewRelay(t, s2, after, "run").Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if got, want := sent+after.lines.Load(), int64(backlog); got != want {
-		t.Errorf("the sink got %d lines before Close and %d after reopening: %d in all, want %d", sent, after.lines.Load(), got, want)
-	}
-	if rep := verifyFile(t, path); rep.Lines != backlog || rep.Duplicates != 0 {
-		t.Fatalf("the journal holds %d lines and %d duplicates, want %d and 0", rep.Lines, rep.Duplicates, backlog)
-	}
-}
-
 // stuckSink never returns from Append until its context ends or it is let go.
 type stuckSink struct {
 	entered chan struct{}
@@ -261,20 +209,6 @@ func stuckRelay(t *testing.T) (*outbox.Store, *stuckSink, <-chan error) {
 	go func() { flushed <- relay.Flush(ctx) }()
 	<-sink.entered
 	return s, sink, flushed
-}
-
-// Close waits for a batch in flight only up to the operation timeout: a sink that never answers
-// cannot hang it.
-func TestCloseWaitsForAStuckSinkOnlyUpToTheOpTimeout(t *testing.T) {
-	s, sink, flushed := stuckRelay(t)
-	defer close(sink.free)
-	if err := s.Close(); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
-	sink.free <- struct{}{}
-	if err := <-flushed; !errors.Is(err, outbox.ErrClosed) {
-		t.Fatalf("Flush: %v, want ErrClosed from the record on the closed store", err)
-	}
 }
 
 // A relay waiting for a run's turn, while another relay's batch is stuck in its sink, gives up when
@@ -375,62 +309,127 @@ func TestAnotherRelayRecordsABatchWhoseRecordFailedInsteadOfSendingItAgain(t *te
 // make test, OUTBOX_RELAY_CLOSE_ROUNDS in make reliability.
 func closeRounds(t *testing.T) int { return envCount(t, "OUTBOX_RELAY_CLOSE_ROUNDS", 12) }
 
-// Close at a random moment of a drain, by Run or by Flush, with or without another relay of the run:
-// after Close returns nothing more reaches the sink, and the next process's Flush completes the
-// journal with no line sent twice.
-func TestCloseAtAnyMomentOfADrainLeavesNothingToSendAgain(t *testing.T) {
-	ctx := context.Background()
-	rng := rand.New(rand.NewPCG(1, 2))
-	for round := range closeRounds(t) {
-		dir := t.TempDir()
-		dbPath, path := filepath.Join(dir, "book.db"), filepath.Join(dir, "journal.jsonl")
-		const backlog = 300
-		s := openWithBacklog(t, dbPath, backlog)
-		j, err := journal.OpenFile(path)
-		if err != nil {
-			t.Fatal(err)
+// slowRecords makes every commit of the store wait a moment before it commits, so that a relay's
+// record takes long enough for the other relays, the retirer and the producers to meet it.
+func slowRecords(t *testing.T) {
+	faultpoint.Set(func(p string) {
+		if p == faultpoint.BeforeCommit {
+			time.Sleep(time.Millisecond)
 		}
-		sink := newGatedSink(j, 0)
-		var wg sync.WaitGroup
-		for k := range 1 + round%2 {
-			r := outboxtest.NewRelay(t, s, sink, "run", outbox.WithBatchSize(5+rng.IntN(20)))
-			wg.Go(func() {
-				var err error
-				if (round+k)%3 == 0 {
-					err = r.Run(ctx)
-				} else {
-					err = r.Flush(ctx)
-				}
-				if err != nil && !errors.Is(err, outbox.ErrClosed) {
-					t.Errorf("round %d: relay: %v", round, err)
-				}
-			})
-		}
-		time.Sleep(time.Duration(rng.IntN(30_000)) * time.Microsecond)
-		if err := s.Close(); err != nil {
-			t.Fatal(err)
-		}
-		sink.closed.Store(true)
-		if n := sink.active.Load(); n != 0 {
-			t.Fatalf("round %d: %d appends running after Close returned", round, n)
-		}
-		wg.Wait()
-		if n := sink.late.Load(); n != 0 {
-			t.Fatalf("round %d: %d appends began after Close returned", round, n)
-		}
+	})
+	t.Cleanup(func() { faultpoint.Set(nil) })
+}
 
-		s2, err := outbox.Open(ctx, dbPath)
-		if err != nil {
-			t.Fatal(err)
+// Two relays of one run, each forgetting what it projects, take turns while their records are slowed
+// down; producers enqueue and a caller retires lines meanwhile. Each line reaches the sink
+// once, as a tombstone exactly when RetireEvent said it retired it, and the book keeps none of them.
+func TestRelaysTakingTurnsWithRecordsInFlightRacingRetireEventSendEachLineOnce(t *testing.T) {
+	const producers, perProducer = 2, 300
+	slowRecords(t)
+	ctx := context.Background()
+	s := openStore(t)
+	mem := outboxtest.NewMemSink()
+	// A slow sink keeps the relays behind the producers, so that the retirer finds pending lines.
+	// A sink that fails every third batch makes the relays give their turn up with lines pending,
+	// which the retirer then finds.
+	sink := &hookedSink{sink: mem, before: func(call int, _ context.Context, _ []outbox.EventLine) error {
+		if call%3 == 0 {
+			return outboxtest.ErrSinkDown
 		}
-		if err := outboxtest.NewRelay(t, s2, j, "run").Flush(ctx); err != nil {
-			t.Fatal(err)
+		return nil
+	}}
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for i := range 2 {
+		r := outboxtest.FastRelay(t, s, sink, "run", outbox.WithBatchSize(4+i*3), outbox.WithForgetProjected(true),
+			outbox.WithPollInterval(time.Millisecond))
+		wg.Go(func() {
+			if i == 0 {
+				if err := r.Run(runCtx); !errors.Is(err, context.Canceled) {
+					errs <- fmt.Errorf("Run: %w", err)
+				}
+				return
+			}
+			for runCtx.Err() == nil {
+				if err := r.Flush(runCtx); err != nil && runCtx.Err() == nil && !errors.Is(err, outboxtest.ErrSinkDown) {
+					errs <- fmt.Errorf("Flush: %w", err)
+					return
+				}
+			}
+		})
+	}
+	var retiredMu sync.Mutex
+	retired := map[int64]bool{}
+	var newest atomic.Int64 // the last seq a producer was given
+	wg.Go(func() {
+		for done := int64(0); runCtx.Err() == nil && done < producers*perProducer; {
+			seq := newest.Load()
+			if seq == done {
+				time.Sleep(100 * time.Microsecond)
+				continue
+			}
+			done = seq
+			err := s.RetireEvent(runCtx, "run", seq, "attack")
+			switch {
+			case err == nil:
+				retiredMu.Lock()
+				retired[seq] = true
+				retiredMu.Unlock()
+			case errors.Is(err, outbox.ErrProjected), runCtx.Err() != nil:
+			default:
+				errs <- fmt.Errorf("RetireEvent %d: %w", seq, err)
+				return
+			}
 		}
-		s2.Close()
-		j.Close()
-		if rep := verifyFile(t, path); rep.Lines != backlog || rep.Duplicates != 0 {
-			t.Fatalf("round %d: the journal holds %d lines and %d duplicates, want %d and 0",
-				round, rep.Lines, rep.Duplicates, backlog)
+	})
+	var pw sync.WaitGroup
+	for p := range producers {
+		pw.Go(func() {
+			for i := 0; i < perProducer; i += 5 {
+				builds := make([]outbox.EventBuilder, 5)
+				for k := range builds {
+					builds[k] = journal.Builder("run", "spend", map[string]int{"producer": p, "i": i + k})
+				}
+				seqs, err := s.EnqueueEvents(ctx, "run", builds)
+				if err != nil {
+					errs <- err
+					return
+				}
+				for last := seqs[len(seqs)-1]; ; {
+					if old := newest.Load(); old >= last || newest.CompareAndSwap(old, last) {
+						break
+					}
+				}
+			}
+		})
+	}
+	pw.Wait()
+	if err := outboxtest.FastRelay(t, s, sink, "run", outbox.WithForgetProjected(true), outbox.WithFlushAttempts(10)).Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	seen := map[int64]int{}
+	for _, l := range mem.All() {
+		seen[l.Seq]++
+		if tomb := bytes.Contains(l.Line, []byte(`"type":"retired"`)); tomb != retired[l.Seq] {
+			t.Errorf("seq %d reached the sink as a tombstone: %v; RetireEvent retired it: %v", l.Seq, tomb, retired[l.Seq])
 		}
 	}
+	for seq := int64(1); seq <= producers*perProducer; seq++ {
+		if seen[seq] != 1 {
+			t.Errorf("seq %d reached the sink %d times, want once", seq, seen[seq])
+		}
+	}
+	projected, err := s.Projected(ctx, "run")
+	if kept := outboxtest.CountRows(t, s.Path(), "engine_run_id = 'run'"); err != nil || kept != 0 || projected != producers*perProducer {
+		t.Errorf("after the relays: %d rows kept, projected %d (%v); want 0 and %d", kept, projected, err, producers*perProducer)
+	}
+	t.Logf("%d lines retired", len(retired))
 }

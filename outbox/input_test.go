@@ -3,21 +3,15 @@
 package outbox_test
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/textmachine/outbox/internal/testing/outboxtest"
-	"github.com/textmachine/outbox/journal"
 	"github.com/textmachine/outbox/outbox"
 )
 
@@ -81,108 +75,56 @@ func TestEveryWriteMethodRefusesBadInputAndStoresNothing(t *testing.T) {
 	}
 }
 
-// TestCloseDuringConcurrentCallsLeavesOnlyWhatWasAcknowledged closes a store while goroutines enqueue:
-// every call either returns a seq (and that line is stored) or fails, with ErrClosed once the store is
-// closed; nothing panics, and the database reopens with exactly the acknowledged lines, dense.
-func TestCloseDuringConcurrentCallsLeavesOnlyWhatWasAcknowledged(t *testing.T) {
-	t.Parallel()
-	path := filepath.Join(t.TempDir(), "book.db")
-	s, err := outbox.Open(context.Background(), path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	acked := map[int64]bool{}
-	start := make(chan struct{})
-	for g := 0; g < 8; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-start
-			for i := 0; i < 200; i++ {
-				seq, err := s.EnqueueEvent(context.Background(), "r", outboxtest.LineOf("x"))
-				if err != nil {
-					if !errors.Is(err, outbox.ErrClosed) {
-						t.Errorf("enqueue during Close: %v", err)
-					}
-					return
-				}
-				mu.Lock()
-				acked[seq] = true
-				mu.Unlock()
-			}
-		}()
-	}
-	close(start)
-	for {
-		mu.Lock()
-		n := len(acked)
-		mu.Unlock()
-		if n >= 50 {
-			break
-		}
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	wg.Wait()
-	s2, err := outbox.Open(context.Background(), path)
-	if err != nil {
-		t.Fatalf("reopen after Close: %v (the lock was not released?)", err)
-	}
-	defer s2.Close()
-	stored := outboxtest.SeqsOf(outboxtest.AllLines(t, s2, "r"))
-	if diff := cmp.Diff(outboxtest.SeqRange(1, int64(len(acked))), stored); diff != "" {
-		t.Errorf("stored lines are not exactly the %d acknowledged, dense (-want +got):\n%s", len(acked), diff)
-	}
-}
-
-// TestALineAtTheLimitGoesThroughTheStoreTheJournalAndTheVerifier: a line of exactly the default
-// limit is stored, projected and verified byte for byte; one byte more is refused before it is stored,
-// naming both sizes, and uses no number.
-func TestALineAtTheLimitGoesThroughTheStoreTheJournalAndTheVerifier(t *testing.T) {
-	if testing.Short() {
-		t.Skip("moves 16 MiB several times")
-	}
+func TestRunIDsAndOnceKeysMustBeWellFormed(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, _ := outboxtest.Setup(t)
-	head, tail := `{"engine_run_id":"r","seq":1,"data":"`, `"}`
-	big := append([]byte(head), bytes.Repeat([]byte("é"), (outbox.DefaultMaxLineSize-len(head)-len(tail))/2)...)
-	for len(big) < outbox.DefaultMaxLineSize-len(tail) {
-		big = append(big, 'x')
+	s, path := outboxtest.Setup(t)
+	badRuns := map[string]string{
+		"empty":             "",
+		"invalid UTF-8 ff":  "run\xff",
+		"invalid UTF-8 fe":  "run\xfe",
+		"NUL":               "run\x00",
+		"newline":           "run\n",
+		"escape":            "run\x1b[2J",
+		"DEL":               "run\x7f",
+		"257 bytes":         strings.Repeat("r", outbox.MaxRunIDLen+1),
+		"truncated UTF-8":   "run\xc3",
+		"surrogate in UTF8": "run\xed\xa0\x80",
 	}
-	big = append(big, tail...)
-	if len(big) != outbox.DefaultMaxLineSize {
-		t.Fatalf("line of %d bytes", len(big))
+	for name, run := range badRuns {
+		calls := map[string]error{}
+		_, calls["EnqueueEvent"] = s.EnqueueEvent(ctx, run, outboxtest.LineOf("x"))
+		_, _, calls["EnqueueOnce"] = s.EnqueueOnce(ctx, run, "k", outboxtest.LineOf("x"))
+		_, calls["EnqueueEvents"] = s.EnqueueEvents(ctx, run, []outbox.EventBuilder{outboxtest.LineOf("x")})
+		calls["WriteTx+EnqueueTx"] = s.WriteTx(ctx, func(tx *sql.Tx) error { _, err := s.EnqueueTx(ctx, tx, run, outboxtest.LineOf("x")); return err })
+		calls["MarkAnnounced"] = s.MarkAnnounced(ctx, run, map[int64]string{1: "k"})
+		_, calls["PendingEvents"] = s.PendingEvents(ctx, run, 0, 1)
+		_, calls["ForgetEvents"] = s.ForgetEvents(ctx, run)
+		_, calls["NewRelay"] = outbox.NewRelay(s, outboxtest.NewMemSink(), run)
+		for call, err := range calls {
+			if !errors.Is(err, outbox.ErrInvalidRunID) {
+				t.Errorf("%s with a run id (%s) %q: %v, want ErrInvalidRunID", call, name, run, err)
+			}
+		}
 	}
-	over := append(append([]byte(head), 'x'), big[len(head):]...)
-	_, err := s.EnqueueEvent(ctx, "r", outboxtest.ConstLine(over))
-	if !errors.Is(err, outbox.ErrInvalidLine) || !strings.Contains(err.Error(), fmt.Sprint(len(over))) ||
-		!strings.Contains(err.Error(), fmt.Sprint(outbox.DefaultMaxLineSize)) {
-		t.Errorf("a line one byte over the limit: %v, want ErrInvalidLine naming both sizes", err)
+	if _, err := s.EnqueueEvent(ctx, strings.Repeat("é", outbox.MaxRunIDLen/2), outboxtest.LineOf("x")); err != nil {
+		t.Errorf("a run id of exactly %d bytes: %v", outbox.MaxRunIDLen, err)
 	}
-	if seq, err := s.EnqueueEvent(ctx, "r", outboxtest.ConstLine(big)); err != nil || seq != 1 {
-		t.Fatalf("a line at the limit: (%d, %v), want seq 1", seq, err)
+	for name, key := range map[string]string{
+		"empty": "", "invalid UTF-8": "k\xff", "control": "k\r", "1025 bytes": strings.Repeat("k", outbox.MaxOnceKeyLen+1),
+	} {
+		if _, _, err := s.EnqueueOnce(ctx, "r", key, outboxtest.LineOf("x")); !errors.Is(err, outbox.ErrInvalidOnceKey) {
+			t.Errorf("EnqueueOnce with a key (%s): %v, want ErrInvalidOnceKey", name, err)
+		}
+		if err := s.MarkAnnounced(ctx, "r", map[int64]string{1: key}); !errors.Is(err, outbox.ErrInvalidOnceKey) {
+			t.Errorf("MarkAnnounced with a key (%s): %v, want ErrInvalidOnceKey", name, err)
+		}
 	}
-	jpath := filepath.Join(t.TempDir(), "j.jsonl")
-	j, err := journal.OpenFile(jpath)
-	if err != nil {
-		t.Fatal(err)
+	// Nothing was stored and no number used.
+	if n := outboxtest.CountRows(t, path, "engine_run_id = 'r'"); n != 0 {
+		t.Errorf("%d rows of r after refused calls", n)
 	}
-	if err := outboxtest.NewRelay(t, s, j, "r").Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
-	j.Close()
-	f, _ := os.Open(jpath)
-	defer f.Close()
-	rep, err := journal.Verify(f)
-	if err != nil || rep.Runs["r"].Last != 1 {
-		t.Errorf("Verify: (%+v, %v)", rep, err)
-	}
-	got, _ := os.ReadFile(jpath)
-	if !bytes.Equal(got[:len(got)-1], big) {
-		t.Error("the journal's line differs from the stored one")
+	if seq := outboxtest.MustEnqueue(t, s, "r"); seq != 1 {
+		t.Errorf("first seq of r after refused calls: %d", seq)
 	}
 }
