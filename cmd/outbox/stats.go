@@ -64,7 +64,7 @@ type stopRow struct {
 
 const statsAbout = `
 Lists the runs that have lines stored; a run whose lines are all forgotten is counted in the
-header's runs known (as check counts it) but not listed, so that the table stays as long as the
+header's runs (as check counts it; a line under it says how many are not listed) but not listed, so that the table stays as long as the
 work in hand however many starts the book has seen. Per run listed: the highest seq ever assigned
 (kept after some of its lines are forgotten), the lines still stored, how far the run is projected, the lines pending (not yet projected) and the age of the oldest of
 them, and whether a relay stopped projecting the run because the sink refused its lines (at which
@@ -334,8 +334,12 @@ func printStats(w io.Writer, rep statsReport, asJSON bool) error {
 }
 
 func printStatsHeader(w io.Writer, rep statsReport) {
-	fmt.Fprintf(w, "%s: %s, WAL %s; %s in the ledger; %s known, %d with lines stored (listed)\n\n",
-		quote(rep.DB), plural(rep.FileBytes, "byte"), plural(rep.WALBytes, "byte"), plural(rep.Ledger, "once key"), plural(rep.RunsKnown, "run"), rep.runCount)
+	fmt.Fprintf(w, "%s: %s, WAL %s; %s in the ledger; %s\n",
+		quote(rep.DB), plural(rep.FileBytes, "byte"), plural(rep.WALBytes, "byte"), plural(rep.Ledger, "once key"), plural(max(rep.RunsKnown, rep.runCount), "run"))
+	if forgotten := rep.RunsKnown - rep.runCount; forgotten > 0 {
+		fmt.Fprintf(w, "listed: the %d with lines stored; %d whose lines are all forgotten are counted, not listed\n", rep.runCount, forgotten)
+	}
+	fmt.Fprintln(w)
 }
 
 func printRunsTable(w io.Writer, runs []runStatsRow) error {

@@ -46,8 +46,8 @@ func TestStatsCountsTheRunsWhoseLinesAreAllForgotten(t *testing.T) {
 	s.Close()
 
 	code, out, errOut := cli(t, "stats", "--db", dbPath)
-	if code != exitOK || !strings.Contains(out, "2 runs known, 1 with lines stored") || !strings.Contains(out, "live") || strings.Contains(out, "gone") {
-		t.Errorf("stats: exit %d, stdout %q, stderr %q; want 2 runs known, 1 with lines stored (live) listed", code, out, errOut)
+	if code != exitOK || !strings.Contains(out, "; 2 runs\nlisted: the 1 with lines stored; 1 whose lines are all forgotten are counted, not listed\n") || !strings.Contains(out, "live") || strings.Contains(out, "gone") {
+		t.Errorf("stats: exit %d, stdout %q, stderr %q; want 2 runs, the 1 with lines stored (live) listed", code, out, errOut)
 	}
 	code, out, errOut = cli(t, "stats", "--db", dbPath, "--json")
 	var rep statsReport
