@@ -238,6 +238,34 @@ type journalSource struct {
 // for the rest of registerEvery. A registration that lags only makes retention keep more.
 const registerBytes = 16 << 20
 
+// outsideJournal refuses a journal directory that holds the inbox's own database (and so its -wal
+// and -shm files, which lie beside it): a journal directory holds only the journal's files, and the
+// engine's next journal.Open would refuse the whole journal for the database's, after this inbox had
+// applied lines from it. Symbolic links are resolved where the paths exist, so that another name
+// for the same directory is caught too.
+func (in *Inbox) outsideJournal(call, dir string) error {
+	db, err := filepath.Abs(in.path)
+	if err != nil {
+		return fmt.Errorf("inbox: %s: %w", call, err)
+	}
+	within := func(dbDir, dir string) bool {
+		rel, err := filepath.Rel(dir, dbDir)
+		return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
+	}
+	dbDir := filepath.Dir(db)
+	inside := within(dbDir, dir)
+	if r, err := filepath.EvalSymlinks(dbDir); err == nil {
+		if rd, err := filepath.EvalSymlinks(dir); err == nil {
+			inside = inside || within(r, rd)
+		}
+	}
+	if inside {
+		return fmt.Errorf("inbox: %s: the inbox's database %s lies inside the journal directory %s, which must hold only the journal's files (the engine's journal.Open refuses the journal then): keep the database outside it; nothing was applied",
+			call, quotePath(db), quotePath(dir))
+	}
+	return nil
+}
+
 // registerEvery is a variable so that a test can make every registration a call's start or end.
 var registerEvery = 250 * time.Millisecond
 
@@ -254,6 +282,11 @@ func (in *Inbox) newJournalSource(call, dir string, h Handler) (*journalSource, 
 	}
 	if err := checkName(call+" directory", abs, MaxSourceNameLen-len(JournalSourcePrefix)); err != nil {
 		return nil, err
+	}
+	if call == "ApplyJournal" || call == "FollowJournal" {
+		if err := in.outsideJournal(call, abs); err != nil {
+			return nil, err
+		}
 	}
 	return &journalSource{in: in, dir: abs, name: JournalSourcePrefix + abs, reader: in.readerName(), h: h,
 		follow: call == "FollowJournal", stopAt: -1, registered: -1, pending: -1,

@@ -49,10 +49,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "outbox: need a command (run 'outbox help' for the list)")
 		return exitUsage
 	case args[0] == "help" && len(args) > 1:
-		// "outbox help stats" is "outbox stats --help", as in the go command; an unknown name
-		// falls through to the unknown-command error below.
+		// "outbox help stats" is "outbox stats --help", as in the go command, and "outbox help
+		// journal trim" is "outbox journal trim --help"; an unknown name falls through to the
+		// unknown-command error below.
 		if _, ok := commands[args[1]]; ok {
-			args = []string{args[1], "--help"}
+			args = append(append([]string(nil), args[1:]...), "--help")
 		} else {
 			args = args[1:]
 		}
@@ -80,8 +81,12 @@ func usage(w io.Writer) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
+	width := 0
 	for _, n := range names {
-		fmt.Fprintf(w, "  %-8s %s\n", n, commands[n].summary)
+		width = max(width, len(n))
+	}
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-*s %s\n", width, n, commands[n].summary)
 	}
 	fmt.Fprintln(w, "\nRun 'outbox <command> --help' for a command's flags.")
 }

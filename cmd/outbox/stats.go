@@ -28,11 +28,14 @@ func init() {
 type statsReport struct {
 	DB string `json:"db"`
 	// DBEscaped is the path quoted as Go's %q does, given only when it is not valid UTF-8.
-	DBEscaped string        `json:"db_escaped,omitempty"`
-	FileBytes int64         `json:"file_bytes"`
-	WALBytes  int64         `json:"wal_bytes"`
-	Ledger    int64         `json:"ledger_keys"`
-	Runs      []runStatsRow `json:"runs"`
+	DBEscaped string `json:"db_escaped,omitempty"`
+	FileBytes int64  `json:"file_bytes"`
+	WALBytes  int64  `json:"wal_bytes"`
+	Ledger    int64  `json:"ledger_keys"`
+	// RunsKnown counts every run the book knows, those whose lines are all forgotten too; Runs lists
+	// only the runs with lines stored, so that the list stays as long as the work in hand.
+	RunsKnown int64         `json:"runs_known"`
+	Runs      []runStatsRow `json:"runs"` // last: streamStats writes the list after the rest
 
 	runCount int64 // the runs the header names; len(Runs) unless they are streamed
 }
@@ -60,8 +63,10 @@ type stopRow struct {
 }
 
 const statsAbout = `
-Per run: the highest seq ever assigned (kept after its lines are forgotten), the lines still
-stored, how far the run is projected, the lines pending (not yet projected) and the age of the oldest of
+Lists the runs that have lines stored; a run whose lines are all forgotten is counted in the
+header's runs (as check counts it; a line under it says how many are not listed) but not listed, so that the table stays as long as the
+work in hand however many starts the book has seen. Per run listed: the highest seq ever assigned
+(kept after some of its lines are forgotten), the lines still stored, how far the run is projected, the lines pending (not yet projected) and the age of the oldest of
 them, and whether a relay stopped projecting the run because the sink refused its lines (at which
 seq, when and why: kept in the book until the run projects again); then the number of once keys in the ledger (counted, not loaded) and the sizes of the
 database and its WAL. Opens the database read-only: beside a running engine it reads what the
@@ -187,7 +192,7 @@ func statsHeader(ctx context.Context, s *outbox.Store) (statsReport, error) {
 	if err != nil {
 		return rep, err
 	}
-	rep.Ledger, rep.runCount = tot.LedgerKeys, tot.RunsWithRows
+	rep.Ledger, rep.runCount, rep.RunsKnown = tot.LedgerKeys, tot.RunsWithRows, tot.Runs
 	rep.FileBytes, rep.WALBytes = fileSize(s.Path()), fileSize(s.Path()+"-wal")
 	return rep, nil
 }
@@ -329,8 +334,12 @@ func printStats(w io.Writer, rep statsReport, asJSON bool) error {
 }
 
 func printStatsHeader(w io.Writer, rep statsReport) {
-	fmt.Fprintf(w, "%s: %s, WAL %s; %s in the ledger; %s\n\n",
-		quote(rep.DB), plural(rep.FileBytes, "byte"), plural(rep.WALBytes, "byte"), plural(rep.Ledger, "once key"), plural(rep.runCount, "run"))
+	fmt.Fprintf(w, "%s: %s, WAL %s; %s in the ledger; %s\n",
+		quote(rep.DB), plural(rep.FileBytes, "byte"), plural(rep.WALBytes, "byte"), plural(rep.Ledger, "once key"), plural(max(rep.RunsKnown, rep.runCount), "run"))
+	if forgotten := rep.RunsKnown - rep.runCount; forgotten > 0 {
+		fmt.Fprintf(w, "listed: the %d with lines stored; %d whose lines are all forgotten are counted, not listed\n", rep.runCount, forgotten)
+	}
+	fmt.Fprintln(w)
 }
 
 func printRunsTable(w io.Writer, runs []runStatsRow) error {

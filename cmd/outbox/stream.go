@@ -29,6 +29,16 @@ Durability of an acknowledged line: --replicas 1 survives a crash of the server 
 not a power failure of its machine (unless the server syncs always); --replicas 3 survives
 the loss or the power failure of any one of three servers.`
 
+const streamGroupAbout = `
+Works on a JetStream stream the relay's sink publishes to.
+
+  create    creates the stream with the settings the sink needs, or checks an existing one
+            (outbox stream create --help; described below).
+  trim      removes the lines every registered reader has applied and older than --keep, and
+            past --max-bytes the oldest whatever the readers (outbox stream trim --help).
+  readers   lists the readers registered for the stream; --forget removes one that is gone
+            (outbox stream readers --help).`
+
 func runStream(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	// Its one subcommand names the command in every message, as "outbox inbox stats" does, once
 	// it is given first; a bare or unknown subcommand is the usage error of "outbox stream".
@@ -42,7 +52,15 @@ func runStream(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if len(args) > 0 && args[0] == "create" {
 		cmd, args = "stream create", args[1:]
 	}
-	fs := newFlags(cmd, "outbox stream create (--nats URL | --context NAME) --stream NAME [--replicas N] [--subject-prefix PREFIX]", streamAbout)
+	synopsis, about := "outbox stream create (--nats URL | --context NAME) --stream NAME [--replicas N] [--subject-prefix PREFIX]", streamAbout
+	if cmd == "stream" {
+		// The group's help (outbox stream --help, outbox help stream) names every subcommand; the
+		// flags it lists are create's, which the group's own parse takes.
+		synopsis += "\n       outbox stream trim (--nats URL | --context NAME) --stream NAME [--keep D] [--max-bytes N] [--every D] [--subject-prefix PREFIX]" +
+			"\n       outbox stream readers (--nats URL | --context NAME) --stream NAME [--forget READER]"
+		about = streamGroupAbout + "\n\ncreate (the flags below are its):\n" + strings.TrimSpace(streamAbout)
+	}
+	fs := newFlags(cmd, synopsis, about)
 	name := fs.String("stream", "", "the stream `NAME`")
 	replicas := fs.Int("replicas", 1, "the number of replicas, `N`: 1 to 5, usually 1 or 3 (3 needs a cluster of three or more servers)")
 	nf := addNATSFlags(fs, "the NATS server `URL`")

@@ -17,9 +17,9 @@ import (
 
 const streamTrimAbout = `
 Removes from the stream NAME the lines every registered reader has applied and that are older
-than --keep. A reader registers by reading the stream (ApplyStream, FollowStream, outbox inbox
-apply-stream): it writes the stream sequence its inbox committed to the stream's readers' bucket
-after each commit. With no reader registered nothing is removed but by the cap.
+than --keep. A reader registers by reading the stream (ApplyStream or FollowStream of package
+jetstream, in the consumer's program): it writes the stream sequence its inbox committed to the
+stream's readers' bucket after each commit. With no reader registered nothing is removed but by the cap.
 
 With --max-bytes N, a stream that still holds more than N bytes loses its oldest lines, applied
 or not, until it holds at most N: the readers left behind are logged at level ERROR and stop with

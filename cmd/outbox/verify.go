@@ -3,6 +3,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 
 	ojs "github.com/textmachine/outbox/jetstream"
 	"github.com/textmachine/outbox/journal"
+	"github.com/textmachine/outbox/outbox"
 )
 
 func init() {
@@ -175,12 +177,57 @@ func verifyPath(ctx context.Context, path string) (journal.Report, error) {
 	if err := checkFile(path, "journal"); err != nil {
 		return journal.Report{}, err
 	}
+	// Opening a named pipe would wait for a writer: refuse it, as anything else not a file, first.
+	if st, err := os.Stat(path); err == nil && !st.Mode().IsRegular() {
+		return journal.Report{}, fmt.Errorf("journal %s is not a regular file", quote(path))
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return journal.Report{}, err
 	}
 	defer f.Close()
+	if err := beginsAJournal(f, path); err != nil {
+		return journal.Report{}, err
+	}
 	return journal.Verify(f, segmentOptions(path)...)
+}
+
+// beginsAJournal refuses, wrapping journal.ErrNotJournal, a file whose first line is not a journal
+// line: a database or a log named for the journal is a usage error (exit 2), as check and relay say,
+// not a journal with a malformed line (exit 1), so that a script tells a wrong file from a corrupt
+// journal. Only the beginning is judged: a journal's later lines, its tail above all (a crash may
+// leave NUL bytes there), are what verify is for. A file with no newline within a line's length
+// (a torn line alone) is left to Verify.
+func beginsAJournal(f *os.File, path string) error {
+	buf := make([]byte, outbox.DefaultMaxLineSize+1)
+	n, err := io.ReadFull(f, buf)
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+		return err
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	buf = buf[:n]
+	first, _, whole := bytes.Cut(buf, []byte{'\n'})
+	var why string
+	switch {
+	case n == 0:
+		return nil
+	case first[0] != '{':
+		why = "it does not begin with '{'"
+	case bytes.IndexByte(first, 0) >= 0:
+		why = "a NUL byte in its first line"
+	case !whole:
+		return nil
+	default:
+		if _, _, err := journal.LineKey(first); err != nil {
+			why = "its first line is not a journal line: " + message(err)
+		}
+	}
+	if why == "" {
+		return nil
+	}
+	return fmt.Errorf("%w: %s: %s", journal.ErrNotJournal, path, why)
 }
 
 // segmentOptions are the options that read the file at path as what it is: a segment that does not
