@@ -64,6 +64,13 @@ func ExampleInbox_FollowJournal() {
 	}))
 	followed := make(chan error, 1)
 	go func() { followed <- in.FollowJournal(ctx, dir, r.Route) }()
+	// FollowJournal registers the reader as it starts; retention keeps nothing for a reader not yet
+	// registered, so the engine's first lines wait for it here (a platform deployed before its
+	// engine, or registered with journal.SetReader, needs no such wait).
+	for registered := false; !registered; time.Sleep(10 * time.Millisecond) {
+		readers, _ := journal.Readers(dir)
+		registered = len(readers) == 1
+	}
 
 	// Lines appended while the platform follows are applied as they come.
 	for seq := int64(1); seq <= 3; seq++ {
