@@ -14,10 +14,6 @@ import (
 	"github.com/textmachine/outbox/internal/litedb"
 )
 
-// ErrNotDatabase is returned by Migrate for a path that names something other than a SQLite
-// database: a directory, a pipe or device, or a file of other bytes (a journal).
-var ErrNotDatabase = errors.New("inbox: not a SQLite database")
-
 // sqliteHeader opens every SQLite database file; an empty file is a database not yet written.
 const sqliteHeader = "SQLite format 3\x00"
 

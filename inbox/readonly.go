@@ -16,19 +16,6 @@ import (
 	"github.com/textmachine/outbox/internal/litedb"
 )
 
-var (
-	// ErrReadOnly is returned by every write of an Inbox opened with OpenReadOnly (Apply, ApplyFrom,
-	// ApplyFile, FollowFile, WriteTx, Release, AcceptGap): it writes nothing.
-	ErrReadOnly = errors.New("inbox: opened read-only; it writes nothing")
-	// ErrNotInbox is returned by OpenReadOnly for a database that holds no inbox's tables: it was
-	// never opened by an Inbox, and a read-only open does not create them.
-	ErrNotInbox = errors.New("inbox: the database holds no inbox")
-	// ErrDatabaseOpened is returned, wrapped, by a read of an Inbox opened with OpenReadOnly that
-	// began while no Inbox had the database open and met one that opened it meanwhile: nothing read
-	// is returned, and the same read again succeeds. It is outbox.ErrBookOpened.
-	ErrDatabaseOpened = litedb.ErrBookOpened
-)
-
 // OpenReadOnly opens an existing inbox database for reading only, for the tools that watch a
 // consumer: Position, Quarantined, Sources, SourcePosition, AcceptedGaps, Runs, AllRuns and RunCount
 // work; every write returns ErrReadOnly before it begins (ApplyFile and FollowFile at their first
