@@ -21,20 +21,12 @@ var (
 	// UTF-8, or holds a control character (U+0000 to U+001F, U+007F). A run id is the reader's stream
 	// identity: two ids that print alike would merge two streams.
 	ErrInvalidRunID = errors.New("outbox: invalid run id")
-	// ErrEmptyRunID is returned when a run id is empty. It is an ErrInvalidRunID.
-	ErrEmptyRunID = fmt.Errorf("%w: empty", ErrInvalidRunID)
-	// ErrInvalidOnceKey is returned when a once key is empty, longer than MaxOnceKeyLen bytes, not
-	// valid UTF-8, or holds a control character.
+	// ErrInvalidOnceKey is returned when a once key is empty (which is how the schema spells "not in
+	// the ledger"), longer than MaxOnceKeyLen bytes, not valid UTF-8, or holds a control character.
 	ErrInvalidOnceKey = errors.New("outbox: invalid once key")
-	// ErrEmptyOnceKey is returned when a once key is empty, which is how the schema spells "not in
-	// the ledger". It is an ErrInvalidOnceKey.
-	ErrEmptyOnceKey = fmt.Errorf("%w: empty", ErrInvalidOnceKey)
 	// ErrInvalidLine is returned when a builder renders a line that is empty, holds a newline (the
 	// journal is newline-delimited), or is longer than the store's line limit (WithMaxLineSize).
 	ErrInvalidLine = errors.New("outbox: invalid line")
-	// ErrInvalidLimit is returned when a pending read is asked for fewer than one line: pending reads
-	// are always bounded.
-	ErrInvalidLimit = errors.New("outbox: limit must be at least 1")
 	// ErrSeqExhausted is returned when a run has been given seq 2^63-1 and can take no more events.
 	ErrSeqExhausted = errors.New("outbox: the run has used every sequence number")
 	// ErrLocked is returned when Open finds another Store, in this process or another, holding the
@@ -54,11 +46,10 @@ var (
 	// holds it in the ledger or pending), or a second key to one event. The ledger holds each key once
 	// and each event under one key.
 	ErrAnnounceConflict = errors.New("outbox: once key conflict")
-	// ErrNoSchema is returned when OpenReadOnly opens a database without the outbox tables.
-	ErrNoSchema = errors.New("outbox: database has no outbox schema")
 	// ErrSchemaMismatch is returned when Open, OpenReadOnly or Migrate meet a book whose outbox
 	// schema version is newer than this library knows, or that lacks a table, column or index the
-	// protocol relies on (a unique index dropped by hand would let one key go to two events).
+	// protocol relies on (a unique index dropped by hand would let one key go to two events), and
+	// when OpenReadOnly opens a database without the outbox tables (which it does not create).
 	ErrSchemaMismatch = migrations.ErrSchemaMismatch
 	// ErrNotDurable is returned when an fdatasync of the WAL failed: the call's commit was made (its
 	// seq is returned with the error) but may or may not survive power loss. After a failed
@@ -129,7 +120,7 @@ const (
 // checkRunID applies the run id rules; see ErrInvalidRunID.
 func checkRunID(runID string) error {
 	if runID == "" {
-		return ErrEmptyRunID
+		return fmt.Errorf("%w: empty", ErrInvalidRunID)
 	}
 	if why := litedb.IDProblem(runID, MaxRunIDLen); why != "" {
 		return fmt.Errorf("%w %q: %s", ErrInvalidRunID, runID, why)
@@ -140,7 +131,7 @@ func checkRunID(runID string) error {
 // checkOnceKey applies the once key rules; see ErrInvalidOnceKey.
 func checkOnceKey(key string) error {
 	if key == "" {
-		return ErrEmptyOnceKey
+		return fmt.Errorf("%w: empty", ErrInvalidOnceKey)
 	}
 	if why := litedb.IDProblem(key, MaxOnceKeyLen); why != "" {
 		return fmt.Errorf("%w %q: %s", ErrInvalidOnceKey, key, why)

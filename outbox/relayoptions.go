@@ -133,18 +133,6 @@ func WithForgetProjected(on bool) RelayOption {
 	}
 }
 
-// WithRelayLogger sets the relay's logger; by default it uses the store's. It logs once per change of
-// state (the sink failing, the sink recovered), not once per attempt.
-func WithRelayLogger(l *slog.Logger) RelayOption {
-	return func(c *relayConfig) error {
-		if l == nil {
-			return errors.New("outbox: nil relay logger")
-		}
-		c.log = l
-		return nil
-	}
-}
-
 // SinkAppend is one call of the sink's Append as a relay made it, told to a SinkObserver.
 type SinkAppend struct {
 	RunID   string

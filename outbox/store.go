@@ -170,7 +170,7 @@ func OpenReadOnly(ctx context.Context, path string, opts ...Option) (*Store, err
 			`SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'events_outbox'`).Scan(&n)
 		switch {
 		case err == nil && n == 0:
-			return ErrNoSchema
+			return fmt.Errorf("%w: %w", ErrSchemaMismatch, litedb.ErrNoTables)
 		case err == nil:
 			return migrations.Check(ctx, s.r)
 		}
