@@ -268,7 +268,7 @@ func TestAttackRunIDsWithNULControlBytesAndLengthAreDistinctRuns(t *testing.T) {
 	if err := in.Release(ctx, runs[0]); err != nil {
 		t.Fatal(err)
 	}
-	rs, err := in.Runs(ctx)
+	rs, err := collect(in.AllRuns(ctx))
 	if err != nil {
 		t.Fatal(err)
 	}

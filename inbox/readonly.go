@@ -17,7 +17,7 @@ import (
 )
 
 // OpenReadOnly opens an existing inbox database for reading only, for the tools that watch a
-// consumer: Position, Quarantined, Sources, SourcePosition, AcceptedGaps, Runs, AllRuns and RunCount
+// consumer: Position, Quarantined, Sources, SourcePosition, AcceptedGaps, AllRuns and RunCount
 // work; every write returns ErrReadOnly before it begins (ApplyFile and FollowFile at their first
 // batch to commit: FollowFile on a file with nothing to read waits as it always does). It takes no
 // lock that an Inbox would meet: beside a running consumer (an Inbox open, FollowFile running) it
@@ -99,10 +99,10 @@ type readOnlyDriver struct{}
 
 func (readOnlyDriver) Open(string) (driver.Conn, error) { return nil, ErrReadOnly }
 
-// AllRuns yields what Runs lists, every run the inbox holds a high-water mark for in run id order,
-// one page at a time, so that memory stays bounded however many runs there are. A run quarantined
-// before it applied any line has no high-water mark and is listed by Quarantined only. An error ends
-// the sequence.
+// AllRuns yields every run the inbox holds a high-water mark for (every run it applied a line of),
+// in run id order, one page at a time on the read pool, so that memory stays bounded however many
+// runs there are. A run quarantined before it applied any line has no high-water mark and is listed
+// by Quarantined only. An error ends the sequence.
 func (in *Inbox) AllRuns(ctx context.Context) iter.Seq2[Run, error] {
 	return func(yield func(Run, error) bool) {
 		after := ""

@@ -57,7 +57,7 @@ func checkUsable(t *testing.T, s *outbox.Store, runID string) {
 		t.Fatalf("PendingEvents after: %v", err)
 	}
 	// Every row is stored, a projected ledger row with its digest in place of its line.
-	runs, err := s.Runs(ctx)
+	runs, err := collect(s.AllRuns(ctx))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -534,7 +534,7 @@ func TestRunsAndRecoverCoverMoreThanAHundredThousandRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	runs, err := s.Runs(ctx)
+	runs, err := collect(s.AllRuns(ctx))
 	if err != nil || len(runs) != ledgerRuns+1 || runs[len(runs)-1].RunID != "zz-last" {
 		t.Fatalf("Runs: %d runs, %v; want %d ending with zz-last", len(runs), err, ledgerRuns+1)
 	}
@@ -763,7 +763,7 @@ func TestNoRunReusesASeqAfterItsRowsAreForgotten(t *testing.T) {
 	if seqs, err := s.EnqueueEvents(ctx, "old", []outbox.EventBuilder{outboxtest.LineOf("x")}); err != nil || seqs[0] != 6 {
 		t.Errorf("EnqueueEvents on a forgotten run: (%v, %v), want [6]", seqs, err)
 	}
-	runs, _ := s.Runs(ctx)
+	runs, _ := collect(s.AllRuns(ctx))
 	if len(runs) != 1 || runs[0].LastSeq != 6 || runs[0].Lines != 2 {
 		t.Errorf("Runs: %+v, want old with LastSeq 6 and 2 lines stored", runs)
 	}

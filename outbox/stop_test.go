@@ -194,7 +194,7 @@ func TestRecoverProjectsEveryRunItCanAndNamesEachRunItCouldNot(t *testing.T) {
 			t.Errorf("run %q projected to %d, %v", run, p, err)
 		}
 	}
-	runs, err := s.Runs(ctx)
+	runs, err := collect(s.AllRuns(ctx))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,7 +32,7 @@ func contents(t *testing.T, dbPath string) string {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	runs, err := s.Runs(ctx)
+	runs, err := collect(s.AllRuns(ctx))
 	if err != nil {
 		t.Fatal(err)
 	}
