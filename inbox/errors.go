@@ -18,7 +18,7 @@ var (
 	// text), and the call goes on with the other runs.
 	ErrQuarantine = errors.New("inbox: quarantine the run")
 	// ErrLocked is returned when Open finds another Inbox, in this process or another, with the
-	// database open (or Migrate running on it). For a book that an outbox engine holds open, the
+	// database open (or RunLocked running on it). For a book that an outbox engine holds open, the
 	// error is ErrOutboxDatabase as well, and says so.
 	ErrLocked = errors.New("inbox: database is locked by another inbox")
 	// ErrNotQuarantined is returned when Release or AcceptGap names a run that is not quarantined.
@@ -80,7 +80,7 @@ var (
 	// ErrHandlerPanicked is returned to a HandlerContextFunc's end function when the handler
 	// panicked; the panic itself goes on to the caller as before.
 	ErrHandlerPanicked = errors.New("inbox: the handler panicked")
-	// ErrNotDatabase is returned when Migrate is given a path that names something other than a
+	// ErrNotDatabase is returned when RunLocked is given a path that names something other than a
 	// SQLite database: a directory, a pipe or device, or a file of other bytes (a journal).
 	ErrNotDatabase = errors.New("inbox: not a SQLite database")
 	// ErrRetentionGap is returned, wrapped, when a source no longer holds what follows the position
