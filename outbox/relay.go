@@ -422,7 +422,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	defer poll.Stop()
 	wait := r.cfg.minBackoff
 	for {
-		changed := r.s.Changed()
+		changed := r.s.nextCommit()
 		_, err := r.project(ctx, r.runID, 0)
 		if err != nil {
 			if ctx.Err() != nil {
