@@ -95,7 +95,7 @@ func TestOpeningOrMigratingAnInboxOnARealFullDiskIsENOSPC(t *testing.T) {
 	if !errors.Is(err, syscall.ENOSPC) {
 		t.Errorf("Open on a full disk: %v, want errors.Is syscall.ENOSPC", err)
 	}
-	if err := inbox.Migrate(context.Background(), path, migrations.Up); !errors.Is(err, syscall.ENOSPC) {
+	if err := inbox.RunLocked(context.Background(), path, migrations.Up); !errors.Is(err, syscall.ENOSPC) {
 		t.Errorf("Migrate on a full disk: %v, want errors.Is syscall.ENOSPC", err)
 	}
 	free()

@@ -91,7 +91,7 @@
 //     beside it is zero, and the error wraps the context's (whatever statement it interrupted). An
 //     error wraps context.Canceled or context.DeadlineExceeded only when the caller's context ended.
 //   - A full disk is errors.Is syscall.ENOSPC: every write (Apply, ApplyFrom, ApplyFile, FollowFile,
-//     ApplyJournal, FollowJournal, WriteTx, Release, AcceptGap, AcceptRetentionGap), Open and Migrate, with nothing of the failed transaction stored
+//     ApplyJournal, FollowJournal, WriteTx, Release, AcceptGap, AcceptRetentionGap), Open and RunLocked, with nothing of the failed transaction stored
 //     and no seq or source position taken (ApplyFile's batches before it stay committed, as after
 //     any error). The driver reports a real ENOSPC as a generic I/O error (SQLITE_IOERR;
 //     at Open, "invalid _pragma"), so an I/O error while the file system holding the database has

@@ -16,14 +16,6 @@ import (
 	"github.com/textmachine/outbox/journal"
 )
 
-// ErrFileLost is returned by ApplyFile and FollowFile when the path names another file than the one
-// its stored position was taken in (a rotation, or a file replaced) and that file cannot be found in
-// the path's directory, by its device and inode or as a copy of what was read of it: the lines after
-// the position may be in it, and giving them up silently is not the inbox's call. The error names
-// the file and how far it was read. Putting the file back in the directory (under any name) lets the
-// source read its last lines and go on; ForgetFile gives them up.
-var ErrFileLost = errors.New("inbox: the file being read cannot be found")
-
 // located is where reading goes on: cur from pos, and then, when cur is not the file the path names,
 // next from its start.
 type located struct {

@@ -4,7 +4,6 @@ package inbox
 
 import (
 	"context"
-	"errors"
 
 	"github.com/textmachine/outbox/journal"
 )
@@ -20,10 +19,6 @@ import (
 // stands for ctx): it carries ctx's cancellation and the mark that refuses a handler's calls back
 // into the inbox (ErrInHandler), which the inbox puts back if it is missing.
 type HandlerContextFunc func(ctx context.Context, ev Event) (context.Context, func(error))
-
-// ErrHandlerPanicked is what a HandlerContextFunc's end function is given when the handler panicked;
-// the panic itself goes on to the caller as before.
-var ErrHandlerPanicked = errors.New("inbox: the handler panicked")
 
 // WithHandlerContext has f derive each handler's context (see HandlerContextFunc). Without it, or with
 // nil, a handler is given the inbox's context as it is.

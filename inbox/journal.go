@@ -606,12 +606,11 @@ func (s *journalSource) rewind(ctx context.Context, jp JournalPosition, bases []
 // marks reads every run's high-water mark, and which runs are quarantined (their lines are not
 // applied, so none needs reading again).
 func (s *journalSource) marks(ctx context.Context) (hwm map[string]int64, parked map[string]bool, err error) {
-	runs, err := s.in.Runs(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	hwm = make(map[string]int64, len(runs))
-	for _, r := range runs {
+	hwm = make(map[string]int64)
+	for r, err := range s.in.AllRuns(ctx) {
+		if err != nil {
+			return nil, nil, err
+		}
 		hwm[r.RunID] = r.Position
 	}
 	qs, err := s.in.Quarantined(ctx)

@@ -3,26 +3,9 @@
 package inbox
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 )
-
-// ErrRetentionGap is returned, wrapped, when a source no longer holds what follows the position the
-// inbox stored for it: retention removed it before it was applied. A journal source's error is a
-// *JournalGapError; a stream source's (package jetstream) is its own, and jetstream.ErrRetentionGap
-// is this same value, so errors.Is matches either with either. Nothing is skipped: the source stops,
-// and goes on only after an operator's explicit decision (AcceptRetentionGap for a journal).
-var ErrRetentionGap = errors.New("inbox: the source no longer holds the lines after the stored position")
-
-// ErrJournalReplaced is returned by ApplyJournal and FollowJournal when the journal directory no
-// longer holds what the stored position was taken in: the segment it names is gone while earlier
-// ones remain, or it does not begin with the line the position's segment began with, does not hold
-// at the position the line applied last, or holds other bytes before it. The journal was removed and
-// another started in its place, or a segment was rewritten: reading on would misread another
-// journal's lines as the next ones. ForgetJournal gives the position up; the next call then reads
-// the directory as a new reader does.
-var ErrJournalReplaced = errors.New("inbox: the journal directory does not hold what its stored position was taken in")
 
 // MaxRunsNamed bounds how many runs a JournalGapError names.
 const MaxRunsNamed = 20

@@ -14,14 +14,10 @@ import (
 	"github.com/textmachine/outbox/internal/litedb"
 )
 
-// ErrNotDatabase is returned by Migrate for a path that names something other than a SQLite
-// database: a directory, a pipe or device, or a file of other bytes (a journal).
-var ErrNotDatabase = errors.New("inbox: not a SQLite database")
-
 // sqliteHeader opens every SQLite database file; an empty file is a database not yet written.
 const sqliteHeader = "SQLite format 3\x00"
 
-// Migrate runs fn on the consumer's database at path while holding the inbox's lock, for a tool
+// RunLocked runs fn on the consumer's database at path while holding the inbox's lock, for a tool
 // that applies or rolls back the inbox's migrations (package migrations) at deploy time: db is one
 // connection in WAL mode with synchronous=FULL, and fn must not keep it. Holding the lock, it
 // refuses to run beside an open Inbox (ErrLocked) and an Inbox cannot open the database meanwhile.
@@ -31,7 +27,7 @@ const sqliteHeader = "SQLite format 3\x00"
 // not a SQLite database (ErrNotDatabase), a book (ErrOutboxDatabase), and a file with more than one
 // name (ErrHardLinked). The goose CLI run on the same file does none of this. An I/O error of
 // SQLite's on a full file system (fn's included) is errors.Is syscall.ENOSPC.
-func Migrate(ctx context.Context, path string, fn func(ctx context.Context, db *sql.DB) error) error {
+func RunLocked(ctx context.Context, path string, fn func(ctx context.Context, db *sql.DB) error) error {
 	return diskfull.Named(path, migrate(ctx, path, fn))
 }
 
@@ -70,7 +66,7 @@ func migrate(ctx context.Context, path string, fn func(ctx context.Context, db *
 	return d.Close()
 }
 
-// checkMigrateTarget refuses what Migrate must not open read-write: a SQLite connection that sets
+// checkMigrateTarget refuses what RunLocked must not open read-write: a SQLite connection that sets
 // WAL mode would create -wal and -shm files beside a book or write a header into a journal, so
 // both are read first, without SQLite for the header and through a read-only connection (which
 // creates nothing) for the schema.

@@ -24,7 +24,7 @@ import (
 func TestMigrateCreatesAMissingDatabaseAndAnInboxOpensWhatItMigrated(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "consumer.db")
-	err := inbox.Migrate(ctx, path, func(ctx context.Context, d *sql.DB) error {
+	err := inbox.RunLocked(ctx, path, func(ctx context.Context, d *sql.DB) error {
 		return migrations.Up(ctx, d)
 	})
 	if err != nil {
@@ -40,7 +40,7 @@ func TestMigrateCreatesAMissingDatabaseAndAnInboxOpensWhatItMigrated(t *testing.
 func TestMigrateHoldsTheInboxsLock(t *testing.T) {
 	ctx := context.Background()
 	in, path := setup(t)
-	err := inbox.Migrate(ctx, path, func(context.Context, *sql.DB) error {
+	err := inbox.RunLocked(ctx, path, func(context.Context, *sql.DB) error {
 		t.Error("ran beside an open Inbox")
 		return nil
 	})
@@ -48,7 +48,7 @@ func TestMigrateHoldsTheInboxsLock(t *testing.T) {
 		t.Errorf("beside an open Inbox: %v, want ErrLocked", err)
 	}
 	in.Close()
-	err = inbox.Migrate(ctx, path, func(context.Context, *sql.DB) error {
+	err = inbox.RunLocked(ctx, path, func(context.Context, *sql.DB) error {
 		other, err := inbox.Open(ctx, path)
 		if err == nil {
 			other.Close()
@@ -97,7 +97,7 @@ func TestMigrateRefusesABookAndWhatIsNotADatabaseCreatingNothing(t *testing.T) {
 		{sub, inbox.ErrNotDatabase},
 	} {
 		before, beforeFIFO := dirstate.Snapshot(t, dir), names(t, fifoDir)
-		err := inbox.Migrate(ctx, tc.path, func(context.Context, *sql.DB) error {
+		err := inbox.RunLocked(ctx, tc.path, func(context.Context, *sql.DB) error {
 			t.Errorf("%s: ran", tc.path)
 			return nil
 		})
@@ -130,7 +130,7 @@ func TestMigrateWithACancelledContextDoesNothing(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	path := filepath.Join(t.TempDir(), "consumer.db")
-	err := inbox.Migrate(ctx, path, func(context.Context, *sql.DB) error {
+	err := inbox.RunLocked(ctx, path, func(context.Context, *sql.DB) error {
 		t.Error("ran")
 		return nil
 	})

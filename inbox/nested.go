@@ -8,19 +8,6 @@ import (
 	"errors"
 )
 
-// ErrCallInsideTx is returned at once by a call that writes (Apply, ApplyFrom, ApplyFile, FollowFile,
-// WriteTx, Release, AcceptGap, ForgetFile) made from inside a write transaction of the same inbox: from
-// a WriteTx function or a handler, whatever context it is given. That transaction holds the inbox's
-// one writer, so the call would wait for itself until its context ended. Write through the
-// transaction the function or the handler was given instead; ReadTx and the other reads use the read
-// pool and work there (a handler's own context excepted: ErrInHandler).
-//
-// The inbox knows the goroutine that holds the writer, so a call made on that goroutine is caught
-// (see litedb.Holder), at the cost of an atomic load while no write transaction is open. A call that
-// the function hands to another goroutine and then waits for cannot be told from any other
-// caller's: it waits for the writer until its own context ends.
-var ErrCallInsideTx = errors.New("inbox: a call from inside a write transaction of the same inbox (a WriteTx function or a handler called a method that writes); the transaction holds the inbox's one writer, so the call would wait for itself: write through the transaction it was given instead")
-
 // insideTx is the error of a write called from inside the inbox's own transaction: ErrCallInsideTx,
 // and ErrInHandler as well when a handler made the call.
 type insideTx struct{ handler bool }
@@ -29,7 +16,7 @@ func (e *insideTx) Error() string {
 	if e.handler {
 		return "inbox: called from inside a handler of the same inbox; the handler's transaction holds the inbox's one writer, so the call would wait for itself: write through the handler's tx instead"
 	}
-	return ErrCallInsideTx.Error()
+	return ErrCallInsideTx.Error() + "; the transaction holds the inbox's one writer, so the call would wait for itself"
 }
 
 func (e *insideTx) Is(target error) bool {

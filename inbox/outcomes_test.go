@@ -102,7 +102,7 @@ func TestALineWithinTheWindowWithOtherBytesQuarantinesTheRunAsAConflict(t *testi
 	if p := position(t, in, "s"); p != 1 {
 		t.Errorf("run s at %d, want 1: other runs go on", p)
 	}
-	runs, err := in.Runs(context.Background())
+	runs, err := collect(in.AllRuns(context.Background()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -198,29 +198,3 @@ type Run struct {
 	Position  int64     // the high-water mark: the last seq applied (or given up by AcceptGap)
 	LastApply time.Time // when it last applied a line (or had a gap accepted)
 }
-
-// Runs lists every run the inbox has applied a line of, in run id order, read in pages on the read
-// pool (for stats and metrics).
-func (in *Inbox) Runs(ctx context.Context) ([]Run, error) {
-	var out []Run
-	err := in.read(ctx, func() error {
-		after := ""
-		for {
-			rows, err := in.q.RunsAfter(ctx, in.r, db.RunsAfterParams{After: after, MaxRows: pageRows})
-			if err != nil {
-				return err
-			}
-			for _, r := range rows {
-				out = append(out, Run{RunID: r.EngineRunID, Position: r.Hwm, LastApply: time.Unix(0, r.AppliedAt)})
-			}
-			if len(rows) < pageRows {
-				return nil
-			}
-			after = rows[len(rows)-1].EngineRunID
-		}
-	})
-	if err != nil {
-		return nil, wrapf(err, "list the runs")
-	}
-	return out, nil
-}

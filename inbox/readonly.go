@@ -16,21 +16,8 @@ import (
 	"github.com/textmachine/outbox/internal/litedb"
 )
 
-var (
-	// ErrReadOnly is returned by every write of an Inbox opened with OpenReadOnly (Apply, ApplyFrom,
-	// ApplyFile, FollowFile, WriteTx, Release, AcceptGap): it writes nothing.
-	ErrReadOnly = errors.New("inbox: opened read-only; it writes nothing")
-	// ErrNotInbox is returned by OpenReadOnly for a database that holds no inbox's tables: it was
-	// never opened by an Inbox, and a read-only open does not create them.
-	ErrNotInbox = errors.New("inbox: the database holds no inbox")
-	// ErrDatabaseOpened is returned, wrapped, by a read of an Inbox opened with OpenReadOnly that
-	// began while no Inbox had the database open and met one that opened it meanwhile: nothing read
-	// is returned, and the same read again succeeds. It is outbox.ErrBookOpened.
-	ErrDatabaseOpened = litedb.ErrBookOpened
-)
-
 // OpenReadOnly opens an existing inbox database for reading only, for the tools that watch a
-// consumer: Position, Quarantined, Sources, SourcePosition, AcceptedGaps, Runs, AllRuns and RunCount
+// consumer: Position, Quarantined, Sources, SourcePosition, AcceptedGaps, AllRuns and RunCount
 // work; every write returns ErrReadOnly before it begins (ApplyFile and FollowFile at their first
 // batch to commit: FollowFile on a file with nothing to read waits as it always does). It takes no
 // lock that an Inbox would meet: beside a running consumer (an Inbox open, FollowFile running) it
@@ -112,10 +99,10 @@ type readOnlyDriver struct{}
 
 func (readOnlyDriver) Open(string) (driver.Conn, error) { return nil, ErrReadOnly }
 
-// AllRuns yields what Runs lists, every run the inbox holds a high-water mark for in run id order,
-// one page at a time, so that memory stays bounded however many runs there are. A run quarantined
-// before it applied any line has no high-water mark and is listed by Quarantined only. An error ends
-// the sequence.
+// AllRuns yields every run the inbox holds a high-water mark for (every run it applied a line of),
+// in run id order, one page at a time on the read pool, so that memory stays bounded however many
+// runs there are. A run quarantined before it applied any line has no high-water mark and is listed
+// by Quarantined only. An error ends the sequence.
 func (in *Inbox) AllRuns(ctx context.Context) iter.Seq2[Run, error] {
 	return func(yield func(Run, error) bool) {
 		after := ""

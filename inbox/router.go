@@ -6,16 +6,10 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"reflect"
 	"sync"
 )
-
-// ErrUnknownType is the error of a line whose event type no handler of a Router was registered for,
-// under UnknownStop (the default); under UnknownQuarantine the handler's error wraps it as well as
-// ErrQuarantine.
-var ErrUnknownType = errors.New("inbox: no handler for the event type")
 
 // UnknownPolicy is what a Router does with a line whose type has no handler.
 type UnknownPolicy int

@@ -55,7 +55,7 @@ func TestRunIDsWithNULControlBytesAndLengthAreDistinctRuns(t *testing.T) {
 	if err := in.Release(ctx, runs[0]); err != nil {
 		t.Fatal(err)
 	}
-	rs, err := in.Runs(ctx)
+	rs, err := collect(in.AllRuns(ctx))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -75,7 +75,7 @@ func TestARunAtTheLastSeqIsReleasedAndListedAtItAndItsLastLineIsADuplicate(t *te
 	if rep := mustApply(t, in, [][]byte{line("r", top-1), line("r", top)}); rep != (inbox.Report{Duplicates: 2}) {
 		t.Errorf("after the release: %+v", rep)
 	}
-	runs, err := in.Runs(ctx)
+	runs, err := collect(in.AllRuns(ctx))
 	if err != nil || len(runs) != 1 || runs[0].Position != top {
 		t.Errorf("runs %+v, %v", runs, err)
 	}

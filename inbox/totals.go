@@ -4,7 +4,6 @@ package inbox
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/textmachine/outbox/inbox/db"
@@ -21,10 +20,6 @@ type Totals struct {
 	Stale       int64 // lines older than the digest window, not applied
 	Quarantined int64 // lines not applied because their run is quarantined
 }
-
-// ErrNoTotals is returned by Totals on a database an earlier release keeps (opened read-only beside
-// it), whose inbox schema has no counts yet: the next Open of the consumer migrates it.
-var ErrNoTotals = errors.New("inbox: the database keeps no counts yet (inbox schema before version 4)")
 
 // countersVersion is the inbox schema version that keeps the counts.
 const countersVersion = 4

@@ -4,7 +4,6 @@ package jetstream
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"unicode/utf8"
@@ -13,21 +12,6 @@ import (
 
 	"github.com/textmachine/outbox/inbox"
 )
-
-// ErrRetentionGap is returned, wrapped in a *RetentionGapError, when the stream no longer holds the
-// message after the position an inbox stored for it: messages were removed (a max age, a max number
-// of messages or bytes, a purge, the stream deleted and created again) before they were applied. It
-// is inbox.ErrRetentionGap, the same value, which a segmented journal source's gap wraps too: one
-// errors.Is covers a consumer of either source.
-var ErrRetentionGap = inbox.ErrRetentionGap
-
-// ErrReaderNameShared stops ApplyStream and FollowStream when the reader's key in the stream's
-// readers' bucket was written, since the Inbox last wrote it, by someone else with another position:
-// two consumers with their own inboxes read under one reader name (inbox.WithReaderName, or the
-// same derived name), and the key, which each overwrites with its own position, may run ahead of
-// one of them, so that Trim removes what that one has not applied. What the call applied is
-// committed; give each consumer its own name.
-var ErrReaderNameShared = errors.New("jetstream: another consumer registers under this reader's name")
 
 // RetentionGapError says what a retention gap is: the stream, the position the inbox holds, and the
 // first sequence the stream holds now. It wraps ErrRetentionGap.

@@ -21,10 +21,6 @@ const (
 	faultAdoptSealed = "journal.adopt_sealed" // the file is moved and sealed; Adopt has not returned
 )
 
-// ErrNotEmpty is returned by Adopt when the directory already holds files: a journal's segments, or
-// anything else. Nothing is changed.
-var ErrNotEmpty = errors.New("journal: the directory is not empty")
-
 // Adopt carries the single-file journal at file over into dir as a segmented journal, with nothing
 // lost and the file read once: the file becomes the first segment (00000000000000000000.jsonl),
 // moved by a rename, so that every line keeps its position; its index is written from that one

@@ -187,7 +187,7 @@ func TestABookRestoredFromABackupTakenOrdersEarlierStopsTheRelayNamingTheRunAndA
 	if last, err := j.LastSeq("tuesday"); err != nil || last != 8 {
 		t.Fatalf("tuesday ends at %d, %v", last, err)
 	}
-	if st, err := s.Runs(ctx); err != nil {
+	if st, err := collect(s.AllRuns(ctx)); err != nil {
 		t.Fatal(err)
 	} else {
 		for _, r := range st {

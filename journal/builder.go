@@ -4,7 +4,6 @@ package journal
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 	"unicode/utf8"
@@ -85,22 +84,12 @@ func WithOnceKey(key string) BuilderOption {
 	return func(c *builderConfig) { c.onceKey = key }
 }
 
-// ErrOnceKey is wrapped by the error of a Builder given a once key a line cannot carry as given (not
-// valid UTF-8), or of an Event given WithOnceKey with a key other than its call's.
-var ErrOnceKey = errors.New("journal: invalid once key member")
-
 func checkOnceKeyMember(key string) error {
 	if !utf8.ValidString(key) {
 		return fmt.Errorf("%w: not valid UTF-8", ErrOnceKey)
 	}
 	return nil
 }
-
-// ErrEventType is wrapped by the error of a Builder (or Event) given a type a line cannot carry as
-// given: an empty one, which no inbox.Router can register a handler for, or one that is not valid
-// UTF-8, which encoding/json would rewrite (every invalid byte becomes U+FFFD, so distinct types
-// would render alike).
-var ErrEventType = errors.New("journal: invalid event type")
 
 func checkEventType(t string) error {
 	switch {

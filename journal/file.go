@@ -17,26 +17,6 @@ import (
 	"github.com/textmachine/outbox/outbox"
 )
 
-// Errors of File.
-var (
-	// ErrLocked is returned by OpenFile when another File, in this process or another, has the journal
-	// open.
-	ErrLocked = errors.New("journal: file is locked by another writer")
-	// ErrNotJournal is returned by OpenFile when the file is not a journal: its first or last complete
-	// line is not a JSON object with "engine_run_id" and "seq", its torn tail does not begin with '{',
-	// or what OpenFile reads of it holds a NUL byte. OpenFile leaves such a file as it was, unlocked.
-	ErrNotJournal = errors.New("journal: not a journal file")
-	// ErrModified is returned by Append when the file no longer ends where this File's last append left
-	// it (another program appended to it or truncated it), or when its path now names another file or
-	// none (it was renamed or removed). Nothing is written. It comes wrapped with
-	// outbox.ErrSinkRefused, so a relay stops instead of writing after lines it does not know.
-	ErrModified = errors.New("journal: file modified by another program")
-	// ErrFailed is returned by Append after an earlier Append failed in a way that leaves the file's
-	// state unknown (its fdatasync or its truncate-back failed). The file takes no more appends;
-	// reopen it, which re-checks the tail.
-	ErrFailed = errors.New("journal: file failed; reopen it")
-)
-
 // errHeld: another File holds the lock. OpenFile turns it into ErrLocked; it never leaves the package.
 var errHeld = errors.New("lock held")
 

@@ -30,14 +30,6 @@ type ReaderInfo struct {
 	Updated time.Time
 }
 
-var (
-	// ErrReaderName: a reader name that is not 1-64 bytes of [A-Za-z0-9._-] not starting with '.'.
-	ErrReaderName = errors.New("journal: invalid reader name")
-	// ErrReaderBehind: RemoveReader without force while the reader's position is below the
-	// journal's end, so that the reader has lines it has not applied.
-	ErrReaderBehind = errors.New("journal: the reader has not applied the whole journal")
-)
-
 const (
 	readerExt = ".reader"
 	// A reader file's temporary name is NAME.reader.tmp.DIGITS: unique per write, so that two

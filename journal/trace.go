@@ -5,7 +5,6 @@ package journal
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 )
@@ -22,10 +21,6 @@ const TraceMember = "trace"
 
 // MaxTracestateLen is the longest tracestate a line carries: the W3C limit a propagator keeps to.
 const MaxTracestateLen = 512
-
-// ErrTraceContext is wrapped by the error for a trace context that is not W3C Trace Context: a
-// builder given one fails, LineTraceContext reports it.
-var ErrTraceContext = errors.New("journal: malformed trace context")
 
 // TraceContext is a W3C trace context (https://www.w3.org/TR/trace-context/) as its two headers
 // carry it. The zero TraceContext is none.

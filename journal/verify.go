@@ -5,28 +5,11 @@ package journal
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"hash/maphash"
 	"io"
 
 	"github.com/textmachine/outbox/outbox"
-)
-
-// Errors of Verify and Check, which return them as *Error values. File.Append refuses a batch that would
-// leave a gap with ErrStreamGap too, a line that is not a journal line with ErrMalformed, and one the
-// file holds with other bytes with ErrPayloadConflict; LineKey returns ErrMalformed.
-var (
-	// ErrStreamGap is returned when a run's line is not the one after its last (a run must start at
-	// seq 1). The reader cannot continue past a gap.
-	ErrStreamGap = errors.New("journal: stream gap")
-	// ErrPayloadConflict is returned when a (run, seq) seen before arrives with other bytes. The reader
-	// quarantines the run.
-	ErrPayloadConflict = errors.New("journal: payload conflict")
-	// ErrMalformed is returned when a complete line is not a UTF-8 JSON object with a non-empty string
-	// "engine_run_id" and an integer "seq" of at least 1, each given once and under no other name
-	// that encoding/json would take for it.
-	ErrMalformed = errors.New("journal: malformed line")
 )
 
 // Report is what Verify found.

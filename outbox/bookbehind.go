@@ -4,7 +4,6 @@ package outbox
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -13,16 +12,6 @@ import (
 
 	"github.com/textmachine/outbox/db"
 )
-
-// ErrBookBehind is returned by a relay's first call (Run, Flush, Recover) when its sink holds lines
-// the book does not know of: a run the book never recorded, or a run further than the highest seq
-// the book recorded for it. The book was restored from a backup older than the sink (or belongs to
-// another sink): a relay going on would have the engine redo the work the book lost under a new run,
-// and the sink would hold it twice. Nothing is appended. The error names the runs (the first few, and
-// how many in all) and what the book lacks of each. Restore the sink's copy that matches the book, or
-// accept the sink's positions explicitly (outbox reconcile); WithBookCheck(false) turns the check off
-// for a sink that other books write to as well.
-var ErrBookBehind = errors.New("outbox: the book is behind its sink")
 
 // RunLister is an optional interface of a Sink that can list the runs it holds, each with its
 // highest seq, without reading its history (journal.Journal and journal.File do, from their run

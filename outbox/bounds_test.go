@@ -118,7 +118,7 @@ func TestTheLibrarysOwnReadersHoldNoLongReadTransaction(t *testing.T) {
 		if err := relay.Flush(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := ro.Runs(ctx); err != nil {
+		if _, err := collect(ro.AllRuns(ctx)); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := ro.PendingEvents(ctx, "r", 0, 10); err != nil {

@@ -411,14 +411,14 @@ func (s *Store) AnnouncedOnceKeys(ctx context.Context) (map[string]bool, error) 
 // PendingEvents returns at most limit of runID's stored lines with seq > after, in seq order. A
 // once-keyed line the relay has recorded projected is not among them: its row keeps its key and
 // digest (LineDigest), and the journal its bytes. A limit
-// below 1 is ErrInvalidLimit: a relay whose journal refuses writes re-reads the same prefix on every
+// below 1 is refused: a relay whose journal refuses writes re-reads the same prefix on every
 // attempt, and only a bound keeps that attempt's cost fixed as the backlog grows.
 func (s *Store) PendingEvents(ctx context.Context, runID string, after int64, limit int) ([]EventLine, error) {
 	if err := checkRunID(runID); err != nil {
 		return nil, err
 	}
 	if limit < 1 {
-		return nil, ErrInvalidLimit
+		return nil, fmt.Errorf("outbox: PendingEvents: limit %d: it must be at least 1", limit)
 	}
 	lines, _, err := s.pending(ctx, runID, after, limit, math.MaxInt)
 	return lines, err

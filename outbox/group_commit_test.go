@@ -120,7 +120,7 @@ func TestEnqueueEventsIsOneTransactionAllOrNothing(t *testing.T) {
 	if seqs, err := s.EnqueueEvents(ctx, "r", nil); err != nil || len(seqs) != 0 {
 		t.Errorf("empty batch: (%v, %v)", seqs, err)
 	}
-	if _, err := s.EnqueueEvents(ctx, "", []outbox.EventBuilder{outboxtest.LineOf("x")}); !errors.Is(err, outbox.ErrEmptyRunID) {
+	if _, err := s.EnqueueEvents(ctx, "", []outbox.EventBuilder{outboxtest.LineOf("x")}); !errors.Is(err, outbox.ErrInvalidRunID) {
 		t.Errorf("empty run id: %v", err)
 	}
 	if _, err := s.EnqueueEvents(ctx, "r", []outbox.EventBuilder{nil}); err == nil {

@@ -221,7 +221,7 @@ func TestEnqueueOnceTxAnnouncesOnceInTheCallersTransaction(t *testing.T) {
 		_, _, err := s.EnqueueOnceTx(ctx, tx, "r", "", outboxtest.LineOf("x"))
 		return err
 	})
-	if !errors.Is(err, outbox.ErrEmptyOnceKey) {
+	if !errors.Is(err, outbox.ErrInvalidOnceKey) {
 		t.Errorf("empty key: %v", err)
 	}
 }

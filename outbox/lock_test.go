@@ -164,7 +164,7 @@ func TestOpenReadOnlyRefusesMissingFilesAndDatabasesWithoutTheSchema(t *testing.
 	if _, err := d.Exec(`CREATE TABLE t (x)`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := outbox.OpenReadOnly(context.Background(), dir+"/other.db"); !errors.Is(err, outbox.ErrNoSchema) {
-		t.Errorf("foreign database: %v, want ErrNoSchema", err)
+	if _, err := outbox.OpenReadOnly(context.Background(), dir+"/other.db"); !errors.Is(err, outbox.ErrSchemaMismatch) {
+		t.Errorf("foreign database: %v, want ErrSchemaMismatch", err)
 	}
 }

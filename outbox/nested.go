@@ -9,21 +9,6 @@ import (
 	"fmt"
 )
 
-// ErrCallInsideTx is returned at once by a write of the store (RetireEvent and a relay's Flush, Run and
-// Recover included, before they wait for a run's turn or append anything) called from inside a
-// transaction of the same store: from WriteTx's function, or from an EventBuilder or a line check,
-// which run inside the enqueue's transaction (with group commit, on the store's committer goroutine).
-// That transaction holds the store's one writer connection, so the call would wait for itself until
-// its deadline. Use EnqueueTx or EnqueueOnceTx with WriteTx's transaction instead; reads (ReadTx,
-// PendingEvents, …) use the read pool and work there.
-//
-// The store knows the goroutine that runs the caller's code holding the writer, so a call made on
-// that goroutine is caught, at the cost of an atomic load while no such code runs. A call that the
-// function hands to another goroutine and then waits for cannot be told from any other
-// caller's: it waits for the writer and fails when its own deadline or the operation timeout ends it
-// (WithOpTimeout), with an error wrapping context.DeadlineExceeded.
-var ErrCallInsideTx = errors.New("outbox: a call from inside a transaction of the same store (a WriteTx function, an EventBuilder or a line check called the store); the transaction holds the store's one writer, so the call would wait for itself: use EnqueueTx on that transaction instead")
-
 // checkNotInsideTx fails a write begun on the goroutine that runs the caller's code holding the
 // store's writer.
 func (s *Store) checkNotInsideTx() error {

@@ -204,19 +204,6 @@ func (s *Store) pages(ctx context.Context, page func(ctx context.Context, after 
 	}
 }
 
-// Runs describes every run that has rows, in run id order. It holds them all; AllRuns walks them in
-// bounded memory.
-func (s *Store) Runs(ctx context.Context) ([]RunStats, error) {
-	var out []RunStats
-	for st, err := range s.AllRuns(ctx) {
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, st)
-	}
-	return out, nil
-}
-
 // BookTotals are the book's figures over every run it ever held, read from the per-run figures in
 // one pass over a row per run.
 type BookTotals struct {

@@ -9,11 +9,6 @@ import (
 	"github.com/textmachine/outbox/internal/litedb"
 )
 
-// ErrBookOpened is returned by a read of a read-only Store that began while no writer had the book
-// open and met one that opened it meanwhile. Nothing read is returned; the same read again goes
-// through the writer's WAL and succeeds. A read-only inbox's reads return the same error.
-var ErrBookOpened = litedb.ErrBookOpened
-
 // OpenReadOnlyDB opens the SQLite database at path for reading through database/sql, the way a
 // Store from OpenReadOnly reads it: it writes nothing and creates no file beside the database, works
 // where the caller cannot write, and sees what a running writer has committed; a read that meets a

@@ -57,7 +57,7 @@ func readAll(ctx context.Context, path string) (string, error) {
 		return "", err
 	}
 	defer s.Close()
-	runs, err := s.Runs(ctx)
+	runs, err := collect(s.AllRuns(ctx))
 	if err != nil {
 		return "", err
 	}

@@ -296,7 +296,7 @@ func TestConsistentReadsChild(t *testing.T) {
 	seen := int64(0)
 	for range 100 {
 		// The run's figures, and its last lines, each as of one commit.
-		runs, err := ro.Runs(ctx)
+		runs, err := collect(ro.AllRuns(ctx))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -58,7 +58,7 @@ func TestRunsAndRecoverCoverMoreThanAHundredThousandRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	runs, err := s.Runs(ctx)
+	runs, err := collect(s.AllRuns(ctx))
 	if err != nil || len(runs) != ledgerRuns+1 || runs[len(runs)-1].RunID != "zz-last" {
 		t.Fatalf("Runs: %d runs, %v; want %d ending with zz-last", len(runs), err, ledgerRuns+1)
 	}

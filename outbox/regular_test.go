@@ -124,7 +124,7 @@ func TestAReadOnlyOpenRefusesAFileReplacedByANamedPipeAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = refusedAtOnce(t, "a read", func() error {
-		_, err := ro.Runs(ctx)
+		_, err := collect(ro.AllRuns(ctx))
 		return err
 	})
 	if err == nil || !strings.Contains(err.Error(), "not a regular file") {
@@ -148,7 +148,7 @@ func TestAConnectionToAFileReplacedSinceOpenIsRefused(t *testing.T) {
 	if err := os.Rename(other, path); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ro.Runs(ctx); err == nil || !strings.Contains(err.Error(), "replaced") {
+	if _, err := collect(ro.AllRuns(ctx)); err == nil || !strings.Contains(err.Error(), "replaced") {
 		t.Errorf("a read after the book was replaced: %v, want it refused", err)
 	}
 }

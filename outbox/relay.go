@@ -26,17 +26,6 @@ type Sink interface {
 	Append(ctx context.Context, runID string, lines []EventLine) error
 }
 
-// ErrSinkRefused is returned when a sink refuses a batch in a way no retry can cure: the destination
-// already holds another line under the same key, or lacks the line before the batch's first. A sink
-// wraps it in its error; the relay then stops projecting and returns the error instead of backing off
-// and trying again.
-var ErrSinkRefused = errors.New("outbox: the sink refuses the batch")
-
-// ErrRowsMissing is returned when a run's stored lines are not contiguous after its projected
-// position, so that projecting them would put a gap in the journal. It happens only when rows were
-// deleted outside the protocol (ForgetEvents without Recover, or by hand).
-var ErrRowsMissing = errors.New("outbox: stored lines are not contiguous")
-
 // Relay projects a store's lines to a sink: in seq order per run, in bounded batches, recording after
 // each batch how far it got and moving the batch's once keys into the ledger. A line is recorded only
 // after the sink has it, and recorded before the next batch is read, so a crash re-sends at most the
@@ -436,7 +425,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	defer poll.Stop()
 	wait := r.cfg.minBackoff
 	for {
-		changed := r.s.Changed()
+		changed := r.s.nextCommit()
 		_, err := r.project(ctx, r.runID, 0)
 		if err != nil {
 			if ctx.Err() != nil {

@@ -337,7 +337,7 @@ func TestNewRelayFailsAtConstructionOnABadArgumentOrOption(t *testing.T) {
 		"nil store":     {nil, sink, "r", nil, nil},
 		"nil sink":      {s, nil, "r", nil, nil},
 		"read-only":     {ro, sink, "r", nil, outbox.ErrReadOnly},
-		"empty run":     {s, sink, "", nil, outbox.ErrEmptyRunID},
+		"empty run":     {s, sink, "", nil, outbox.ErrInvalidRunID},
 		"control byte":  {s, sink, "a\x00b", nil, outbox.ErrInvalidRunID},
 		"invalid UTF-8": {s, sink, "\xff", nil, outbox.ErrInvalidRunID},
 		"batch 0":       {s, sink, "r", []outbox.RelayOption{outbox.WithBatchSize(0)}, nil},
@@ -345,7 +345,6 @@ func TestNewRelayFailsAtConstructionOnABadArgumentOrOption(t *testing.T) {
 		"backoff":       {s, sink, "r", []outbox.RelayOption{outbox.WithBackoff(time.Second, time.Millisecond)}, nil},
 		"attempts 0":    {s, sink, "r", []outbox.RelayOption{outbox.WithFlushAttempts(0)}, nil},
 		"poll 0":        {s, sink, "r", []outbox.RelayOption{outbox.WithPollInterval(0)}, nil},
-		"nil logger":    {s, sink, "r", []outbox.RelayOption{outbox.WithRelayLogger(nil)}, nil},
 	} {
 		r, err := outbox.NewRelay(c.s, c.sink, c.run, c.opts...)
 		if err == nil || r != nil {

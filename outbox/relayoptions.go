@@ -124,23 +124,11 @@ func WithOnProjected(fn func(runID string, lines int, last int64)) RelayOption {
 //
 // Off keeps a live run's projected rows until the next start, when Recover forgets them in bounded
 // steps of a few thousand rows, each its own transaction; `outbox pending --all` can show them until
-// then. Either way a run all of whose rows are forgotten is no longer listed by Runs, AllRuns and
+// then. Either way a run all of whose rows are forgotten is no longer listed by AllRuns and
 // `outbox stats` (its figures are kept: Projected, EventsUsed and Store.Totals still know it).
 func WithForgetProjected(on bool) RelayOption {
 	return func(c *relayConfig) error {
 		c.forget = on
-		return nil
-	}
-}
-
-// WithRelayLogger sets the relay's logger; by default it uses the store's. It logs once per change of
-// state (the sink failing, the sink recovered), not once per attempt.
-func WithRelayLogger(l *slog.Logger) RelayOption {
-	return func(c *relayConfig) error {
-		if l == nil {
-			return errors.New("outbox: nil relay logger")
-		}
-		c.log = l
 		return nil
 	}
 }

@@ -16,10 +16,6 @@ import (
 	"github.com/textmachine/outbox/db"
 )
 
-// ErrProjected is returned by RetireEvent for a line the sink already has: what a reader was given
-// cannot be taken back.
-var ErrProjected = errors.New("outbox: the line is already projected")
-
 // MaxRetireReasonLen bounds RetireEvent's reason, in bytes.
 const MaxRetireReasonLen = 4096
 

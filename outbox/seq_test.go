@@ -164,7 +164,7 @@ func TestNoRunReusesASeqAfterItsRowsAreForgotten(t *testing.T) {
 	if seqs, err := s.EnqueueEvents(ctx, "old", []outbox.EventBuilder{outboxtest.LineOf("x")}); err != nil || seqs[0] != 6 {
 		t.Errorf("EnqueueEvents on a forgotten run: (%v, %v), want [6]", seqs, err)
 	}
-	runs, _ := s.Runs(ctx)
+	runs, _ := collect(s.AllRuns(ctx))
 	if len(runs) != 1 || runs[0].LastSeq != 6 || runs[0].Lines != 2 {
 		t.Errorf("Runs: %+v, want old with LastSeq 6 and 2 lines stored", runs)
 	}

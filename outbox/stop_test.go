@@ -74,7 +74,8 @@ func runStats(t *testing.T, s *outbox.Store, run string) outbox.RunStats {
 func TestARelayThatStopsOnARefusalLogsItAtErrorLevelAndRecordsWhereAndWhy(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, _ := outboxtest.Setup(t)
+	var logs logBuffer
+	s, _ := outboxtest.Setup(t, outbox.WithLogger(slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelError}))))
 	j, err := journal.OpenFile(filepath.Join(t.TempDir(), "journal.jsonl"))
 	if err != nil {
 		t.Fatal(err)
@@ -85,9 +86,7 @@ func TestARelayThatStopsOnARefusalLogsItAtErrorLevelAndRecordsWhereAndWhy(t *tes
 			t.Fatal(err)
 		}
 	}
-	var logs logBuffer
-	log := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelError}))
-	err = outboxtest.NewRelay(t, s, j, "r", outbox.WithRelayLogger(log)).Run(ctx)
+	err = outboxtest.NewRelay(t, s, j, "r").Run(ctx)
 	if !errors.Is(err, outbox.ErrSinkRefused) {
 		t.Fatalf("Run: %v; want ErrSinkRefused", err)
 	}
@@ -195,7 +194,7 @@ func TestRecoverProjectsEveryRunItCanAndNamesEachRunItCouldNot(t *testing.T) {
 			t.Errorf("run %q projected to %d, %v", run, p, err)
 		}
 	}
-	runs, err := s.Runs(ctx)
+	runs, err := collect(s.AllRuns(ctx))
 	if err != nil {
 		t.Fatal(err)
 	}

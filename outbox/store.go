@@ -170,7 +170,7 @@ func OpenReadOnly(ctx context.Context, path string, opts ...Option) (*Store, err
 			`SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'events_outbox'`).Scan(&n)
 		switch {
 		case err == nil && n == 0:
-			return ErrNoSchema
+			return fmt.Errorf("%w: %w", ErrSchemaMismatch, litedb.ErrNoTables)
 		case err == nil:
 			return migrations.Check(ctx, s.r)
 		}
@@ -334,11 +334,11 @@ func (s *Store) opContext(ctx context.Context) (context.Context, context.CancelF
 	return bounded(ctx, s.cfg.opTimeout, nil)
 }
 
-// Changed returns a channel that is closed at the next commit made through this store (or when the
+// nextCommit returns a channel that is closed at the next commit made through this store (or when the
 // store is closed). A relay waits on it instead of polling; take a fresh channel after each wake-up.
 // Commits made on transactions the store did not begin (EnqueueTx on a foreign *sql.Tx) do not
 // signal it.
-func (s *Store) Changed() <-chan struct{} {
+func (s *Store) nextCommit() <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.changed

@@ -96,12 +96,6 @@ type stuckBuilders struct {
 	groups []*groupRun // groups whose builder was given up on, until it returns (for Close's error)
 }
 
-// ErrBuilderStuck is returned when an EventBuilder run by the group committer did not return in time:
-// by the deadline of its own call, or of another call grouped with it, or within Close's wait. Its
-// call failed and nothing of it is stored; the builder is left to return on its own, and its line is
-// thrown away. Close returns it too, naming every such builder that has still not returned.
-var ErrBuilderStuck = errors.New("outbox: a builder did not return in time")
-
 // errNotBuilt and errGroupTakenOver end a call at its builder: errNotBuilt before the builder ran, the
 // group being stopped; errGroupTakenOver after it returned, the group having been taken over
 // meanwhile.

@@ -95,7 +95,7 @@ func TestNotYetProjectedIsPendingInTheTableTheJSONAndRunStats(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runs, err := s.Runs(context.Background())
+	runs, err := collect(s.AllRuns(context.Background()))
 	s.Close()
 	if err != nil {
 		t.Fatal(err)

@@ -106,7 +106,7 @@ func inboxMigrateWrite(ctx context.Context, path, action string, force bool, std
 	if err := checkFile(path, "database"); err != nil && !(action == "up" && missing(path)) {
 		return err
 	}
-	err := inbox.Migrate(ctx, path, func(ctx context.Context, d *sql.DB) error {
+	err := inbox.RunLocked(ctx, path, func(ctx context.Context, d *sql.DB) error {
 		return inboxMigrateLocked(ctx, d, action, force, stdout)
 	})
 	var loss *lossError

@@ -425,7 +425,7 @@ func TestMetricsServesTheBooksFiguresBesideARunningEngine(t *testing.T) {
 	}
 	close(done)
 	wg.Wait()
-	committed, err := s.Runs(ctx)
+	committed, err := collect(s.AllRuns(ctx))
 	if err != nil {
 		t.Fatal(err)
 	}

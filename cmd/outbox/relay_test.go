@@ -77,7 +77,7 @@ func TestRelayOfAnotherBooksRunOfTheSameNameIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	runs, err := s.Runs(context.Background())
+	runs, err := collect(s.AllRuns(context.Background()))
 	if err != nil || len(runs) != 1 || runs[0].Projected != 0 || runs[0].Lines != 3 {
 		t.Errorf("the other book after: %+v (%v), want engine-1's 3 lines kept, none projected", runs, err)
 	}
@@ -397,7 +397,7 @@ func contents(t *testing.T, dbPath string) string {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	runs, err := s.Runs(ctx)
+	runs, err := collect(s.AllRuns(ctx))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/textmachine/outbox/internal/litedb"
 	"github.com/textmachine/outbox/outbox"
 )
 
@@ -157,7 +158,7 @@ func requireBook(ctx context.Context, path string) error {
 	}
 	s, err := outbox.OpenReadOnly(ctx, path)
 	switch {
-	case errors.Is(err, outbox.ErrNoSchema):
+	case errors.Is(err, litedb.ErrNoTables):
 		return fmt.Errorf("database %s holds no book (no outbox tables); nothing was changed", quote(path))
 	case err == nil:
 		return s.Close()

@@ -61,6 +61,11 @@ import (
 // goes through the writer's WAL and succeeds.
 var ErrBookOpened = errors.New("the database was opened for writing during the read; read again")
 
+// ErrNoTables is wrapped, beside the package's schema mismatch, by the error of a read-only open of a
+// database that holds none of the package's tables: it lets the CLI tell a file that is no book from
+// a book of another schema version, which the public API reports as one mismatch.
+var ErrNoTables = errors.New("the database holds none of the tables")
+
 var readOnlyVFSs sync.Map // base VFS name → the read-only VFS's name
 
 // readOnlyVFS registers, once per base VFS, the read-only VFS that wraps it, and returns its name.
