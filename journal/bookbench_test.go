@@ -168,7 +168,8 @@ func (e everyRun) SinkRunsSince(ctx context.Context, _ []byte) ([]outbox.SinkRun
 
 // BenchmarkStartBookCheckSinceMark measures the start's book check beside a journal of 10^5 runs,
 // all of them before the book's mark: journal.Open, NewRelay and a Recover with nothing pending,
-// comparing every run with the book (full) and only the runs with lines after the mark (since).
+// comparing every run with the book (full), only the runs with lines after the mark (since), and
+// none (off: WithBookCheck(false), what the start costs without the check).
 func BenchmarkStartBookCheckSinceMark(b *testing.B) {
 	const runs = 100_000
 	dbPath, dir := benchRunsBook(b, runs)
@@ -178,7 +179,7 @@ func BenchmarkStartBookCheckSinceMark(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer s.Close()
-	for _, mode := range []string{"full", "since"} {
+	for _, mode := range []string{"full", "since", "off"} {
 		b.Run(mode, func(b *testing.B) {
 			for b.Loop() {
 				j, err := Open(dir)
@@ -189,7 +190,7 @@ func BenchmarkStartBookCheckSinceMark(b *testing.B) {
 				if mode == "full" {
 					sink = everyRun{j}
 				}
-				relay, err := outbox.NewRelay(s, sink, "bench")
+				relay, err := outbox.NewRelay(s, sink, "bench", outbox.WithBookCheck(mode != "off"))
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -218,3 +218,32 @@ func equalCalls(got, want []sinceCall) bool {
 		return a.marked == b.marked && a.err == nil && b.err == nil && slices.Equal(a.runs, b.runs)
 	})
 }
+
+func TestAMarkNotOfTheJournalsFormIsUnknownToTheJournalAndTheFile(t *testing.T) {
+	t.Parallel()
+	ctx := outboxtest.Patient(t)
+	j, err := journal.Open(filepath.Join(t.TempDir(), "journal"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	f, err := journal.OpenFile(filepath.Join(t.TempDir(), "journal.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, l := range []outbox.SinceLister{j, f} {
+		runs, end, err := l.SinkRunsSince(ctx, nil)
+		if err != nil || len(runs) != 0 || end == nil {
+			t.Fatalf("%T: an empty journal lists %v, marks %q, %v", l, runs, end, err)
+		}
+		if _, _, err := l.SinkRunsSince(ctx, end); err != nil {
+			t.Fatalf("%T: its own mark: %v", l, err)
+		}
+		for _, mark := range [][]byte{[]byte("x"), {}, append(slices.Clip(end), 0)} {
+			if _, _, err := l.SinkRunsSince(ctx, mark); !errors.Is(err, outbox.ErrMarkUnknown) {
+				t.Errorf("%T: mark %q: %v; want ErrMarkUnknown", l, mark, err)
+			}
+		}
+	}
+}
