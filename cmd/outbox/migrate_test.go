@@ -35,7 +35,7 @@ func migrateVersion(t *testing.T, dbPath string) string {
 
 func TestMigrateDownRefusesToDropPositionsTheRowsDoNotShow(t *testing.T) {
 	dbPath, _ := book(t) // run "old": 2 lines projected, still stored; run "dead": 3 pending
-	for _, from := range []string{"8, the runs' marks the figures rebuild", "7, the figures' counting handed back to the triggers", "6, no ledger line emptied", "5, figures the rows rebuild", "4, no run stopped", "3, nothing forgotten"} {
+	for _, from := range []string{"9, the mark of the sink the next start does without", "8, the runs' marks the figures rebuild", "7, the figures' counting handed back to the triggers", "6, no ledger line emptied", "5, figures the rows rebuild", "4, no run stopped", "3, nothing forgotten"} {
 		if code, _, errOut := runOutbox(t, "migrate", "down", "--db", dbPath); code != exitOK {
 			t.Fatalf("down from %s: exit %d, %s", from, code, errOut)
 		}
@@ -79,9 +79,10 @@ func TestMigrateDownNeedsNoForceWhenTheRowsShowEveryPosition(t *testing.T) {
 	}
 	s.Close()
 	j.Close()
-	// Version 8 marks the runs recovery visits, which the figures show, and version 7 hands the
-	// figures' counting back to the triggers: neither loses anything.
-	for _, from := range []string{"8", "7"} {
+	// Version 9 drops the book's mark of its sink (the next start compares every run), version 8
+	// marks the runs recovery visits, which the figures show, and version 7 hands the figures'
+	// counting back to the triggers: none loses anything.
+	for _, from := range []string{"9", "8", "7"} {
 		if code, _, errOut := runOutbox(t, "migrate", "down", "--db", dbPath); code != exitOK {
 			t.Fatalf("down from %s: exit %d, %s", from, code, errOut)
 		}
