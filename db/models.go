@@ -21,6 +21,11 @@ type EventsOutbox struct {
 	Counted     int64
 }
 
+type OutboxBookMark struct {
+	ID   int64
+	Mark []byte
+}
+
 type OutboxProgress struct {
 	EngineRunID string
 	Projected   int64

@@ -157,3 +157,49 @@ func BenchmarkBookLacks(b *testing.B) {
 		}
 	}
 }
+
+// everyRun is the journal with its listing since a mark turned into the full one: the book check as
+// it was before the book kept its mark.
+type everyRun struct{ *Journal }
+
+func (e everyRun) SinkRunsSince(ctx context.Context, _ []byte) ([]outbox.SinkRun, []byte, error) {
+	return e.Journal.SinkRunsSince(ctx, nil)
+}
+
+// BenchmarkStartBookCheckSinceMark measures the start's book check beside a journal of 10^5 runs,
+// all of them before the book's mark: journal.Open, NewRelay and a Recover with nothing pending,
+// comparing every run with the book (full), only the runs with lines after the mark (since), and
+// none (off: WithBookCheck(false), what the start costs without the check).
+func BenchmarkStartBookCheckSinceMark(b *testing.B) {
+	const runs = 100_000
+	dbPath, dir := benchRunsBook(b, runs)
+	ctx := context.Background()
+	s, err := outbox.Open(ctx, dbPath)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	for _, mode := range []string{"full", "since", "off"} {
+		b.Run(mode, func(b *testing.B) {
+			for b.Loop() {
+				j, err := Open(dir)
+				if err != nil {
+					b.Fatal(err)
+				}
+				var sink outbox.Sink = j
+				if mode == "full" {
+					sink = everyRun{j}
+				}
+				relay, err := outbox.NewRelay(s, sink, "bench", outbox.WithBookCheck(mode != "off"))
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := relay.Recover(ctx); err != nil {
+					b.Fatal(err)
+				}
+				j.Close()
+			}
+			b.ReportMetric(runs, "runs")
+		})
+	}
+}

@@ -3,7 +3,10 @@
 package outbox
 
 import (
+	"bytes"
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -19,6 +22,20 @@ import (
 // ErrBookBehind).
 type RunLister interface {
 	SinkRuns(ctx context.Context) ([]SinkRun, error)
+}
+
+// SinceLister is an optional interface of a RunLister that can list only the runs with lines after
+// a mark it gave before: a relay whose sink is one keeps the sink's end (the mark) in the book at a
+// book check that passes, and its next start compares only the runs the sink holds lines of after it.
+//
+// SinkRunsSince returns the runs with lines after mark (every run the sink holds for a nil mark),
+// each with its highest seq, and the mark of the sink's end as it listed them. A run listed may have
+// lines before the mark too; a run with none after it need not be listed. It returns ErrMarkUnknown
+// when it cannot prove the mark is one of its own, at a place it still holds (another sink's, a
+// restored older copy of the sink, a place retention deleted): the relay then compares every run.
+type SinceLister interface {
+	RunLister
+	SinkRunsSince(ctx context.Context, mark []byte) (runs []SinkRun, end []byte, err error)
 }
 
 // SinkRun is one run a sink holds: its id and the highest seq of its lines there.
@@ -188,7 +205,14 @@ func (r *Relay) checkBook(ctx context.Context) error {
 	if r.bookChecked {
 		return r.bookErr
 	}
-	runs, err := lister.SinkRuns(ctx)
+	var mark []byte
+	if _, ok := lister.(SinceLister); ok {
+		var err error
+		if mark, err = r.s.bookMark(ctx); err != nil {
+			return err
+		}
+	}
+	runs, end, err := listSinkRuns(ctx, lister, mark)
 	if err != nil {
 		// The sink could not list its runs now (a failing disk, an ended ctx): the next call tries
 		// again, as it would an append.
@@ -198,10 +222,61 @@ func (r *Relay) checkBook(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if total == 0 && end != nil && !bytes.Equal(end, mark) {
+		// Written only after the check passed, alone in its transaction: a crash before it costs
+		// the next start a longer check, never a skipped one.
+		if err := r.s.putBookMark(ctx, end); err != nil {
+			return err
+		}
+	}
 	r.bookChecked = true
 	if total > 0 {
 		r.bookErr = &bookBehindError{lacks: lacks, total: total}
 		r.cfg.log.Error("outbox: relay stopped before its first append: the book is behind its sink", "err", r.bookErr)
 	}
 	return r.bookErr
+}
+
+// listSinkRuns lists the runs the book check compares: from a SinceLister, those with lines after the
+// mark the book holds (all of them when it holds none, or the sink does not know it), with the sink's
+// end to mark next; from a plain RunLister, all of them, and no mark.
+func listSinkRuns(ctx context.Context, lister RunLister, mark []byte) (runs []SinkRun, end []byte, err error) {
+	since, ok := lister.(SinceLister)
+	if !ok {
+		runs, err = lister.SinkRuns(ctx)
+		return runs, nil, err
+	}
+	if mark != nil {
+		runs, end, err = since.SinkRunsSince(ctx, mark)
+		if !errors.Is(err, ErrMarkUnknown) {
+			return runs, end, err
+		}
+	}
+	return since.SinkRunsSince(ctx, nil)
+}
+
+// bookMark reads the sink's end at the last book check that passed; nil when the book holds none.
+func (s *Store) bookMark(ctx context.Context) (mark []byte, err error) {
+	err = s.read(ctx, func(ctx context.Context) error {
+		mark, err = s.q.BookMarkGet(ctx, s.r)
+		if errors.Is(err, sql.ErrNoRows) {
+			mark, err = nil, nil
+		}
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read the book's mark of its sink: %w", err)
+	}
+	return mark, nil
+}
+
+// putBookMark records the sink's end at a book check that passed.
+func (s *Store) putBookMark(ctx context.Context, mark []byte) error {
+	err := s.write(ctx, durable, func(w *txWriter) error {
+		return w.q.BookMarkPut(w.ctx, w.tx, mark)
+	})
+	if err != nil {
+		return fmt.Errorf("record the book's mark of its sink: %w", err)
+	}
+	return nil
 }

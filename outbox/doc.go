@@ -40,7 +40,10 @@
 //     before it appends anything, when the sink holds a run the book never recorded or holds a run
 //     further than the highest seq the book gave it (a book restored from an older backup). The book
 //     keeps each run's row of figures for its life, its rows forgotten or not, so it knows every run
-//     it ever projected.
+//     it ever projected. A sink that is a SinceLister (the journal) lets the check stay small: the
+//     book keeps the sink's end at the last check that passed (a mark the sink proves its own), and
+//     the next start compares only the runs with lines after it; a mark the sink cannot prove (another
+//     sink, a restored older copy, a place retention deleted) makes that start compare every run.
 //   - One projection at a time per run. Relays of one Store that project the same run take turns
 //     (a waiting relay gives up when its context ends), so no line is appended twice by them, and a
 //     batch whose record failed is recorded by whichever relay takes the run next, not appended again.

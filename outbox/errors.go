@@ -105,6 +105,9 @@ var (
 	// reconcile); WithBookCheck(false) turns the check off for a sink that other books write to as
 	// well.
 	ErrBookBehind = errors.New("outbox: the book is behind its sink")
+	// ErrMarkUnknown is returned by a SinceLister for a mark it cannot prove its own (another sink,
+	// a restored copy of it, the mark's line gone by retention); the start then compares every run.
+	ErrMarkUnknown = errors.New("outbox: the sink does not know the book's mark")
 	// ErrBookOpened is returned when a read of a read-only Store began while no writer had the book
 	// open and met one that opened it meanwhile. Nothing read is returned; the same read again goes
 	// through the writer's WAL and succeeds. A read-only inbox's reads return the same error.
