@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/textmachine/outbox/internal/filekind"
 	"io"
 	"os"
 	"path/filepath"
@@ -164,20 +165,10 @@ func openRegular(path string) (*os.File, bool, error) {
 }
 
 func notRegular(path string, mode os.FileMode) error {
-	what := "not a regular file"
-	switch t := mode.Type(); {
-	case t&os.ModeDir != 0:
-		what = "a directory"
-	case t&os.ModeNamedPipe != 0:
-		what = "a named pipe (FIFO)"
-	case t&os.ModeSocket != 0:
-		what = "a socket"
-	case t&os.ModeCharDevice != 0:
-		what = "a character device"
-	case t&os.ModeDevice != 0:
-		what = "a block device"
+	if k := filekind.Of(mode); k != "not a regular file" {
+		return fmt.Errorf("%w: %s is %s, not a regular file; it was not opened", ErrNotJournal, path, k)
 	}
-	return fmt.Errorf("%w: %s is %s, not a regular file; it was not opened", ErrNotJournal, path, what)
+	return fmt.Errorf("%w: %s is not a regular file; it was not opened", ErrNotJournal, path)
 }
 
 func inspectError(path string, err error) error {

@@ -397,8 +397,8 @@ func TestOpenFileRefusesWhatIsNotARegularFileWithoutOpeningIt(t *testing.T) {
 	}
 	defer ln.Close()
 	for path, what := range map[string]string{
-		fifo:       "a named pipe (FIFO)",
-		link:       "a named pipe (FIFO)",
+		fifo:       "a named pipe",
+		link:       "a named pipe",
 		dir:        "a directory",
 		os.DevNull: "a character device",
 		sock:       "a socket",

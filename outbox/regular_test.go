@@ -23,10 +23,10 @@ func notRegularFiles(t *testing.T) (dir string, paths map[string]string) {
 	t.Helper()
 	dir = t.TempDir()
 	paths = map[string]string{
-		"a named pipe": filepath.Join(dir, "fifo.db"),
-		"a directory":  filepath.Join(dir, "dir.db"),
-		"a socket":     filepath.Join(dir, "sock.db"),
-		"a device":     os.DevNull,
+		"a named pipe":       filepath.Join(dir, "fifo.db"),
+		"a directory":        filepath.Join(dir, "dir.db"),
+		"a socket":           filepath.Join(dir, "sock.db"),
+		"a character device": os.DevNull,
 	}
 	if err := syscall.Mkfifo(paths["a named pipe"], 0o644); err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ package litedb
 
 import (
 	"fmt"
+	"github.com/textmachine/outbox/internal/filekind"
 	"os"
 
 	"github.com/ncruces/go-sqlite3/vfs"
@@ -56,18 +57,8 @@ func isFile(f vfs.File, want os.FileInfo, path string) error {
 // notRegular is the error for a path that is not a regular file: SQLite would block in open(2) on a
 // named pipe, and read a device.
 func notRegular(path string, st os.FileInfo) error {
-	kind := st.Mode().Type().String()
-	switch t := st.Mode().Type(); {
-	case t&os.ModeNamedPipe != 0:
-		kind = "a named pipe"
-	case t&os.ModeDir != 0:
-		kind = "a directory"
-	case t&os.ModeSocket != 0:
-		kind = "a socket"
-	case t&os.ModeDevice != 0:
-		kind = "a device"
-	case t&os.ModeSymlink != 0:
-		kind = "a symbolic link"
+	if k := filekind.Of(st.Mode()); k != "not a regular file" {
+		return fmt.Errorf("%s is %s, not a regular file", path, k)
 	}
-	return fmt.Errorf("%s is %s, not a regular file", path, kind)
+	return fmt.Errorf("%s is not a regular file", path)
 }
