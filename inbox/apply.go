@@ -122,7 +122,7 @@ func (in *Inbox) apply(ctx context.Context, m *move, lines [][]byte, h Handler) 
 				return err
 			}
 		}
-		hctx := context.WithValue(ctx, handlerKey{}, in)
+		hctx := in.wr.Mark(ctx)
 		for i := range keys {
 			if err := t.line(hctx, &keys[i], lines[i], h, &rep); err != nil {
 				return err

@@ -85,7 +85,7 @@
 //     (unless WithRetry, which quarantines the line's run instead). A handler's panic rolls the call
 //     back and reaches the caller as the same panic.
 //   - One transaction and one WAL sync per call, whatever the number of lines (at the default
-//     outbox.DurabilityFull, durable on return; outbox.DurabilityNormal can lose the last calls to a
+//     DurabilityFull, durable on return; DurabilityNormal can lose the last calls to a
 //     power failure, and the sources then read their lines again). A cancelled or expired context
 //     costs its own call only: an error means nothing of the call was committed, the Report
 //     beside it is zero, and the error wraps the context's (whatever statement it interrupted). An

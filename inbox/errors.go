@@ -3,11 +3,11 @@
 package inbox
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
-	"unicode/utf8"
+
+	"github.com/textmachine/outbox/internal/litedb"
 )
 
 // Sentinel errors, for what callers branch on with errors.Is. A line that is not a journal line wraps
@@ -69,21 +69,14 @@ func (e *LineError) Unwrap() error { return e.Err }
 // MaxSourceNameLen bounds a source's name, in bytes.
 const MaxSourceNameLen = 4096
 
-// checkName refuses a source name or run id argument that no stored one can equal: empty, too long,
-// invalid UTF-8, or holding a control byte.
+// checkName refuses a source name or run id argument that no stored one can equal (see
+// litedb.IDProblem).
 func checkName(what, s string, maxLen int) error {
-	switch {
-	case s == "":
+	if s == "" {
 		return fmt.Errorf("inbox: empty %s", what)
-	case len(s) > maxLen:
-		return fmt.Errorf("inbox: %s of %d bytes, at most %d", what, len(s), maxLen)
-	case !utf8.ValidString(s):
-		return fmt.Errorf("inbox: %s %q is not valid UTF-8", what, s)
 	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c == 0x7f {
-			return fmt.Errorf("inbox: %s %q holds control byte 0x%02x", what, s, c)
-		}
+	if why := litedb.IDProblem(s, maxLen); why != "" {
+		return fmt.Errorf("inbox: %s %q: %s", what, s, why)
 	}
 	return nil
 }
@@ -111,9 +104,4 @@ func (w *wrapped) Unwrap() error { return w.err }
 // withCtx joins ctx's error to err when ctx has ended and err does not already say so: the driver
 // reports a statement its context interrupted as SQLITE_INTERRUPT, which does not tell a caller
 // that branches on context.Canceled or context.DeadlineExceeded why the call failed.
-func withCtx(ctx context.Context, err error) error {
-	if err == nil || ctx.Err() == nil || errors.Is(err, ctx.Err()) {
-		return err
-	}
-	return fmt.Errorf("%w: %w", ctx.Err(), err)
-}
+var withCtx = litedb.WithEnd

@@ -54,8 +54,8 @@ func (t *txn) callHandler(hctx context.Context, h Handler, ev Event) error {
 	ctx, end := derive(hctx, ev)
 	if ctx == nil {
 		ctx = hctx
-	} else if ctx.Value(handlerKey{}) != t.in {
-		ctx = context.WithValue(ctx, handlerKey{}, t.in)
+	} else if !t.in.wr.Marked(ctx) {
+		ctx = t.in.wr.Mark(ctx)
 	}
 	if end == nil {
 		return h(ctx, t.tx, ev)

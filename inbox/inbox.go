@@ -7,24 +7,17 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"os/user"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"time"
-
-	"github.com/ncruces/go-sqlite3"
-	"github.com/ncruces/go-sqlite3/driver"
 
 	"github.com/textmachine/outbox/inbox/db"
 	"github.com/textmachine/outbox/inbox/migrations"
-	"github.com/textmachine/outbox/internal/dirsync"
 	"github.com/textmachine/outbox/internal/diskfull"
 	"github.com/textmachine/outbox/internal/faultpoint"
-	"github.com/textmachine/outbox/outbox"
+	"github.com/textmachine/outbox/internal/litedb"
 )
 
 // Inbox applies journal lines exactly once into the consumer's own SQLite database. It is the
@@ -38,7 +31,7 @@ type Inbox struct {
 	w    *sql.DB // one connection
 	r    *sql.DB // the read pool
 	lock *os.File
-	st   *statements
+	st   *litedb.Statements
 	// unmarked: opened read-only beside a database of an earlier release, whose sources have no
 	// rewound mark (migration 3): none of them is rewound with a position kept.
 	unmarked bool
@@ -49,19 +42,16 @@ type Inbox struct {
 	// writer is held by the one write transaction in progress; waiting for it honours the caller's
 	// context.
 	writer chan struct{}
-	// While a write transaction is open (guarded), only the inbox's own commit (committing) may go
-	// through: the writer connection's commit hook turns any other (a handler's tx.Commit) into a
-	// rollback.
-	guarded, committing atomic.Bool
-	// writerG is the goroutine that holds the writer while a write transaction is open, and
-	// handling says whether a handler is running on it: a call that writes made on that goroutine
-	// would wait for itself (ErrCallInsideTx).
-	writerG  atomic.Int64
+	// wr is the writer connection as the driver has it: only the inbox's own commit goes through on
+	// it (a handler's tx.Commit becomes a rollback, which the inbox then reports), and it marks the
+	// goroutine that holds it while a write transaction is open, and the context a handler is given,
+	// so that a call that writes made from there is refused (ErrCallInsideTx) rather than left waiting
+	// for itself. handling says whether a handler is running on that goroutine.
+	wr       litedb.Writer
 	handling atomic.Bool
-	// readersG counts, per goroutine, the ReadTx functions it is running, so that a Close made
-	// from inside one is refused rather than left waiting for the call it is part of.
-	readersMu sync.Mutex
-	readersG  map[int64]int
+	// readers marks the goroutines running a ReadTx function, so that a Close or a read made from
+	// inside one is refused rather than left waiting for the call it is part of.
+	readers litedb.Holders
 	// nextTrim is when a run can next have become idle past the retention (unix nanoseconds); kept
 	// under the writer.
 	nextTrim int64
@@ -97,50 +87,44 @@ func open(ctx context.Context, path string, opts []Option) (*Inbox, error) {
 		cfg.operator = osUser()
 	}
 	in := &Inbox{path: path, cfg: cfg, q: db.New(), writer: make(chan struct{}, 1)}
-	_, statErr := os.Stat(path)
-	created := errors.Is(statErr, os.ErrNotExist)
-	if in.lock, err = lockFile(path); err != nil {
-		if errors.Is(err, ErrLocked) && !created && isBook(ctx, path) {
+	var file os.FileInfo
+	if in.lock, file, _, err = litedb.Lock(path, lockNames); err != nil {
+		if errors.Is(err, ErrLocked) && isBook(ctx, path) {
 			return nil, &heldBook{path}
 		}
 		return nil, err
 	}
-	if created {
-		// A new file's directory entry is durable only once its directory is synced.
-		if err := dirsync.Sync(filepath.Dir(path)); err != nil {
-			in.release()
-			return nil, fmt.Errorf("inbox: %w", err)
-		}
-	}
-	if err := in.openWriter(ctx); err != nil {
+	if err := in.openWriter(ctx, file); err != nil {
 		in.release()
 		return nil, fmt.Errorf("inbox: open %s: %w", path, withCtx(ctx, err))
 	}
-	if in.r, err = in.openDB(in.readerQuery(), nil); err != nil {
+	if in.r, err = litedb.OpenReader(path, in.dbConfig(), file); err != nil {
 		in.release()
 		return nil, fmt.Errorf("inbox: open %s: %w", path, err)
 	}
-	in.r.SetMaxOpenConns(cfg.readPool)
-	in.r.SetMaxIdleConns(cfg.readPool)
 	cfg.logger.Debug("inbox: opened", "path", path, "durability", cfg.durability)
 	return in, nil
 }
 
-func (in *Inbox) openWriter(ctx context.Context) error {
+// lockNames are the inbox's words for a lock that is not to be had.
+var lockNames = litedb.Names{Prefix: "inbox: ", Locked: ErrLocked, HardLinked: ErrHardLinked}
+
+// dbConfig is what the floor's connections take from the options.
+func (in *Inbox) dbConfig() litedb.Config {
+	return litedb.Config{BusyTimeout: in.cfg.busyTimeout, ReadPool: in.cfg.readPool, VFS: in.cfg.vfs}
+}
+
+// openWriter opens the writer connection, at SQLite's own FULL or NORMAL, refuses a book, migrates
+// and prepares the statements; from then on only the inbox commits on it (litedb.Writer.Attach).
+func (in *Inbox) openWriter(ctx context.Context, file os.FileInfo) error {
+	sync := "FULL"
+	if in.cfg.durability == DurabilityNormal {
+		sync = "NORMAL"
+	}
 	var err error
-	in.w, err = in.openDB(in.writerQuery(), func(c *sqlite3.Conn) error {
-		// Only the inbox commits on its writer connection: a handler's tx.Commit would commit
-		// part of a call. Such a commit becomes a rollback, which the inbox then reports.
-		c.CommitHook(func() bool { return !in.guarded.Load() || in.committing.Load() })
-		return nil
-	})
-	if err != nil {
+	if in.w, err = litedb.OpenWriter(in.path, in.dbConfig(), file, sync, nil); err != nil {
 		return err
 	}
-	in.w.SetMaxOpenConns(1)
-	in.w.SetMaxIdleConns(1)
-	in.w.SetConnMaxLifetime(0)
-	in.w.SetConnMaxIdleTime(0)
 	if err := in.w.PingContext(ctx); err != nil {
 		return err
 	}
@@ -155,44 +139,14 @@ func (in *Inbox) openWriter(ctx context.Context) error {
 	if err := migrations.Up(ctx, in.w); err != nil {
 		return err
 	}
-	in.st, err = prepareStatements(ctx, in.w)
-	return err
+	if in.st, err = litedb.Prepare(ctx, in.w, stmtSQL[:]); err != nil {
+		return err
+	}
+	return in.wr.Attach(ctx, in.w, nil)
 }
 
 // outboxVersionTable is the outbox's goose version table, which a book has from its first migration.
 const outboxVersionTable = "outbox_db_version"
-
-// writerQuery and readerQuery are the DSN parameters of the two pools. The driver reads a DSN's
-// parameters only after a "file:" prefix; any _pragma turns off its default busy timeout, so
-// busy_timeout comes first; synchronous is set on every connection, since SQLite gives a connection
-// to an existing WAL database NORMAL whatever the one that created it had; _txlock=immediate takes
-// the write lock at BEGIN, so a transaction that read cannot fail at its first write.
-func (in *Inbox) writerQuery() string {
-	sync := "full"
-	if in.cfg.durability == outbox.DurabilityNormal {
-		sync = "normal"
-	}
-	return in.pragmas() + "&_pragma=journal_mode(wal)&_pragma=synchronous(" + sync + ")&_txlock=immediate"
-}
-
-// readerQuery opens read-only connections: they never create the file or write to it, and as the
-// last to close do not checkpoint.
-func (in *Inbox) readerQuery() string {
-	return "mode=ro&" + in.pragmas() + "&_pragma=synchronous(full)&_pragma=query_only(1)&_txlock=deferred"
-}
-
-func (in *Inbox) pragmas() string {
-	q := "_pragma=busy_timeout(" + strconv.FormatInt(in.cfg.busyTimeout.Milliseconds(), 10) + ")"
-	if in.cfg.vfs != "" {
-		q += "&vfs=" + url.QueryEscape(in.cfg.vfs)
-	}
-	return q
-}
-
-func (in *Inbox) openDB(query string, init func(*sqlite3.Conn) error) (*sql.DB, error) {
-	u := url.URL{Scheme: "file", OmitHost: true, Path: in.path, RawQuery: query}
-	return driver.Open(u.String(), init)
-}
 
 // osUser names the operating system's user, for the record of an accepted gap.
 func osUser() string {
@@ -226,7 +180,7 @@ func (in *Inbox) Close() error {
 func (in *Inbox) release() error {
 	var errs []error
 	if in.st != nil {
-		in.st.close()
+		in.st.Close()
 	}
 	if in.r != nil {
 		errs = append(errs, in.r.Close())
@@ -235,7 +189,7 @@ func (in *Inbox) release() error {
 		errs = append(errs, in.w.Close())
 	}
 	if in.lock != nil {
-		errs = append(errs, unlockFile(in.lock))
+		errs = append(errs, litedb.Unlock(in.lock))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("inbox: close %s: %w", in.path, err)
@@ -243,13 +197,9 @@ func (in *Inbox) release() error {
 	return nil
 }
 
-// handlerKey marks the context a handler is given, so that its calls back into the inbox are refused
-// rather than left waiting for the writer it holds.
-type handlerKey struct{}
-
 // enter registers a call so that Close waits for it.
 func (in *Inbox) enter(ctx context.Context) error {
-	if ctx.Value(handlerKey{}) == in {
+	if in.wr.Marked(ctx) {
 		return ErrInHandler
 	}
 	in.mu.Lock()
@@ -311,28 +261,25 @@ func (in *Inbox) writeTxn(ctx context.Context, fn func(t *txn) error) error {
 		return ctx.Err()
 	}
 	defer func() { <-in.writer }()
-	g := goid()
-	in.writerG.Store(g)
-	defer in.writerG.Store(0) // before the writer is given back
-	defer in.handling.Store(false)
 	conn, err := in.w.Conn(ctx)
 	if err != nil {
 		return fmt.Errorf("inbox: wait for the writer: %w", err)
 	}
 	defer conn.Close()
-	var raw *sqlite3.Conn
-	if err := conn.Raw(func(dc any) error {
-		raw = dc.(driver.Conn).Raw()
-		return nil
-	}); err != nil {
-		return fmt.Errorf("inbox: the writer connection: %w", err)
-	}
-	tx, err := conn.BeginTx(context.WithoutCancel(ctx), nil)
+	tx, err := litedb.Begin(ctx, conn)
 	if err != nil {
 		return fmt.Errorf("inbox: begin: %w", err)
 	}
-	in.guarded.Store(true)
-	defer in.guarded.Store(false)
+	g := in.wr.Hold()
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			in.handling.Store(false)
+			in.wr.Release(g)
+		}
+	}
+	defer release() // before the writer is given back
 	done := false
 	defer func() {
 		// Also on a panic, which then goes on: nothing of the call is stored.
@@ -342,7 +289,7 @@ func (in *Inbox) writeTxn(ctx context.Context, fn func(t *txn) error) error {
 			}
 		}
 	}()
-	t := newTxn(ctx, in, tx, raw)
+	t := newTxn(ctx, in, tx)
 	defer t.close()
 	if err := fn(t); err != nil {
 		return err
@@ -353,10 +300,9 @@ func (in *Inbox) writeTxn(ctx context.Context, fn func(t *txn) error) error {
 	if err := t.alive(); err != nil {
 		return err
 	}
+	release() // the caller's code has run: the commit is the inbox's own
 	faultpoint.Hit(faultpoint.InboxBeforeCommit)
-	in.committing.Store(true)
-	err = tx.Commit()
-	in.committing.Store(false)
+	err = in.wr.Commit(tx.Commit)
 	done = true
 	if err != nil {
 		return fmt.Errorf("inbox: commit: %w", err)
@@ -382,17 +328,5 @@ func (in *Inbox) readAgain(ctx context.Context, fn func() error) error {
 		return err
 	}
 	defer in.exit()
-	for attempt := 1; ; attempt++ {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		err := fn()
-		if !errors.Is(err, sqlite3.READONLY_RECOVERY) && !errors.Is(err, sqlite3.READONLY_CANTINIT) || attempt == readRetries {
-			return err
-		}
-		time.Sleep(time.Duration(attempt) * 10 * time.Microsecond)
-	}
+	return litedb.ReadAgain(ctx, func(context.Context) error { return fn() })
 }
-
-// readRetries bounds the reads again of a reader that met a commit it could not wait out.
-const readRetries = 100

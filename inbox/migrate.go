@@ -8,15 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
-	"path/filepath"
 
-	"github.com/ncruces/go-sqlite3/driver"
-
-	"github.com/textmachine/outbox/internal/dirsync"
 	"github.com/textmachine/outbox/internal/diskfull"
-	"github.com/textmachine/outbox/outbox"
+	"github.com/textmachine/outbox/internal/litedb"
 )
 
 // ErrNotDatabase is returned by Migrate for a path that names something other than a SQLite
@@ -50,26 +45,16 @@ func migrate(ctx context.Context, path string, fn func(ctx context.Context, db *
 	if err := checkMigrateTarget(ctx, path); err != nil {
 		return err
 	}
-	_, statErr := os.Stat(path)
-	lock, err := lockFile(path)
+	lock, file, _, err := litedb.Lock(path, lockNames)
 	if err != nil {
 		return err
 	}
-	defer unlockFile(lock)
-	if errors.Is(statErr, os.ErrNotExist) {
-		// A new file's directory entry is durable only once its directory is synced.
-		if err := dirsync.Sync(filepath.Dir(path)); err != nil {
-			return fmt.Errorf("inbox: %w", err)
-		}
-	}
-	u := url.URL{Scheme: "file", OmitHost: true, Path: path,
-		RawQuery: "_pragma=busy_timeout(5000)&_pragma=journal_mode(wal)&_pragma=synchronous(full)"}
-	d, err := driver.Open(u.String())
+	defer litedb.Unlock(lock)
+	d, err := litedb.OpenWriter(path, litedb.Config{BusyTimeout: DefaultBusyTimeout}, file, "FULL", nil)
 	if err != nil {
 		return fmt.Errorf("inbox: migrate %s: %w", path, err)
 	}
 	defer d.Close()
-	d.SetMaxOpenConns(1)
 	// Checked again under the lock: the outbox's tables could have come since the look before it.
 	var n int
 	if err := d.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema
@@ -111,7 +96,7 @@ func checkMigrateTarget(ctx context.Context, path string) error {
 	if err != nil || string(head) != sqliteHeader {
 		return fmt.Errorf("%w: %s does not begin with SQLite's header", ErrNotDatabase, path)
 	}
-	r, err := outbox.OpenReadOnlyDB(ctx, path)
+	r, err := openReadOnlyDB(ctx, path)
 	if err != nil {
 		return fmt.Errorf("inbox: migrate: %w", err)
 	}
@@ -130,7 +115,7 @@ func checkMigrateTarget(ctx context.Context, path string) error {
 // isBook reports whether the database at path holds an outbox's tables, read through a read-only
 // connection that takes no lock a running engine would wait for. Any failure to read it is a no.
 func isBook(ctx context.Context, path string) bool {
-	r, err := outbox.OpenReadOnlyDB(ctx, path)
+	r, err := openReadOnlyDB(ctx, path)
 	if err != nil {
 		return false
 	}
@@ -139,6 +124,11 @@ func isBook(ctx context.Context, path string) bool {
 	err = r.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema
 		WHERE type = 'table' AND name IN ('events_outbox', 'outbox_progress', ?)`, outboxVersionTable).Scan(&n)
 	return err == nil && n > 0
+}
+
+// openReadOnlyDB opens path for a look that writes nothing, with the default options.
+func openReadOnlyDB(ctx context.Context, path string) (*sql.DB, error) {
+	return litedb.OpenReadOnly(ctx, path, litedb.Config{BusyTimeout: DefaultBusyTimeout, ReadPool: DefaultReadPoolSize})
 }
 
 // heldBook is Open's error for a book that an outbox holds open: the lock is an engine's (or an

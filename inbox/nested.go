@@ -3,12 +3,9 @@
 package inbox
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"errors"
-	"runtime"
-	"strconv"
 )
 
 // ErrCallInsideTx is returned at once by a call that writes (Apply, ApplyFrom, ApplyFile, FollowFile,
@@ -18,8 +15,9 @@ import (
 // transaction the function or the handler was given instead; ReadTx and the other reads use the read
 // pool and work there (a handler's own context excepted: ErrInHandler).
 //
-// The inbox knows the goroutine that holds the writer, so a call made on that goroutine is caught. A
-// call that the function hands to another goroutine and then waits for cannot be told from any other
+// The inbox knows the goroutine that holds the writer, so a call made on that goroutine is caught
+// (see litedb.Holder), at the cost of an atomic load while no write transaction is open. A call that
+// the function hands to another goroutine and then waits for cannot be told from any other
 // caller's: it waits for the writer until its own context ends.
 var ErrCallInsideTx = errors.New("inbox: a call from inside a write transaction of the same inbox (a WriteTx function or a handler called a method that writes); the transaction holds the inbox's one writer, so the call would wait for itself: write through the transaction it was given instead")
 
@@ -38,30 +36,13 @@ func (e *insideTx) Is(target error) bool {
 	return target == ErrCallInsideTx || e.handler && target == ErrInHandler
 }
 
-// goid returns the calling goroutine's id, read from its stack header ("goroutine 42 [running]:").
-// The runtime gives no other way; it costs some microseconds, paid once per write transaction (whose
-// commit's WAL sync costs far more) and by a call that meets a transaction in progress.
-func goid() int64 {
-	var buf [64]byte
-	b := buf[:runtime.Stack(buf[:], false)]
-	b = bytes.TrimPrefix(b, []byte("goroutine "))
-	if i := bytes.IndexByte(b, ' '); i > 0 {
-		b = b[:i]
-	}
-	id, err := strconv.ParseInt(string(b), 10, 64)
-	if err != nil {
-		return -1 // never equal to a holder's
-	}
-	return id
-}
-
 // checkNotInsideTx fails a write begun from inside a write transaction of this inbox: on the
 // goroutine that holds the writer, or with the context a handler was given.
 func (in *Inbox) checkNotInsideTx(ctx context.Context) error {
-	if ctx.Value(handlerKey{}) == in {
+	if in.wr.Marked(ctx) {
 		return &insideTx{handler: true}
 	}
-	if h := in.writerG.Load(); h != 0 && h == goid() {
+	if in.wr.Inside(nil) {
 		return &insideTx{handler: in.handling.Load()}
 	}
 	return nil
@@ -88,7 +69,7 @@ func (in *Inbox) ReadTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 			return wrapf(err, "begin a read")
 		}
 		defer tx.Rollback() // nothing to commit: the rollback only ends the snapshot
-		defer in.runningRead(goid())()
+		defer in.readers.Release(in.readers.Hold())
 		return fn(tx)
 	})
 }
@@ -105,35 +86,9 @@ func (closeInside) Error() string {
 
 func (closeInside) Is(target error) bool { return target == ErrCallInsideTx }
 
-// runningRead records that goroutine g runs a ReadTx function, until the function it returns is
-// called.
-func (in *Inbox) runningRead(g int64) func() {
-	in.readersMu.Lock()
-	if in.readersG == nil {
-		in.readersG = map[int64]int{}
-	}
-	in.readersG[g]++
-	in.readersMu.Unlock()
-	return func() {
-		in.readersMu.Lock()
-		if in.readersG[g]--; in.readersG[g] == 0 {
-			delete(in.readersG, g)
-		}
-		in.readersMu.Unlock()
-	}
-}
-
 // insideCall reports whether the calling goroutine runs a function the inbox called, a WriteTx or
 // ReadTx function or a handler: a Close there would wait for the call it is part of.
-func (in *Inbox) insideCall() bool {
-	g := goid()
-	if h := in.writerG.Load(); h != 0 && h == g {
-		return true
-	}
-	in.readersMu.Lock()
-	defer in.readersMu.Unlock()
-	return in.readersG[g] > 0
-}
+func (in *Inbox) insideCall() bool { return in.wr.Inside(nil) || in.readers.Inside() }
 
 // errReadInsideRead is the error of a read of the inbox made from inside a ReadTx function: that
 // function holds a connection of the read pool, and the read would wait for another, forever once
@@ -148,17 +103,6 @@ func (readInsideRead) Error() string {
 
 func (readInsideRead) Is(target error) bool { return target == ErrCallInsideTx }
 
-// insideRead reports whether the calling goroutine runs a ReadTx function; it reads no goroutine id
+// insideRead reports whether the calling goroutine runs a ReadTx function; it costs an atomic load
 // while none runs.
-func (in *Inbox) insideRead() bool {
-	in.readersMu.Lock()
-	n := len(in.readersG)
-	in.readersMu.Unlock()
-	if n == 0 {
-		return false
-	}
-	g := goid()
-	in.readersMu.Lock()
-	defer in.readersMu.Unlock()
-	return in.readersG[g] > 0
-}
+func (in *Inbox) insideRead() bool { return in.readers.Inside() }

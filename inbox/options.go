@@ -8,7 +8,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/textmachine/outbox/outbox"
+	"github.com/textmachine/outbox/internal/litedb"
 )
 
 // Defaults, chosen so that an inbox needs no options.
@@ -22,7 +22,7 @@ const (
 	DefaultBusyTimeout     = 5 * time.Second
 	DefaultReadPoolSize    = 4
 	// DefaultMaxLineSize is the journal's own limit on a line.
-	DefaultMaxLineSize = outbox.DefaultMaxLineSize
+	DefaultMaxLineSize = litedb.DefaultMaxLineSize
 	// DefaultBatchLines and DefaultBatchBytes bound one batch a source reads and applies in one
 	// transaction; DefaultPollInterval is how often a follower looks at its source when nothing woke
 	// it.
@@ -34,13 +34,13 @@ const (
 // Limits of the options.
 const (
 	MaxDigestWindow  = 1 << 20
-	MaxLineSizeLimit = outbox.MaxLineSizeLimit
+	MaxLineSizeLimit = litedb.MaxLineSizeLimit
 )
 
 type config struct {
 	window      int64
 	retention   time.Duration
-	durability  outbox.Durability
+	durability  Durability
 	busyTimeout time.Duration
 	readPool    int
 	logger      *slog.Logger
@@ -62,7 +62,7 @@ func newConfig(opts []Option) (config, error) {
 	c := config{
 		window:      DefaultDigestWindow,
 		retention:   DefaultDigestRetention,
-		durability:  outbox.DurabilityFull,
+		durability:  DurabilityFull,
 		busyTimeout: DefaultBusyTimeout,
 		readPool:    DefaultReadPoolSize,
 		logger:      slog.New(slog.DiscardHandler),
@@ -119,13 +119,26 @@ func WithDigestRetention(d time.Duration) Option {
 	}
 }
 
-// WithDurability sets what a commit survives when the call that made it returns (see
-// outbox.Durability). The default, outbox.DurabilityFull, makes every call durable on return: one
-// WAL sync per call. outbox.DurabilityNormal can lose the last calls to a power failure; the sources
-// then read them again, since their positions are lost with them.
-func WithDurability(d outbox.Durability) Option {
+// Durability is what a commit survives when the call that made it returns: the same type, and the
+// same values, as outbox.Durability.
+type Durability = litedb.Durability
+
+const (
+	// DurabilityFull (the default) makes every call durable on return: one WAL sync per call.
+	DurabilityFull = litedb.DurabilityFull
+	// DurabilityNormal can lose the last calls to a power failure; the sources then read them again,
+	// since their positions are lost with them.
+	DurabilityNormal = litedb.DurabilityNormal
+)
+
+// WithDurability sets what a commit survives when the call that made it returns (see Durability;
+// outbox.DurabilityFull and outbox.DurabilityNormal are the same values). The default,
+// DurabilityFull, makes every call durable on return: one WAL sync per call. DurabilityNormal can
+// lose the last calls to a power failure; the sources then read them again, since their positions
+// are lost with them.
+func WithDurability(d Durability) Option {
 	return func(c *config) error {
-		if d != outbox.DurabilityFull && d != outbox.DurabilityNormal {
+		if d != DurabilityFull && d != DurabilityNormal {
 			return fmt.Errorf("inbox: unknown durability %v", d)
 		}
 		c.durability = d

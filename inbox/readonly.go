@@ -13,7 +13,7 @@ import (
 
 	"github.com/textmachine/outbox/inbox/db"
 	"github.com/textmachine/outbox/inbox/migrations"
-	"github.com/textmachine/outbox/outbox"
+	"github.com/textmachine/outbox/internal/litedb"
 )
 
 var (
@@ -23,6 +23,10 @@ var (
 	// ErrNotInbox is returned by OpenReadOnly for a database that holds no inbox's tables: it was
 	// never opened by an Inbox, and a read-only open does not create them.
 	ErrNotInbox = errors.New("inbox: the database holds no inbox")
+	// ErrDatabaseOpened is returned, wrapped, by a read of an Inbox opened with OpenReadOnly that
+	// began while no Inbox had the database open and met one that opened it meanwhile: nothing read
+	// is returned, and the same read again succeeds. It is outbox.ErrBookOpened.
+	ErrDatabaseOpened = litedb.ErrBookOpened
 )
 
 // OpenReadOnly opens an existing inbox database for reading only, for the tools that watch a
@@ -33,8 +37,8 @@ var (
 // reads what the consumer has committed, through its WAL. On a database that no Inbox holds open it writes nothing and creates no file beside it (no
 // -wal, no -shm), so it also works where the caller cannot write. It reads the database the way
 // outbox.OpenReadOnlyDB reads a book, with the same failure model: a read that meets a consumer
-// opening the database meanwhile fails with an error wrapping outbox.ErrBookOpened, and the same
-// read again succeeds.
+// opening the database meanwhile fails with an error wrapping outbox.ErrBookOpened (the same error
+// value as ErrDatabaseOpened), and the same read again succeeds.
 //
 // It refuses a path that names no file, a database with no inbox's tables (ErrNotInbox), a book
 // (ErrOutboxDatabase), and an inbox schema newer than this release (migrations.ErrSchemaMismatch).
@@ -51,11 +55,8 @@ func OpenReadOnly(ctx context.Context, path string, opts ...Option) (*Inbox, err
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("inbox: open %s: %w", path, err)
 	}
-	ropts := []outbox.Option{outbox.WithBusyTimeout(cfg.busyTimeout), outbox.WithReadPoolSize(cfg.readPool)}
-	if cfg.vfs != "" {
-		ropts = append(ropts, outbox.WithVFS(cfg.vfs))
-	}
-	r, err := outbox.OpenReadOnlyDB(ctx, path, ropts...)
+	in := &Inbox{path: path, cfg: cfg, q: db.New(), w: sql.OpenDB(readOnlyConnector{}), writer: make(chan struct{}, 1)}
+	r, err := litedb.OpenReadOnly(ctx, path, in.dbConfig())
 	if err != nil {
 		return nil, fmt.Errorf("inbox: %w", err)
 	}
@@ -64,9 +65,7 @@ func OpenReadOnly(ctx context.Context, path string, opts ...Option) (*Inbox, err
 		r.Close()
 		return nil, fmt.Errorf("inbox: open %s: %w", path, err)
 	}
-	in := &Inbox{path: path, cfg: cfg, q: db.New(), r: r, w: sql.OpenDB(readOnlyConnector{}),
-		writer: make(chan struct{}, 1), unmarked: version < rewoundMarkVersion,
-		uncounted: version < countersVersion}
+	in.r, in.unmarked, in.uncounted = r, version < rewoundMarkVersion, version < countersVersion
 	cfg.logger.Debug("inbox: opened read-only", "path", path)
 	return in, nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/ncruces/go-sqlite3"
 
 	"github.com/textmachine/outbox/inbox/db"
+	"github.com/textmachine/outbox/internal/litedb"
 )
 
 // txn is one write transaction of the inbox: the runs it has touched, with what it applied to each,
@@ -23,9 +24,8 @@ type txn struct {
 	ctx   context.Context // the caller's: it bounds each statement
 	in    *Inbox
 	tx    *sql.Tx
-	raw   *sqlite3.Conn // the writer connection, to ask whether the transaction is still open
-	now   int64         // unix nanoseconds, fixed at the start of the transaction
-	bound [numStmts]prepared
+	now   int64 // unix nanoseconds, fixed at the start of the transaction
+	bound [numStmts]litedb.Prepared
 	runs  map[string]*runTx
 	order []*runTx // in the order first seen, so that every call writes in one order
 	sp    [numSavepointStmts]*sqlite3.Stmt
@@ -69,7 +69,7 @@ func (t *txn) savepoint(which int) error {
 			}
 		}
 		var err error
-		if st, _, err = t.raw.Prepare(savepointSQL[which] + t.spName); err != nil {
+		if st, _, err = t.in.wr.Raw.Prepare(savepointSQL[which] + t.spName); err != nil {
 			return err
 		}
 		t.sp[which] = st
@@ -146,24 +146,20 @@ type runTx struct {
 	digests     [][sha256.Size]byte // of the lines start+1 .. hwm
 }
 
-func newTxn(ctx context.Context, in *Inbox, tx *sql.Tx, raw *sqlite3.Conn) *txn {
-	return &txn{ctx: ctx, in: in, tx: tx, raw: raw, now: in.cfg.now().UnixNano()}
+func newTxn(ctx context.Context, in *Inbox, tx *sql.Tx) *txn {
+	return &txn{ctx: ctx, in: in, tx: tx, now: in.cfg.now().UnixNano()}
 }
 
 // on returns where the generated call for id runs: its prepared statement, bound to the transaction.
 func (t *txn) on(id stmtID) db.DBTX {
-	p := &t.bound[id]
-	if p.stmt == nil {
-		*p = prepared{stmtSQL[id], t.tx.StmtContext(t.ctx, t.in.st[id])}
-	}
-	return p
+	return t.in.st.On(t.ctx, t.tx, &t.bound[id], int(id))
 }
 
 // alive reports a transaction that has ended before the inbox committed it: a handler committed or
 // rolled it back, or a failed or interrupted statement made SQLite roll it back, after which every
 // statement would commit on its own.
 func (t *txn) alive() error {
-	if t.raw.GetAutocommit() {
+	if t.in.wr.Lost() {
 		return ErrTxEnded
 	}
 	return nil

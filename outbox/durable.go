@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/ncruces/go-sqlite3"
-	"github.com/ncruces/go-sqlite3/driver"
 	"github.com/ncruces/go-sqlite3/vfs"
 )
 
@@ -79,22 +78,9 @@ func newDurability() *durability {
 // that connection go: it has one, never idle-closed, and no context of a caller's ever reaches a
 // transaction on it (see Store.write), which is what makes database/sql discard a connection.
 func (s *Store) attachWriter(ctx context.Context) error {
-	conn, err := s.w.Conn(ctx)
-	if err != nil {
-		return fmt.Errorf("find the WAL: %w", mapErr(ctx, err))
-	}
-	defer conn.Close()
 	var wal vfs.File
-	err = conn.Raw(func(dc any) error {
-		c := dc.(driver.Conn).Raw()
-		s.wconn = c
+	err := s.wr.Attach(ctx, s.w, func(c *sqlite3.Conn) error {
 		s.addLines.conn = c
-		// Only the store commits on its writer connection. A caller's function given a transaction
-		// could otherwise commit part of it: by calling tx.Commit itself, or by going on after one of
-		// its statements was interrupted, when SQLite has rolled the transaction back and each later
-		// statement commits on its own. Such a commit is turned into a rollback, so that an error
-		// from WriteTx means nothing of it is stored.
-		c.CommitHook(s.committing.Load)
 		if s.cfg.durability != DurabilityFull {
 			return nil
 		}
@@ -115,7 +101,7 @@ func (s *Store) attachWriter(ctx context.Context) error {
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("find the WAL: %w", err)
+		return fmt.Errorf("find the WAL: %w", mapErr(ctx, err))
 	}
 	if wal == nil {
 		return nil

@@ -4,15 +4,13 @@ package outbox
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
-	"unicode/utf8"
 
 	"github.com/ncruces/go-sqlite3"
 
 	"github.com/textmachine/outbox/internal/diskfull"
+	"github.com/textmachine/outbox/internal/litedb"
 	"github.com/textmachine/outbox/migrations"
 )
 
@@ -87,7 +85,7 @@ func checkRunID(runID string) error {
 	if runID == "" {
 		return ErrEmptyRunID
 	}
-	if why := idProblem(runID, MaxRunIDLen); why != "" {
+	if why := litedb.IDProblem(runID, MaxRunIDLen); why != "" {
 		return fmt.Errorf("%w %q: %s", ErrInvalidRunID, runID, why)
 	}
 	return nil
@@ -98,26 +96,10 @@ func checkOnceKey(key string) error {
 	if key == "" {
 		return ErrEmptyOnceKey
 	}
-	if why := idProblem(key, MaxOnceKeyLen); why != "" {
+	if why := litedb.IDProblem(key, MaxOnceKeyLen); why != "" {
 		return fmt.Errorf("%w %q: %s", ErrInvalidOnceKey, key, why)
 	}
 	return nil
-}
-
-// idProblem says what is wrong with an id, or returns "".
-func idProblem(id string, maxLen int) string {
-	if len(id) > maxLen {
-		return fmt.Sprintf("%d bytes, at most %d", len(id), maxLen)
-	}
-	for i := 0; i < len(id); i++ {
-		if c := id[i]; c < 0x20 || c == 0x7f {
-			return fmt.Sprintf("control byte 0x%02x at offset %d", c, i)
-		}
-	}
-	if !utf8.ValidString(id) {
-		return "not valid UTF-8"
-	}
-	return ""
 }
 
 // named joins syscall.ENOSPC to an error of SQLite's that a full file system under the book caused (see
@@ -135,7 +117,7 @@ func mapErr(ctx context.Context, err error) error {
 		return nil
 	case errors.Is(err, sqlite3.CONSTRAINT_UNIQUE):
 		return fmt.Errorf("%w: %w", ErrAnnounceConflict, err)
-	case errors.Is(err, sql.ErrConnDone), strings.Contains(err.Error(), "sql: database is closed"):
+	case litedb.Closed(err):
 		return fmt.Errorf("%w: %w", ErrClosed, err)
 	}
 	return withEnd(ctx, err)

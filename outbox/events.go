@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"maps"
 	"math"
-	"net/url"
 	"slices"
 	"sync"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"github.com/ncruces/go-sqlite3/driver"
 
 	"github.com/textmachine/outbox/db"
+	"github.com/textmachine/outbox/internal/litedb"
 )
 
 // EventLine is one stored journal line: its sequence number and its exact bytes, without a newline.
@@ -239,10 +239,9 @@ func (s *Store) render(ctx context.Context, g *groupRun, call EnqueueCall, build
 	if g != nil {
 		// The builder and the line check are the caller's code on the committer's goroutine: one
 		// that calls the store is told so (ErrCallInsideTx). The mark is set for them alone, not the
-		// whole group, since every concurrent caller that finds it set pays for reading its own
-		// goroutine's id (a stack trace, some microseconds).
-		s.writerG.Store(g.gid)
-		defer s.writerG.CompareAndSwap(g.gid, 0) // the group may have been taken over meanwhile
+		// whole group, since a concurrent caller that finds it set pays for telling its goroutine
+		// from the holder's.
+		defer s.wr.Release(s.wr.Hold()) // the group may have been taken over meanwhile
 		if err := g.enterBuilder(seq); err != nil {
 			return nil, err
 		}
@@ -494,14 +493,8 @@ func (p *pendingReader) statement(s *Store) (*sqlite3.Stmt, error) {
 	if s.readOnly {
 		return nil, ErrReadOnly // a read-only store reads through its pool only (see readonly.go)
 	}
-	u := url.URL{Scheme: "file", OmitHost: true, Path: s.path, RawQuery: s.query("mode=ro")}
-	// mode=ro in the URI makes the connection read-only, whatever flags OpenContext adds.
-	c, err := sqlite3.OpenContext(sqlite3.WithMaxMemory(context.Background(), connMemory), u.String())
+	c, err := litedb.OpenConn(s.path, s.dbConfig(), s.file)
 	if err != nil {
-		return nil, err
-	}
-	if err := errors.Join(c.BusyTimeout(s.cfg.busyTimeout), c.Exec("PRAGMA query_only=1")); err != nil {
-		c.Close()
 		return nil, err
 	}
 	stmt, err := preparePending(c)

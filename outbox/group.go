@@ -76,12 +76,6 @@ type committer struct {
 	stop    chan struct{}
 	stopped chan struct{}
 	stuckBuilders
-
-	// gid is the goroutine running the loop, read once when it takes the loop: the caller's code that
-	// runs on it (a builder, a line check) is told when it calls the store (ErrCallInsideTx). Only the
-	// goroutine that runs the loop touches it; the loop changes hands only through an atomic phase or
-	// a go statement (see takeover.go), which orders the accesses.
-	gid int64
 }
 
 func newCommitter(s *Store) *committer {
@@ -100,7 +94,6 @@ func (c *committer) close() {
 // time: it returns when the store stops it, and when a builder overran and another goroutine took the
 // group over (see takeover.go), which then runs the loop in its place.
 func (c *committer) run(carry []*request) {
-	c.gid = goid()
 	for {
 		group := carry
 		if len(group) == 0 {

@@ -17,7 +17,6 @@ import (
 // returns errGroupTakenOver).
 type groupRun struct {
 	c         *committer
-	gid       int64 // the committer's goroutine, on which the builders run (see Store.render)
 	taken     []*request
 	results   []result
 	tx        *sql.Tx
@@ -51,7 +50,7 @@ func (c *committer) commit(group []*request) (carry []*request, owned bool) {
 		}
 		return nil, true
 	}
-	g := &groupRun{c: c, gid: c.gid, taken: slices.Clone(taken), results: make([]result, len(taken))}
+	g := &groupRun{c: c, taken: slices.Clone(taken), results: make([]result, len(taken))}
 	for _, r := range g.taken {
 		r.group.Store(g)
 	}

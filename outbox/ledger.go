@@ -168,12 +168,16 @@ func (s *Store) Vacuum(ctx context.Context) (time.Duration, error) {
 	defer conn.Close()
 	start := time.Now()
 	// The writer's commit hook refuses every commit the store does not make itself.
-	s.committing.Store(true)
-	defer s.committing.Store(false)
-	for _, stmt := range []string{"PRAGMA auto_vacuum=INCREMENTAL", "VACUUM", "PRAGMA wal_checkpoint(TRUNCATE)"} {
-		if _, err := conn.ExecContext(ctx, stmt); err != nil {
-			return 0, s.named(fmt.Errorf("vacuum: %s: %w", stmt, mapErr(ctx, err)))
+	err = s.wr.Commit(func() error {
+		for _, stmt := range []string{"PRAGMA auto_vacuum=INCREMENTAL", "VACUUM", "PRAGMA wal_checkpoint(TRUNCATE)"} {
+			if _, err := conn.ExecContext(ctx, stmt); err != nil {
+				return fmt.Errorf("vacuum: %s: %w", stmt, mapErr(ctx, err))
+			}
 		}
+		return nil
+	})
+	if err != nil {
+		return 0, s.named(err)
 	}
 	var mode int
 	if err := conn.QueryRowContext(ctx, "PRAGMA auto_vacuum").Scan(&mode); err != nil {

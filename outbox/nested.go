@@ -3,13 +3,10 @@
 package outbox
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
-	"runtime"
-	"strconv"
 )
 
 // ErrCallInsideTx is returned at once by a write of the store (RetireEvent and a relay's Flush, Run and
@@ -20,33 +17,17 @@ import (
 // its deadline. Use EnqueueTx or EnqueueOnceTx with WriteTx's transaction instead; reads (ReadTx,
 // PendingEvents, …) use the read pool and work there.
 //
-// The store knows the goroutine that holds the writer, so a call made on that goroutine is caught. A
-// call that the function hands to another goroutine and then waits for cannot be told from any other
+// The store knows the goroutine that runs the caller's code holding the writer, so a call made on
+// that goroutine is caught, at the cost of an atomic load while no such code runs. A call that the
+// function hands to another goroutine and then waits for cannot be told from any other
 // caller's: it waits for the writer and fails when its own deadline or the operation timeout ends it
 // (WithOpTimeout), with an error wrapping context.DeadlineExceeded.
 var ErrCallInsideTx = errors.New("outbox: a call from inside a transaction of the same store (a WriteTx function, an EventBuilder or a line check called the store); the transaction holds the store's one writer, so the call would wait for itself: use EnqueueTx on that transaction instead")
 
-// goid returns the calling goroutine's id, read from its stack header ("goroutine 42 [running]:").
-// The runtime gives no other way; it costs some microseconds (more on a deep stack), paid by a write
-// only while the caller's code holds the writer: a WriteTx function, or a builder or line check on the
-// committer's goroutine.
-func goid() int64 {
-	var buf [64]byte
-	b := buf[:runtime.Stack(buf[:], false)]
-	b = bytes.TrimPrefix(b, []byte("goroutine "))
-	if i := bytes.IndexByte(b, ' '); i > 0 {
-		b = b[:i]
-	}
-	id, err := strconv.ParseInt(string(b), 10, 64)
-	if err != nil {
-		return -1 // never equal to a holder's
-	}
-	return id
-}
-
-// checkNotInsideTx fails a write begun on the goroutine that holds the store's writer.
+// checkNotInsideTx fails a write begun on the goroutine that runs the caller's code holding the
+// store's writer.
 func (s *Store) checkNotInsideTx() error {
-	if h := s.writerG.Load(); h != 0 && h == goid() {
+	if s.wr.Inside(nil) {
 		return ErrCallInsideTx
 	}
 	return nil

@@ -6,32 +6,25 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/textmachine/outbox/internal/litedb"
 )
 
-// Durability is what a commit survives when the call that made it returns.
-type Durability int
+// Durability is what a commit survives when the call that made it returns. The inbox takes the same
+// values.
+type Durability = litedb.Durability
 
 const (
 	// DurabilityFull (the default) makes every commit durable before it returns, as
 	// synchronous=FULL does: the WAL is synced after the commit and before the call returns. The
 	// store makes that sync itself, outside SQLite's write lock, so that concurrent commits share it.
-	DurabilityFull Durability = iota
+	DurabilityFull = litedb.DurabilityFull
 	// DurabilityNormal (synchronous=NORMAL) syncs the WAL only at checkpoints. A commit survives a
 	// process crash but can be lost to power failure, after the relay may already have written its
 	// line to the journal: the journal would then claim an event the database no longer has. Opt in
 	// only when the database is not the ledger of record.
-	DurabilityNormal
+	DurabilityNormal = litedb.DurabilityNormal
 )
-
-func (d Durability) String() string {
-	switch d {
-	case DurabilityFull:
-		return "FULL"
-	case DurabilityNormal:
-		return "NORMAL"
-	}
-	return fmt.Sprintf("Durability(%d)", int(d))
-}
 
 // Defaults, chosen so that a store needs no options.
 const (
@@ -40,7 +33,7 @@ const (
 	DefaultReadPoolSize = 4
 	// DefaultMaxLineSize bounds one stored line (WithMaxLineSize). The journal's Append and Verify
 	// apply the same bound by default, so a line the store accepts is a line the journal accepts.
-	DefaultMaxLineSize = 16 << 20
+	DefaultMaxLineSize = litedb.DefaultMaxLineSize
 	// DefaultWALSizeLimit is what the WAL file is cut back to after a checkpoint (WithWALSizeLimit).
 	DefaultWALSizeLimit = 64 << 20
 )
@@ -139,7 +132,7 @@ func WithReadPoolSize(n int) Option {
 // journal.MaxLineSizeLimit (1 GiB), the largest limit a journal's reader (journal.WithMaxLineSize)
 // can be given: a reader bounded only by its own memory may be asked to check lines that no store
 // here could hold, written by another writer; the two bound different things.
-const MaxLineSizeLimit = 64 << 20
+const MaxLineSizeLimit = litedb.MaxLineSizeLimit
 
 // WithMaxLineSize bounds the length of one line, in bytes, in every enqueue method: a longer line is
 // ErrInvalidLine, checked before it is written, and nothing of the call is stored. The default is

@@ -18,6 +18,7 @@ import (
 	"github.com/ncruces/go-sqlite3"
 
 	"github.com/textmachine/outbox/internal/dirstate"
+	"github.com/textmachine/outbox/internal/litedb"
 )
 
 // closedBook makes a book with two runs, one of them projected, and closes it: no -wal, no -shm.
@@ -264,7 +265,7 @@ func TestOpenReadOnlyDBReadsABookOfAnyVersionAndCreatesNothing(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "other.db")
-	w, err := openDB(path, "", func(c *sqlite3.Conn) error { return c.Exec("PRAGMA journal_mode=WAL") })
+	w, err := litedb.Open(path, "", litedb.Config{}, nil, func(c *sqlite3.Conn) error { return c.Exec("PRAGMA journal_mode=WAL") })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,9 +12,10 @@ import (
 	"github.com/ncruces/go-sqlite3"
 
 	"github.com/textmachine/outbox/db"
+	"github.com/textmachine/outbox/internal/litedb"
 )
 
-// The statements every write runs, prepared once on the writer connection. They still run through
+// The statements every write runs, prepared once on the writer connection (litedb.Statements). They still run through
 // sqlc's generated calls (see txWriter.on), which bind the arguments from the query's …Params struct:
 // a query whose parameters are reordered regenerates its binding with it, instead of writing a value
 // into another column.
@@ -43,30 +44,6 @@ var stmtSQL = [numStmts]string{
 	stmtStopClear:     db.StopClear,
 }
 
-// statements are the prepared statements of a writable store.
-type statements [numStmts]*sql.Stmt
-
-func prepareStatements(ctx context.Context, w *sql.DB) (*statements, error) {
-	st := &statements{}
-	for id, query := range stmtSQL {
-		stmt, err := w.PrepareContext(ctx, query)
-		if err != nil {
-			st.close()
-			return nil, fmt.Errorf("prepare: %w", err)
-		}
-		st[id] = stmt
-	}
-	return st, nil
-}
-
-func (st *statements) close() {
-	for _, stmt := range st {
-		if stmt != nil {
-			stmt.Close()
-		}
-	}
-}
-
 // txWriter is one write transaction as the store's methods use it: each method is one generated call,
 // run on the store's prepared statement when the transaction is the store's own. It also remembers
 // each run's last seq once read, so that the calls of a group, or the events of a batch, number on
@@ -75,8 +52,8 @@ type txWriter struct {
 	ctx   context.Context // the operation's: it bounds each statement
 	q     *db.Queries
 	tx    *sql.Tx
-	st    *statements // nil on a transaction the store did not begin, where statements run unprepared
-	bound [numStmts]prepared
+	st    *litedb.Statements // nil on a transaction the store did not begin, where statements run unprepared
+	bound [numStmts]litedb.Prepared
 	last  map[string]int64
 	group *groupRun // the group committer's group this transaction is; nil for every other
 	// counts are the transaction's, shared by every txWriter on it (EnqueueTx makes one a call).
@@ -84,7 +61,7 @@ type txWriter struct {
 	raw    *rawAddLines // on a transaction of the store's own; nil on a caller's
 }
 
-func (s *Store) newTxWriter(ctx context.Context, tx *sql.Tx, st *statements, counts *lineCounts) *txWriter {
+func (s *Store) newTxWriter(ctx context.Context, tx *sql.Tx, st *litedb.Statements, counts *lineCounts) *txWriter {
 	w := &txWriter{ctx: ctx, q: s.q, tx: tx, st: st, counts: counts}
 	if st != nil && s.addLines.conn != nil {
 		w.raw = &s.addLines
@@ -98,11 +75,7 @@ func (w *txWriter) on(id stmtID) db.DBTX {
 	if w.st == nil {
 		return w.tx
 	}
-	p := &w.bound[id]
-	if p.stmt == nil {
-		*p = prepared{stmtSQL[id], w.tx.StmtContext(w.ctx, w.st[id])}
-	}
-	return p
+	return w.st.On(w.ctx, w.tx, &w.bound[id], int(id))
 }
 
 // nextSeq returns the seq runID's next event gets in this transaction, or ErrSeqExhausted.
@@ -232,41 +205,9 @@ func (w *txWriter) markProjected(runID string, marks []ledgerMark) error {
 	return nil
 }
 
-// prepared is a db.DBTX that runs sqlc's generated call on a statement prepared from the same SQL.
-// Any other query is refused: it would be a mistake in the package's own code.
-type prepared struct {
-	sql  string
-	stmt *sql.Stmt
-}
-
-var errOtherQuery = errors.New("outbox: a prepared statement was given another query")
-
-func (p *prepared) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	if query != p.sql {
-		return nil, errOtherQuery
-	}
-	return p.stmt.ExecContext(ctx, args...)
-}
-
-func (p *prepared) PrepareContext(context.Context, string) (*sql.Stmt, error) {
-	return nil, errOtherQuery
-}
-
-func (p *prepared) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	if query != p.sql {
-		return nil, errOtherQuery
-	}
-	return p.stmt.QueryContext(ctx, args...)
-}
-
-func (p *prepared) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
-	if query != p.sql {
-		// A *sql.Row cannot carry an error of its own making, and this is a mistake in the
-		// package's own code, which its tests run.
-		panic(errOtherQuery)
-	}
-	return p.stmt.QueryRowContext(ctx, args...)
-}
+// errOtherQuery is the error of a statement prepared from one query and given another: a mistake in
+// the package's own code, which its tests run.
+var errOtherQuery = litedb.ErrOtherQuery
 
 // pendingColumns are the pending read's columns as readPending steps them; checkColumns holds the
 // statement to them, so that a reordered SELECT fails its first read instead of reading one column

@@ -5,23 +5,19 @@ package outbox
 import (
 	"context"
 	"database/sql"
-	sqldriver "database/sql/driver"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/ncruces/go-sqlite3"
-	"github.com/ncruces/go-sqlite3/driver"
 
 	"github.com/textmachine/outbox/db"
-	"github.com/textmachine/outbox/internal/dirsync"
 	"github.com/textmachine/outbox/internal/diskfull"
+	"github.com/textmachine/outbox/internal/litedb"
 	"github.com/textmachine/outbox/migrations"
 )
 
@@ -37,31 +33,27 @@ type Store struct {
 	q        *db.Queries
 	w        *sql.DB // nil when read-only
 	r        *sql.DB
-	lock     *os.File    // the writer lock; nil when read-only
+	lock     *os.File    // the writer's lock; nil when read-only
 	file     os.FileInfo // the database file as Open or OpenReadOnly found it, for every connection to be on
 	readOnly bool
-	stmts    *statements // prepared on the writer connection; nil when read-only
-	group    *committer  // nil when read-only
+	stmts    *litedb.Statements // prepared on the writer connection (stmtSQL); nil when read-only
+	group    *committer         // nil when read-only
 	dur      *durability
 	pr       pendingReader
 	proj     projections // the relays' turns per run, and the batches Close waits for
 
-	// wconn is the writer connection as the driver has it, kept to ask SQLite whether a transaction is
-	// still open (an interrupted write statement rolls the whole transaction back). The store never
-	// lets database/sql replace that connection; see write.
-	wconn *sqlite3.Conn
-	// addLines is the figures' upsert, prepared on wconn at its first use (see rawAddLines).
+	// wr is the writer connection as the driver has it, kept to ask SQLite whether a transaction is
+	// still open (an interrupted write statement rolls the whole transaction back), with the guard
+	// that lets only the store commit on it and the mark of the goroutine that runs the caller's code
+	// holding it (ErrCallInsideTx). The store never lets database/sql replace that connection; see
+	// write.
+	wr litedb.Writer
+	// addLines is the figures' upsert, prepared on the writer connection at its first use (see
+	// rawAddLines).
 	addLines rawAddLines
 	// current is the transaction write has open, so that EnqueueTx can tell the store's own transaction
 	// from a foreign one, and count its lines with the transaction's (see lineCounts).
 	current atomic.Pointer[ownTx]
-	// writerG is the goroutine that holds the writer connection in a transaction while the caller's
-	// code runs in it (0: none), so that a write called on it fails at once instead of waiting for
-	// itself (ErrCallInsideTx).
-	writerG atomic.Int64
-	// committing is true while the store itself commits on the writer connection; any other commit
-	// there is refused (see attachWriter).
-	committing atomic.Bool
 
 	liveMu sync.Mutex
 	live   map[string]struct{} // runs enqueued to since Open: Recover leaves them alone
@@ -101,55 +93,22 @@ func open(ctx context.Context, path string, opts []Option) (*Store, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	_, statErr := regularFile(path)
-	created := errors.Is(statErr, os.ErrNotExist)
-	if statErr != nil && !created {
-		return nil, statErr
-	}
-	if s.lock, err = lockFile(path); err != nil {
+	if s.lock, s.file, _, err = litedb.Lock(path, lockNames); err != nil {
 		return nil, err
 	}
-	// The file locked is the one checked: a name replaced in between is refused.
-	if s.file, err = s.lock.Stat(); err == nil && !s.file.Mode().IsRegular() {
-		err = notRegular(path, s.file)
-	}
-	if err != nil {
-		s.release()
-		return nil, err
-	}
-	if created {
-		// The directory entry of a new file is durable only once its directory is synced.
-		if err := dirsync.Sync(filepath.Dir(path)); err != nil {
-			s.release()
-			return nil, err
-		}
-	}
-	s.w, err = openDB(path, s.query("_txlock=immediate"), func(c *sqlite3.Conn) error {
-		if err := s.onFile(c); err != nil {
-			return err
-		}
-		if err := c.BusyTimeout(s.cfg.busyTimeout); err != nil {
-			return err
-		}
-		// NORMAL at either durability: at FULL the store syncs the WAL itself after each commit,
-		// outside SQLite's write lock (see durability). It is set on every connection, since a
-		// connection's level is its own.
+	// One writer connection: every sequence number is assigned under it, so a transaction sees
+	// MAX(seq)=N only after the one that took N has committed. NORMAL at either durability: at FULL
+	// the store syncs the WAL itself after each commit, outside SQLite's write lock (see durability).
+	s.w, err = litedb.OpenWriter(path, s.dbConfig(), s.file, "NORMAL", func(c *sqlite3.Conn) error {
 		if err := incrementalIfNew(c); err != nil {
 			return err
 		}
-		return c.Exec(fmt.Sprintf("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA journal_size_limit=%d", s.cfg.walLimit))
+		return c.Exec(fmt.Sprintf("PRAGMA journal_size_limit=%d", s.cfg.walLimit))
 	})
 	if err != nil {
 		s.release()
 		return nil, err
 	}
-	// One writer connection: every sequence number is assigned under it, so a transaction sees
-	// MAX(seq)=N only after the one that took N has committed.
-	s.w.SetMaxOpenConns(1)
-	s.w.SetMaxIdleConns(1)
-	s.w.SetConnMaxLifetime(0)
-	s.w.SetConnMaxIdleTime(0)
-
 	octx, cancel := s.opContext(ctx)
 	defer cancel()
 	if err := s.w.PingContext(octx); err != nil {
@@ -170,11 +129,11 @@ func open(ctx context.Context, path string, opts []Option) (*Store, error) {
 		s.release()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	if s.r, err = s.openReader(); err != nil {
+	if s.r, err = litedb.OpenReader(path, s.dbConfig(), s.file); err != nil {
 		s.release()
 		return nil, err
 	}
-	if s.stmts, err = prepareStatements(octx, s.w); err != nil {
+	if s.stmts, err = litedb.Prepare(octx, s.w, stmtSQL[:]); err != nil {
 		s.release()
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
@@ -197,15 +156,15 @@ func OpenReadOnly(ctx context.Context, path string, opts ...Option) (*Store, err
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	if s.file, err = regularFile(path); err != nil {
+	if s.file, err = litedb.RegularFile(path); err != nil {
 		return nil, err
 	}
-	if s.r, err = s.openReadOnlyPool(); err != nil {
+	if s.r, err = litedb.OpenReadOnlyPool(path, s.dbConfig(), s.file); err != nil {
 		return nil, err
 	}
 	octx, cancel := s.opContext(ctx)
 	defer cancel()
-	err = readAgain(octx, func(ctx context.Context) error {
+	err = litedb.ReadAgain(octx, func(ctx context.Context) error {
 		var n int
 		err := s.r.QueryRowContext(ctx,
 			`SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'events_outbox'`).Scan(&n)
@@ -238,71 +197,13 @@ func newStore(path string, opts []Option) (*Store, error) {
 	return s, nil
 }
 
-// openReader opens the read pool. mode=ro: a read connection never creates the file, never writes to
-// it, and as the last connection to close does not checkpoint the WAL into it.
-func (s *Store) openReader() (*sql.DB, error) {
-	r, err := openDB(s.path, s.query("mode=ro&_txlock=deferred"), func(c *sqlite3.Conn) error {
-		if err := s.onFile(c); err != nil {
-			return err
-		}
-		if err := privateIndex(c); err != nil {
-			return err
-		}
-		if err := c.BusyTimeout(s.cfg.busyTimeout); err != nil {
-			return err
-		}
-		return c.Exec("PRAGMA query_only=1")
-	})
-	if err != nil {
-		return nil, err
-	}
-	r.SetMaxOpenConns(s.cfg.readPool)
-	r.SetMaxIdleConns(s.cfg.readPool)
-	return r, nil
+// dbConfig is what the floor's connections take from the options.
+func (s *Store) dbConfig() litedb.Config {
+	return litedb.Config{BusyTimeout: s.cfg.busyTimeout, ReadPool: s.cfg.readPool, VFS: s.cfg.vfs}
 }
 
-// query adds the configured VFS, if any, to a DSN query.
-func (s *Store) query(q string) string {
-	if s.cfg.vfs != "" {
-		return q + "&vfs=" + url.QueryEscape(s.cfg.vfs)
-	}
-	return q
-}
-
-// openDB opens path through the driver with an init callback for the pragmas. Pragmas go through the
-// callback, not the DSN, so no DSN spelling can make them silently ignored.
-func openDB(path, query string, init func(*sqlite3.Conn) error) (*sql.DB, error) {
-	u := url.URL{Scheme: "file", OmitHost: true, Path: path, RawQuery: query}
-	c, err := (&driver.SQLite{}).OpenConnector(u.String())
-	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", path, err)
-	}
-	return sql.OpenDB(memConnector{c, init}), nil
-}
-
-// connMemory is the memory each SQLite connection may use. SQLite holds a line whole while it writes
-// or reads it, and a transaction's pages and a b-tree's neighbouring cells besides; the driver's
-// default of 256 MiB left a few large lines able to exhaust it, and the driver panics when SQLite runs
-// out. The space is reserved, not used: a connection commits memory only as it grows.
-const connMemory = 1 << 30
-
-// memConnector opens the driver's connections with connMemory and runs init on each.
-type memConnector struct {
-	sqldriver.Connector
-	init func(*sqlite3.Conn) error
-}
-
-func (m memConnector) Connect(ctx context.Context) (sqldriver.Conn, error) {
-	c, err := m.Connector.Connect(sqlite3.WithMaxMemory(ctx, connMemory))
-	if err != nil {
-		return nil, err
-	}
-	if err := m.init(c.(driver.Conn).Raw()); err != nil {
-		c.Close()
-		return nil, err
-	}
-	return c, nil
-}
+// lockNames are the store's words for a writer's lock that is not to be had.
+var lockNames = litedb.Names{Prefix: "", Locked: ErrLocked, HardLinked: ErrHardLinked}
 
 // incrementalIfNew sets auto_vacuum=INCREMENTAL on a book that has no table yet, before the
 // migrations create them: a new book then gives its free pages back as it forgets (giveBackPages).
@@ -372,7 +273,7 @@ func (s *Store) Close() error {
 // connection of this store still open on the file.
 func (s *Store) release() error {
 	if s.stmts != nil {
-		s.stmts.close()
+		s.stmts.Close()
 	}
 	errs := []error{s.pr.close(), s.addLines.close()}
 	if s.r != nil {
@@ -382,7 +283,7 @@ func (s *Store) release() error {
 		errs = append(errs, s.w.Close())
 	}
 	if s.lock != nil {
-		errs = append(errs, unlockFile(s.lock))
+		errs = append(errs, litedb.Unlock(s.lock))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("close %s: %w", s.path, err)
@@ -467,29 +368,5 @@ func (s *Store) read(ctx context.Context, fn func(ctx context.Context) error) (e
 	if !s.readOnly {
 		return mapErr(ctx, fn(ctx))
 	}
-	return mapErr(ctx, readAgain(ctx, fn))
+	return mapErr(ctx, litedb.ReadAgain(ctx, fn))
 }
-
-// readAgain runs fn again while it fails with SQLITE_READONLY_RECOVERY or SQLITE_READONLY_CANTINIT,
-// as many as readRetries times. SQLite's reader of a -shm it cannot write fails so when it found the
-// WAL index header half rewritten by a writer's commit (RECOVERY), or found no read mark it may use
-// just after the writer restarted its WAL and before the writer's own next read set one (CANTINIT):
-// nothing was read, and the read again succeeds, as SQLite's own retry would have it for a reader
-// that may write.
-func readAgain(ctx context.Context, fn func(ctx context.Context) error) error {
-	for attempt := 1; ; attempt++ {
-		err := fn(ctx)
-		if !readAgainAfter(err) || attempt == readRetries || ctx.Err() != nil {
-			return err
-		}
-		time.Sleep(time.Duration(attempt) * 10 * time.Microsecond)
-	}
-}
-
-// readAgainAfter tells the failures of a reader of a read-only -shm that read nothing and pass.
-func readAgainAfter(err error) bool {
-	return errors.Is(err, sqlite3.READONLY_RECOVERY) || errors.Is(err, sqlite3.READONLY_CANTINIT)
-}
-
-// readRetries bounds the reads again of a read-only store that met a writer's commit.
-const readRetries = 100

@@ -98,11 +98,13 @@ func (s *Store) write(ctx context.Context, mode commitMode, fn func(w *txWriter)
 	var g int64
 	if mode != relaxed {
 		// A relaxed write runs none of the caller's code (see relaxed), so nothing can call the store
-		// on this goroutine while it holds the writer, and it skips the mark: reading the goroutine's
-		// id takes a stack trace, about a fifth of the CPU of the relay's record of a batch.
-		g = goid()
-		s.writerG.Store(g)
-		defer s.writerG.CompareAndSwap(g, 0) // before the writer is given back
+		// on this goroutine while it holds the writer, and it skips the mark.
+		g = s.wr.Hold()
+		defer func() {
+			if g != 0 {
+				s.wr.Release(g) // before the writer is given back
+			}
+		}()
 	}
 	tx, err := conn.BeginTx(context.WithoutCancel(ctx), nil)
 	if err != nil {
@@ -161,7 +163,8 @@ func (s *Store) write(ctx context.Context, mode commitMode, fn func(w *txWriter)
 	// in turn, as if there were one of them.
 	s.current.Store(nil)
 	if g != 0 {
-		s.writerG.CompareAndSwap(g, 0)
+		s.wr.Release(g)
+		g = 0
 	}
 	ended = false
 	conn.Close()
@@ -175,7 +178,7 @@ func (s *Store) write(ctx context.Context, mode commitMode, fn func(w *txWriter)
 // (or a full disk, or an I/O error) ends the whole transaction, and later statements would each
 // commit on their own. Checked before anything more is written or committed in it.
 func (s *Store) txLost() error {
-	if s.wconn != nil && s.wconn.GetAutocommit() {
+	if s.wr.Lost() {
 		return errTxLost
 	}
 	return nil
@@ -205,12 +208,15 @@ func (s *Store) isLive(runID string) bool {
 // which covers calls of the group committer's; a relaxed one takes none: nothing waits for it, and a
 // reader that saw it need not wait for a sync on its account.
 func (s *Store) commitTx(tx *sql.Tx, mode commitMode, calls int) (ticket, error) {
-	s.committing.Store(true)
-	defer s.committing.Store(false)
 	if mode == relaxed {
-		return ticket{}, tx.Commit()
+		return ticket{}, s.wr.Commit(tx.Commit)
 	}
-	return s.dur.commit(calls, tx.Commit)
+	var t ticket
+	err := s.wr.Commit(func() (err error) {
+		t, err = s.dur.commit(calls, tx.Commit)
+		return err
+	})
+	return t, err
 }
 
 func (s *Store) rollback(tx *sql.Tx) {

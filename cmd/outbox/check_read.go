@@ -15,8 +15,7 @@ import (
 	"path/filepath"
 	"slices"
 
-	"github.com/ncruces/go-sqlite3"
-
+	"github.com/textmachine/outbox/internal/litedb"
 	ojs "github.com/textmachine/outbox/jetstream"
 	"github.com/textmachine/outbox/journal"
 	"github.com/textmachine/outbox/outbox"
@@ -28,12 +27,7 @@ import (
 // met an engine opening the book (ErrBookOpened), or a commit of the engine's through a -shm this
 // user cannot write.
 func readAgainIfMet(fn func() error) error {
-	err := fn()
-	for i := 0; i < 100 && (errors.Is(err, outbox.ErrBookOpened) || errors.Is(err, sqlite3.READONLY_RECOVERY) ||
-		errors.Is(err, sqlite3.READONLY_CANTINIT)); i++ {
-		err = fn()
-	}
-	return err
+	return litedb.ReadAgainOpened(context.Background(), func(context.Context) error { return fn() })
 }
 
 // bookRun is what the book knows of a run, from its per-run figures: a few bytes a run, whatever

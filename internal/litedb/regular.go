@@ -1,17 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 
-package outbox
+package litedb
 
 import (
 	"fmt"
 	"os"
 
-	"github.com/ncruces/go-sqlite3"
 	"github.com/ncruces/go-sqlite3/vfs"
 )
 
-// regularFile stats path and refuses anything but a regular file, before anything opens it.
-func regularFile(path string) (os.FileInfo, error) {
+// RegularFile stats path and refuses anything but a regular file, before anything opens it.
+func RegularFile(path string) (os.FileInfo, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
@@ -20,15 +19,6 @@ func regularFile(path string) (os.FileInfo, error) {
 		return nil, notRegular(path, st)
 	}
 	return st, nil
-}
-
-// onFile fails a connection that SQLite opened on another file than the store's: one put in the
-// path's place since Open or OpenReadOnly looked at it.
-func (s *Store) onFile(c *sqlite3.Conn) error {
-	if s.file == nil {
-		return nil
-	}
-	return isFile(connFile(c), s.file, s.path)
 }
 
 // sameFile fails unless f, as the driver opened it, is the file that probe has open.
@@ -50,7 +40,7 @@ func isFile(f vfs.File, want os.FileInfo, path string) error {
 				return err
 			}
 			if !os.SameFile(got, want) {
-				return fmt.Errorf("outbox: %s was replaced while it was being opened", path)
+				return fmt.Errorf("%s was replaced while it was being opened", path)
 			}
 			return nil
 		}
@@ -79,5 +69,5 @@ func notRegular(path string, st os.FileInfo) error {
 	case t&os.ModeSymlink != 0:
 		kind = "a symbolic link"
 	}
-	return fmt.Errorf("outbox: %s is %s, not a regular file", path, kind)
+	return fmt.Errorf("%s is %s, not a regular file", path, kind)
 }

@@ -2,7 +2,7 @@
 
 //go:build !linux
 
-package outbox
+package litedb
 
 import "os"
 
