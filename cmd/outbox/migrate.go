@@ -149,7 +149,3 @@ func upToDate(ctx context.Context, path string, c migrationsCommand) (int64, boo
 	}
 	return known[len(known)-1].version, true
 }
-
-func (e *lossError) Error() string {
-	return fmt.Sprintf("rolling back version %d would drop %s; nothing was changed (give --force to roll back anyway)", e.version, e.what)
-}

@@ -127,6 +127,10 @@ type lossError struct {
 	what    string
 }
 
+func (e *lossError) Error() string {
+	return fmt.Sprintf("rolling back version %d would drop %s; nothing was changed (give --force to roll back anyway)", e.version, e.what)
+}
+
 // positionsLost counts the runs whose projected position is higher than the one migration 00002's
 // up step rebuilds from the rows (its query, kept in step with it), and the stored lines between
 // the two, which recovery would send again.
