@@ -80,15 +80,15 @@ func (w why) String() string { return whyText[w] }
 // allocated once.
 func (s *scanner) parse(b []byte) (runID []byte, seq int64, reason why) {
 	s.b, s.i = b, 0
-	s.ws()
+	s.skipSpace()
 	if s.i >= len(b) || b[s.i] != '{' {
-		if s.i < len(b) && s.value() && s.end() {
+		if s.i < len(b) && s.value() && s.onlySpaceLeft() {
 			return nil, 0, whyNotObject
 		}
 		return nil, 0, whyNotJSON
 	}
 	s.i++
-	s.ws()
+	s.skipSpace()
 	var haveRun, haveSeq bool
 	// A member's problem is reported only once the whole line is known to be JSON: a truncated line
 	// is whyNotJSON whatever its first member holds.
@@ -106,17 +106,17 @@ func (s *scanner) parse(b []byte) (runID []byte, seq int64, reason why) {
 				return nil, 0, whyNotJSON
 			}
 			k0 := s.i
-			if !s.str() {
+			if !s.skipString() {
 				return nil, 0, whyNotJSONOrUTF8
 			}
 			key := b[k0+1 : s.i-1]
 			escaped := s.esc
-			s.ws()
+			s.skipSpace()
 			if !s.peek(':') {
 				return nil, 0, whyNotJSON
 			}
 			s.i++
-			s.ws()
+			s.skipSpace()
 			v0 := s.i
 			if !s.value() {
 				return nil, 0, whyNotJSONOrUTF8
@@ -165,10 +165,10 @@ func (s *scanner) parse(b []byte) (runID []byte, seq int64, reason why) {
 					note(whyRunFolded)
 				}
 			}
-			s.ws()
+			s.skipSpace()
 			if s.peek(',') {
 				s.i++
-				s.ws()
+				s.skipSpace()
 				continue
 			}
 			if s.peek('}') {
@@ -178,7 +178,7 @@ func (s *scanner) parse(b []byte) (runID []byte, seq int64, reason why) {
 			return nil, 0, whyNotJSON
 		}
 	}
-	if !s.end() {
+	if !s.onlySpaceLeft() {
 		return nil, 0, whyTrailing
 	}
 	switch {

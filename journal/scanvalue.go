@@ -10,7 +10,7 @@ import (
 
 func (s *scanner) peek(c byte) bool { return s.i < len(s.b) && s.b[s.i] == c }
 
-func (s *scanner) ws() {
+func (s *scanner) skipSpace() {
 	// Journal lines are compact: the common case is one comparison.
 	for s.i < len(s.b) && s.b[s.i] <= ' ' {
 		switch s.b[s.i] {
@@ -22,14 +22,14 @@ func (s *scanner) ws() {
 	}
 }
 
-// end reports whether only whitespace is left.
-func (s *scanner) end() bool {
-	s.ws()
+// onlySpaceLeft reports whether only whitespace is left.
+func (s *scanner) onlySpaceLeft() bool {
+	s.skipSpace()
 	return s.i == len(s.b)
 }
 
-// str scans the string at s.b[s.i] == '"' and leaves s.i past its closing quote.
-func (s *scanner) str() bool {
+// skipString scans the string at s.b[s.i] == '"' and leaves s.i past its closing quote.
+func (s *scanner) skipString() bool {
 	end, esc := scanString(s.b, s.i)
 	if end < 0 {
 		return false
@@ -178,14 +178,14 @@ func (s *scanner) value() bool {
 	esc := false // a string value's escape flag, kept for the caller when the value is a string
 	for {
 		// One scalar, or the opening of a container.
-		s.ws()
+		s.skipSpace()
 		if s.i >= len(s.b) {
 			return false
 		}
 		switch c := s.b[s.i]; c {
 		case '{', '[':
 			s.i++
-			s.ws()
+			s.skipSpace()
 			if (c == '{' && s.peek('}')) || (c == '[' && s.peek(']')) {
 				s.i++
 				break
@@ -196,7 +196,7 @@ func (s *scanner) value() bool {
 			}
 			continue
 		case '"':
-			if !s.str() {
+			if !s.skipString() {
 				return false
 			}
 			esc = s.esc
@@ -223,7 +223,7 @@ func (s *scanner) value() bool {
 				s.esc = esc
 				return true
 			}
-			s.ws()
+			s.skipSpace()
 			if s.i >= len(s.b) {
 				return false
 			}
@@ -232,7 +232,7 @@ func (s *scanner) value() bool {
 			if c == ',' {
 				s.i++
 				if top == '{' {
-					s.ws()
+					s.skipSpace()
 					if !s.member() {
 						return false
 					}
@@ -252,10 +252,10 @@ func (s *scanner) value() bool {
 
 // member scans `"name" :` inside an object.
 func (s *scanner) member() bool {
-	if !s.peek('"') || !s.str() {
+	if !s.peek('"') || !s.skipString() {
 		return false
 	}
-	s.ws()
+	s.skipSpace()
 	if !s.peek(':') {
 		return false
 	}

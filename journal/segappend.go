@@ -32,7 +32,7 @@ func (j *Journal) Append(ctx context.Context, runID string, lines []outbox.Event
 
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if err := checkBatch(ctx, &j.runLog, &j.appendFile, j.index, runID, lines, buf); err != nil {
+	if err := checkBatch(ctx, &j.runLog, &j.appendFile, j.loadIndexes, runID, lines, buf); err != nil {
 		return err
 	}
 	rolled := false
@@ -82,7 +82,7 @@ func (j *Journal) LastSeqContext(ctx context.Context, runID string) (int64, erro
 	if err := j.checkUnmodified(); err != nil {
 		return 0, err
 	}
-	if err := j.index(ctx); err != nil {
+	if err := j.loadIndexes(ctx); err != nil {
 		return 0, err
 	}
 	return j.runs.last(runID), nil

@@ -14,9 +14,9 @@ import (
 	"github.com/textmachine/outbox/outbox"
 )
 
-// index loads the sealed segments' indexes and reads the last segment, from where an interrupted
+// loadIndexes loads the sealed segments' indexes and reads the last segment, from where an interrupted
 // call stopped.
-func (j *Journal) index(ctx context.Context) error {
+func (j *Journal) loadIndexes(ctx context.Context) error {
 	if j.merged {
 		return nil
 	}

@@ -21,7 +21,7 @@ func (j *Journal) readAt(b []byte, off int64) error {
 		if i == len(j.sealed) || j.sealed[i].base > off {
 			return fmt.Errorf("journal: %s holds no segment at byte %d", j.dir, off)
 		}
-		f, err := j.reader(i)
+		f, err := j.openSealed(i)
 		if err != nil {
 			return err
 		}
@@ -35,10 +35,10 @@ func (j *Journal) readAt(b []byte, off int64) error {
 	return nil
 }
 
-// reader opens sealed segment i for reading, or takes the one kept from the last read, and checks
+// openSealed opens sealed segment i for reading, or takes the one kept from the last read, and checks
 // that the segment still has the size it was sealed at: another program's append to a sealed
 // segment is found when the segment is read.
-func (j *Journal) reader(i int) (*os.File, error) {
+func (j *Journal) openSealed(i int) (*os.File, error) {
 	if j.rdIdx != i {
 		if j.rd != nil {
 			j.rd.Close()

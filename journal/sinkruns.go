@@ -24,7 +24,7 @@ func (j *Journal) SinkRuns(ctx context.Context) ([]outbox.SinkRun, error) {
 	if err := j.checkUnmodified(); err != nil {
 		return nil, err
 	}
-	if err := j.index(ctx); err != nil {
+	if err := j.loadIndexes(ctx); err != nil {
 		return nil, err
 	}
 	return j.runs.sinkRuns(), nil
