@@ -144,7 +144,7 @@ func (f *finder) holds(jf *journalFile) (match, error) {
 // from is where to read jf from, given what it holds of f.p.
 func (f *finder) from(jf *journalFile, m match) FilePosition {
 	if m == proven {
-		return at(jf, f.p)
+		return positionIn(jf, f.p)
 	}
 	return jf.start()
 }
@@ -169,7 +169,7 @@ func (f *finder) find() (located, error) {
 			return located{}, err
 		}
 		if m == proven {
-			return located{cur: pf, pos: at(pf, p)}, nil
+			return located{cur: pf, pos: positionIn(pf, p)}, nil
 		}
 		if m == anchors && f.whole {
 			return located{cur: pf, pos: pf.start()}, nil // read again from its start anyway
@@ -179,7 +179,7 @@ func (f *finder) find() (located, error) {
 			return located{}, err
 		}
 		if c != nil {
-			return f.then(located{cur: c, pos: f.from(c, cm), next: pf,
+			return f.readBetweenNext(located{cur: c, pos: f.from(c, cm), next: pf,
 				why: f.unproven(cm, "the journal was cut under its position, or rewritten; reading a copy of it first, then the journal from its start")})
 		}
 		// Looked at again as a whole: what it holds now may not be a journal (NUL bytes where a
@@ -198,7 +198,7 @@ func (f *finder) find() (located, error) {
 		return located{}, err
 	}
 	if old != nil {
-		return f.then(located{cur: old, pos: f.from(old, m), next: pf,
+		return f.readBetweenNext(located{cur: old, pos: f.from(old, m), next: pf,
 			why: f.unproven(m, "the path names another file (rotated or replaced), or none; reading the file it named to its end first")})
 	}
 	if pf != nil {
@@ -214,9 +214,9 @@ func (f *finder) find() (located, error) {
 		ErrFileLost, f.path, quotePath(p.Path), p.Offset, p.Device, p.Inode, placeDirs(f.path))
 }
 
-// then has l read, after l.cur, a file rotated after it and before the path's (see findBetween)
+// readBetweenNext has l read, after l.cur, a file rotated after it and before the path's (see findBetween)
 // when there is one, instead of going on to the path's file.
-func (f *finder) then(l located) (located, error) {
+func (f *finder) readBetweenNext(l located) (located, error) {
 	mid, err := f.findBetween(l.cur, f.pf)
 	if err != nil {
 		l.cur.close()
@@ -297,8 +297,8 @@ func rotationName(base, name string) bool {
 	return ok && len(rest) > 1 && strings.ContainsRune(".-_", rune(rest[0]))
 }
 
-// at is p in jf, under jf's name.
-func at(jf *journalFile, p FilePosition) FilePosition {
+// positionIn is p in jf, under jf's name.
+func positionIn(jf *journalFile, p FilePosition) FilePosition {
 	p.Path = jf.name
 	return p
 }

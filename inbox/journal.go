@@ -60,7 +60,7 @@ func (in *Inbox) ApplyJournal(ctx context.Context, dir string, h Handler) (Repor
 		return Report{}, err
 	}
 	defer s.close()
-	if err := s.start(); err != nil {
+	if err := s.takeStopAt(); err != nil {
 		return Report{}, err
 	}
 	if err := s.load(ctx); err != nil {
@@ -215,8 +215,8 @@ func (s *journalSource) close() {
 	s.cur = nil
 }
 
-// start takes ApplyJournal's end: the end of the last segment when the call began.
-func (s *journalSource) start() error {
+// takeStopAt takes ApplyJournal's end: the end of the last segment when the call began.
+func (s *journalSource) takeStopAt() error {
 	bases, err := listSegments(s.dir)
 	if err != nil {
 		return err

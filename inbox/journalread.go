@@ -123,7 +123,7 @@ func (s *journalSource) next(ctx context.Context, end int64) (bool, error) {
 		return false, fmt.Errorf("%w: journal %s: sealed segment %s ends with %d bytes that are not a complete line",
 			journal.ErrModified, quotePath(s.dir), segmentFileName(s.base), size-s.pos.Offset)
 	case bases[0] > at:
-		return false, s.gap(ctx, at, bases[0])
+		return false, s.gapError(ctx, at, bases[0])
 	}
 	return false, fmt.Errorf("%w: journal %s holds no segment at byte %d, where segment %s ends, but holds later ones",
 		journal.ErrModified, quotePath(s.dir), at, segmentFileName(s.base))

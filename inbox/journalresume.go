@@ -60,7 +60,7 @@ func (s *journalSource) loadOnce(ctx context.Context) error {
 		}
 		err = s.rewind(ctx, jp, bases)
 	default:
-		err = s.fresh(ctx, bases)
+		err = s.placeWithoutPosition(ctx, bases)
 	}
 	if err != nil {
 		s.close()
@@ -73,21 +73,21 @@ func (s *journalSource) loadOnce(ctx context.Context) error {
 // the position and, with prove, every byte of the segment before it.
 func (s *journalSource) resume(ctx context.Context, jp JournalPosition, bases []int64, prove bool) error {
 	if jp.Position < bases[0] {
-		return s.gap(ctx, jp.Position, bases[0])
+		return s.gapError(ctx, jp.Position, bases[0])
 	}
 	i, found := slices.BinarySearch(bases, jp.Segment)
 	if !found {
 		if bases[0] == jp.Position {
 			// The segment the position was proven in was read to its end and removed by retention;
 			// the next one is the journal's first.
-			return s.at(bases[0])
+			return s.moveToSegment(bases[0])
 		}
 		return s.replaced(jp, "the segment it was taken in is gone while earlier ones remain")
 	}
 	jf, err := s.openSegment(jp.Segment)
 	if errors.Is(err, fs.ErrNotExist) {
 		if bases, lerr := listSegments(s.dir); lerr == nil && bases[0] == jp.Position {
-			return s.at(bases[0])
+			return s.moveToSegment(bases[0])
 		}
 	}
 	if err != nil {
@@ -118,8 +118,8 @@ func (s *journalSource) resume(ctx context.Context, jp JournalPosition, bases []
 	return nil
 }
 
-// at reads on from the start of the segment at base.
-func (s *journalSource) at(base int64) error {
+// moveToSegment reads on from the start of the segment at base.
+func (s *journalSource) moveToSegment(base int64) error {
 	jf, err := s.openSegment(base)
 	if err != nil {
 		return err
@@ -136,7 +136,7 @@ func (s *journalSource) replaced(jp JournalPosition, why string) error {
 // next line of a run the inbox needs, from the seal indexes, and at most the last segment.
 func (s *journalSource) rewind(ctx context.Context, jp JournalPosition, bases []int64) error {
 	if jp.Position < bases[0] {
-		return s.gap(ctx, jp.Position, bases[0])
+		return s.gapError(ctx, jp.Position, bases[0])
 	}
 	loc, err := journal.NewRunLocator(ctx, s.dir)
 	if err != nil {
@@ -144,7 +144,7 @@ func (s *journalSource) rewind(ctx context.Context, jp JournalPosition, bases []
 	}
 	target := min(jp.Position, loc.Last())
 	if target > bases[0] {
-		hwm, parked, err := s.marks(ctx)
+		hwm, parked, err := s.highWaterMarks(ctx)
 		if err != nil {
 			return err
 		}
@@ -159,12 +159,12 @@ func (s *journalSource) rewind(ctx context.Context, jp JournalPosition, bases []
 		return s.resume(ctx, jp, bases, false)
 	}
 	s.in.logger().Info("inbox: journal source rewound", "dir", s.dir, "from", jp.Position, "reading", target)
-	return s.at(target)
+	return s.moveToSegment(target)
 }
 
-// marks reads every run's high-water mark, and which runs are quarantined (their lines are not
+// highWaterMarks reads every run's high-water mark, and which runs are quarantined (their lines are not
 // applied, so none needs reading again).
-func (s *journalSource) marks(ctx context.Context) (hwm map[string]int64, parked map[string]bool, err error) {
+func (s *journalSource) highWaterMarks(ctx context.Context) (hwm map[string]int64, parked map[string]bool, err error) {
 	runs, err := s.in.Runs(ctx)
 	if err != nil {
 		return nil, nil, err
@@ -184,16 +184,16 @@ func (s *journalSource) marks(ctx context.Context) (hwm map[string]int64, parked
 	return hwm, parked, nil
 }
 
-// fresh places a reader with no position: on from a file source the journal's first segment was
+// placeWithoutPosition places a reader with no position: on from a file source the journal's first segment was
 // adopted from, or at the first segment when it begins at byte 0; anything else is a gap.
-func (s *journalSource) fresh(ctx context.Context, bases []int64) error {
+func (s *journalSource) placeWithoutPosition(ctx context.Context, bases []int64) error {
 	if bases[0] != 0 {
-		return s.gap(ctx, -1, bases[0])
+		return s.gapError(ctx, -1, bases[0])
 	}
-	if err := s.at(0); err != nil {
+	if err := s.moveToSegment(0); err != nil {
 		return err
 	}
-	fp, ok, err := s.adopted(ctx)
+	fp, ok, err := s.adoptedFileSource(ctx)
 	if err != nil || !ok {
 		return err
 	}
@@ -211,9 +211,9 @@ func (s *journalSource) fresh(ctx context.Context, bases []int64) error {
 	return nil
 }
 
-// adopted finds the file source whose file became the first segment (cur): its device and inode,
+// adoptedFileSource finds the file source whose file became the first segment (cur): its device and inode,
 // or, for a copy, its first line, and a position the segment proves. The furthest one wins.
-func (s *journalSource) adopted(ctx context.Context) (FilePosition, bool, error) {
+func (s *journalSource) adoptedFileSource(ctx context.Context) (FilePosition, bool, error) {
 	sources, err := s.in.Sources(ctx)
 	if err != nil {
 		return FilePosition{}, false, err
@@ -248,13 +248,13 @@ func (s *journalSource) adopted(ctx context.Context) (FilePosition, bool, error)
 	return best, found, nil
 }
 
-// gap is the retention gap of a reader at pos (-1: none) of a journal whose first segment is first,
+// gapError is the retention gap of a reader at pos (-1: none) of a journal whose first segment is first,
 // naming the runs it will not get: those retention recorded deleting lines of past the inbox's
 // high-water mark (journal.Retained), and those the retained seal indexes hold from a seq past the
 // one the inbox needs next.
-func (s *journalSource) gap(ctx context.Context, pos, first int64) error {
+func (s *journalSource) gapError(ctx context.Context, pos, first int64) error {
 	e := &JournalGapError{Dir: s.dir, Position: pos, First: first}
-	hwm, _, err := s.marks(ctx)
+	hwm, _, err := s.highWaterMarks(ctx)
 	if err != nil {
 		return e
 	}
