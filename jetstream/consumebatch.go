@@ -23,10 +23,10 @@ type batch struct {
 	hole     int // the index of the first line after a hole in stream sequences; -1: none
 }
 
-// fill reads the next batch: up to the inbox's bounds, or fewer when the consumer holds no more
+// readBatch reads the next batch: up to the inbox's bounds, or fewer when the consumer holds no more
 // (its last message's pending count is 0) or, for ApplyStream, at the target. done says the session
 // has read all it is to read.
-func (s *streamSource) fill(ctx context.Context, c *consumer, follow bool) (b *batch, done bool, err error) {
+func (s *streamSource) readBatch(ctx context.Context, c *consumer, follow bool) (b *batch, done bool, err error) {
 	b = &batch{hole: -1}
 	prev, front := s.prev, s.front
 	for {
@@ -37,7 +37,7 @@ func (s *streamSource) fill(ctx context.Context, c *consumer, follow bool) (b *b
 		case errors.Is(err, nats.ErrTimeout) && len(b.lines) > 0:
 			return b, false, nil
 		case errors.Is(err, nats.ErrTimeout) && follow:
-			if moved, err := s.moved(ctx); err != nil || moved {
+			if moved, err := s.positionMoved(ctx); err != nil || moved {
 				return nil, false, errors.Join(err, errRestartIf(moved))
 			}
 			continue
@@ -84,8 +84,8 @@ func errRestartIf(moved bool) error {
 	return nil
 }
 
-// moved reports whether the stored position is no longer the one this call stored (a Release).
-func (s *streamSource) moved(ctx context.Context) (bool, error) {
+// positionMoved reports whether the stored position is no longer the one this call stored (a Release).
+func (s *streamSource) positionMoved(ctx context.Context) (bool, error) {
 	pos, err := s.in.SourcePosition(ctx, s.source)
 	if err != nil {
 		return false, err
@@ -99,7 +99,7 @@ func (s *streamSource) moved(ctx context.Context) (bool, error) {
 func (s *streamSource) commitBatch(ctx context.Context, b *batch) error {
 	n, stop := len(b.lines), error(nil)
 	for i := range b.lines {
-		if err := s.check(b.subjects[i], b.seqs[i], b.lines[i]); err != nil {
+		if err := s.checkMessage(b.subjects[i], b.seqs[i], b.lines[i]); err != nil {
 			n, stop = i, err
 			break
 		}
@@ -188,10 +188,10 @@ var afterStreamCommit func(source string, seq uint64)
 // its ordered consumer (tests).
 var beforeConsume func()
 
-// advance stores the target as the position once everything of the filter up to it is applied, so
+// advanceToTarget stores the target as the position once everything of the filter up to it is applied, so
 // that a position read through a filter keeps up with the stream's other subjects; then a later
 // removal of their messages is not taken for a gap.
-func (s *streamSource) advance(ctx context.Context) error {
+func (s *streamSource) advanceToTarget(ctx context.Context) error {
 	if s.target == 0 {
 		return nil
 	}
@@ -203,9 +203,9 @@ func (s *streamSource) advance(ctx context.Context) error {
 	return s.store(ctx, nil, s.target)
 }
 
-// check refuses a message that is not one journal line of its subject's run: the sink never
+// checkMessage refuses a message that is not one journal line of its subject's run: the sink never
 // publishes one, and the inbox never skips what it cannot attribute.
-func (s *streamSource) check(subject string, seq uint64, line []byte) error {
+func (s *streamSource) checkMessage(subject string, seq uint64, line []byte) error {
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("jetstream: stream %q, subject %s, stream sequence %d: %w: %s",
 			s.name, subject, seq, journal.ErrMalformed, fmt.Sprintf(format, a...))

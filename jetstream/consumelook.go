@@ -79,7 +79,7 @@ func (s *streamSource) look(ctx context.Context) (start, last uint64, err error)
 		// The hard cap removed the filter's messages after the position; the stream's first
 		// sequence may still be below its mark (a message outside the filter, or the cap stopped
 		// between its mark and its removal): a gap, whatever the first sequence.
-		return 0, 0, s.capGap(s.gapError(ctx, top, max(s.capped, st.FirstSeq), false), s.capped)
+		return 0, 0, s.markCapGap(s.gapError(ctx, top, max(s.capped, st.FirstSeq), false), s.capped)
 	case st.FirstSeq > top+1:
 		if !s.cfg.acceptGap {
 			return 0, 0, s.gapError(ctx, top, st.FirstSeq, false)
@@ -119,15 +119,15 @@ func (s *streamSource) checkFront(ctx context.Context, before uint64) error {
 	}
 	if first > read+1 {
 		if !s.cfg.acceptGap {
-			return s.capGap(s.gapError(ctx, read, first, false), capped)
+			return s.markCapGap(s.gapError(ctx, read, first, false), capped)
 		}
 		s.acceptedGap(read, first)
 	}
 	return nil
 }
 
-// capGap marks a retention gap as the cap's when the cap's mark is what it reached to.
-func (s *streamSource) capGap(err error, capped uint64) error {
+// markCapGap marks a retention gap as the cap's when the cap's mark is what it reached to.
+func (s *streamSource) markCapGap(err error, capped uint64) error {
 	if e, ok := err.(*RetentionGapError); ok && capped > 0 && e.FirstSeq == capped {
 		e.Capped = true
 	}

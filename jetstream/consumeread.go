@@ -166,7 +166,7 @@ func (s *streamSource) session(ctx context.Context, follow bool) error {
 		s.target, s.targetSet = last, true
 	}
 	if !follow && (s.target == 0 || start > s.target) {
-		return s.advance(ctx)
+		return s.advanceToTarget(ctx)
 	}
 	if beforeConsume != nil {
 		beforeConsume()
@@ -187,10 +187,10 @@ func (s *streamSource) session(ctx context.Context, follow bool) error {
 				return err
 			}
 		}
-		return s.advance(ctx)
+		return s.advanceToTarget(ctx)
 	}
 	for {
-		b, done, err := s.fill(ctx, c, follow)
+		b, done, err := s.readBatch(ctx, c, follow)
 		if err != nil {
 			return err
 		}
@@ -198,7 +198,7 @@ func (s *streamSource) session(ctx context.Context, follow bool) error {
 			return err
 		}
 		if done {
-			return s.advance(ctx)
+			return s.advanceToTarget(ctx)
 		}
 	}
 }

@@ -251,7 +251,7 @@ func (s *Sink) Append(ctx context.Context, runID string, lines []outbox.EventLin
 	if len(lines) == 0 {
 		return nil
 	}
-	subject, err := s.check(runID, lines)
+	subject, err := s.checkBatch(runID, lines)
 	if err != nil {
 		return err
 	}
@@ -261,7 +261,7 @@ func (s *Sink) Append(ctx context.Context, runID string, lines []outbox.EventLin
 	}
 	defer release()
 	if err := s.place(ctx, runID, subject, lines); err != nil {
-		s.forget(runID)
+		s.forgetLast(runID)
 		return err
 	}
 	return nil

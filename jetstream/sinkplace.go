@@ -64,15 +64,15 @@ func (s *Sink) setLast(run string, p placed) {
 	s.mu.Unlock()
 }
 
-// forget drops what the sink believed of run: the next Append reads it from the server.
-func (s *Sink) forget(run string) {
+// forgetLast drops what the sink believed of run: the next Append reads it from the server.
+func (s *Sink) forgetLast(run string) {
 	s.mu.Lock()
 	delete(s.last, run)
 	s.mu.Unlock()
 }
 
-// check refuses a batch that must not reach the stream, before any of it is published.
-func (s *Sink) check(runID string, lines []outbox.EventLine) (string, error) {
+// checkBatch refuses a batch that must not reach the stream, before any of it is published.
+func (s *Sink) checkBatch(runID string, lines []outbox.EventLine) (string, error) {
 	if runID == "" {
 		return "", fmt.Errorf("jetstream: append with an empty run id: %w", outbox.ErrSinkRefused)
 	}
@@ -111,7 +111,7 @@ func (s *Sink) check(runID string, lines []outbox.EventLine) (string, error) {
 // place puts lines (checked, consecutive) of run in the stream, or confirms the stream holds them.
 func (s *Sink) place(ctx context.Context, run, subject string, lines []outbox.EventLine) error {
 	for attempt := 0; ; attempt++ {
-		last, err := s.lastOf(ctx, run, subject)
+		last, err := s.lastPlaced(ctx, run, subject)
 		if err != nil {
 			return err
 		}
@@ -139,7 +139,7 @@ func (s *Sink) place(ctx context.Context, run, subject string, lines []outbox.Ev
 		}
 		// What the sink believed is stale (another sink, a crash between publish and record): read
 		// the run back once and decide again. A second stale answer after a fresh read is not staleness.
-		s.forget(run)
+		s.forgetLast(run)
 		if attempt > 0 {
 			if stale.duplicate {
 				return fmt.Errorf("%w: run %q: the stream answers that a Msg-Id of seqs %d..%d (%s..) is a duplicate, yet holds the run's subject only up to seq %d: %w",
@@ -150,8 +150,8 @@ func (s *Sink) place(ctx context.Context, run, subject string, lines []outbox.Ev
 	}
 }
 
-// lastOf returns what the stream holds last for run, from memory or from the server.
-func (s *Sink) lastOf(ctx context.Context, run, subject string) (placed, error) {
+// lastPlaced returns what the stream holds last for run, from memory or from the server.
+func (s *Sink) lastPlaced(ctx context.Context, run, subject string) (placed, error) {
 	if p, ok := s.lastKnown(run); ok {
 		return p, nil
 	}
