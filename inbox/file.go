@@ -81,16 +81,7 @@ func (in *Inbox) FollowFile(ctx context.Context, path string, h Handler) error {
 	defer s.close()
 	k := newWaker(s.path, in.pollInterval(), in.logger())
 	defer k.close()
-	err = s.load(ctx)
-	for err == nil {
-		if err = s.drain(ctx); err != nil {
-			break
-		}
-		if err = k.wait(ctx); err != nil {
-			break
-		}
-		err = s.look(ctx)
-	}
+	err = followSource(ctx, s, k.wait)
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
@@ -108,48 +99,23 @@ func (in *Inbox) ForgetFile(ctx context.Context, path string) error {
 	if err != nil {
 		return err
 	}
-	for {
-		pos, from, err := in.SourceState(ctx, s.name)
-		if err != nil || (pos == nil && from == nil) {
-			return err
-		}
-		_, err = in.ApplyFrom(ctx, s.name, pos, nil, nil, s.h)
-		if !errors.Is(err, ErrSourceMoved) {
-			return err
-		}
-	}
+	return s.forget(ctx)
 }
 
 // fileSource is one call of ApplyFile or FollowFile.
 type fileSource struct {
-	in     *Inbox
-	path   string // absolute and clean
-	name   string // FileSourcePrefix + path
-	h      Handler
-	follow bool
-	bounds batchBounds
+	sourceCall
+	path string // absolute and clean
 
-	stored []byte  // the position the inbox holds, exactly as stored (nil: none)
-	l      located // where reading goes on; no cur: waiting for the file
-	ends   map[fileKey]int64
-	done   map[fileID2]bool // the files this call has read (or is reading): never a file rotated between two others
-	rep    Report
-	why    string // what the last look found had happened, logged once
+	l    located // where reading goes on; no cur: waiting for the file
+	ends map[fileKey]int64
+	done map[fileID2]bool // the files this call has read (or is reading): never a file rotated between two others
+	why  string           // what the last look found had happened, logged once
 }
 
 func (in *Inbox) newFileSource(call, path string, h Handler) (*fileSource, error) {
-	follow := call == "FollowFile"
-	if h == nil {
-		return nil, fmt.Errorf("inbox: %s with a nil handler", call)
-	}
-	if path == "" {
-		return nil, fmt.Errorf("inbox: %s with an empty path", call)
-	}
-	abs, err := filepath.Abs(path)
+	abs, err := sourcePath(call, "path", path, FileSourcePrefix, h)
 	if err != nil {
-		return nil, fmt.Errorf("inbox: %s: %w", call, err)
-	}
-	if err := checkName(call+" path", abs, MaxSourceNameLen-len(FileSourcePrefix)); err != nil {
 		return nil, err
 	}
 	// A segment is sealed once the journal rolls to the next: read as a file, it would stop growing
@@ -158,8 +124,8 @@ func (in *Inbox) newFileSource(call, path string, h Handler) (*fileSource, error
 		return nil, fmt.Errorf("inbox: %s: %w: %s is named as a segment of the journal directory %s, which is read as a whole (ApplyJournal, FollowJournal)",
 			call, journal.ErrNotJournal, abs, filepath.Dir(abs))
 	}
-	return &fileSource{in: in, path: abs, name: FileSourcePrefix + abs, h: h, follow: follow,
-		bounds: batchBounds{lines: in.batchLines(), bytes: in.batchBytes(), maxLine: in.maxLineSize()}, ends: map[fileKey]int64{}, done: map[fileID2]bool{}}, nil
+	return &fileSource{sourceCall: in.newSourceCall(FileSourcePrefix+abs, h, call == "FollowFile"), path: abs,
+		ends: map[fileKey]int64{}, done: map[fileID2]bool{}}, nil
 }
 
 func (s *fileSource) close() { s.l.close() }
@@ -280,7 +246,7 @@ func (s *fileSource) drain(ctx context.Context) error {
 			return err
 		}
 		if len(lines) > 0 {
-			if err := s.commit(ctx, next, lines); err != nil {
+			if err := commitBatch(ctx, s, next, lines); err != nil {
 				return err
 			}
 			continue
@@ -297,7 +263,7 @@ func (s *fileSource) drain(ctx context.Context) error {
 		s.l.cur.close()
 		s.l = located{cur: nf, pos: nf.start()}
 		s.reading(nf)
-		if err := s.commit(ctx, s.l.pos, nil); err != nil {
+		if err := commitBatch(ctx, s, s.l.pos, nil); err != nil {
 			return err
 		}
 		if between {
@@ -317,48 +283,19 @@ func (s *fileSource) reading(jf *journalFile) {
 	}
 }
 
-// commit applies lines and stores to as the position after them, in one transaction. When the
-// stored position moved (a Release rewound it), it reads it again and finds where to go on from it.
-func (s *fileSource) commit(ctx context.Context, to FilePosition, lines [][]byte) error {
-	enc := to.encode()
-	rep, err := s.in.ApplyFrom(ctx, s.name, s.stored, enc, lines, s.h)
-	if errors.Is(err, ErrSourceMoved) {
-		return s.load(ctx)
-	}
-	if err != nil {
-		if ctx.Err() != nil {
-			return err
-		}
-		var le *LineError
-		if errors.As(err, &le) && le.Index >= 0 && le.Index < len(lines) {
-			// The lines before the malformed one are applied, so that the position stops exactly at
-			// it: where an operator looks, and where the next call stops again.
-			if le.Index > 0 {
-				before, perr := s.l.cur.advance(s.l.pos, lines[:le.Index])
-				if perr != nil {
-					return perr
-				}
-				if perr := s.commit(ctx, before, lines[:le.Index]); perr != nil {
-					return perr
-				}
-				if s.l.pos != before {
-					return nil // the position moved meanwhile and was read again: read on from it
-				}
-			}
-			return wrapf(le, "%s, the line at byte %d", quotePath(s.l.cur.name), s.l.pos.Offset)
-		}
-		return wrapf(err, "%s, the batch of %d lines from byte %d", quotePath(s.l.cur.name), len(lines), s.l.pos.Offset)
-	}
-	s.rep.Applied += rep.Applied
-	s.rep.Duplicates += rep.Duplicates
-	s.rep.Stale += rep.Stale
-	s.rep.Quarantined += rep.Quarantined
-	s.stored = enc
+func (s *fileSource) call() *sourceCall { return &s.sourceCall }
+
+func (s *fileSource) cursor() (*journalFile, FilePosition) { return s.l.cur, s.l.pos }
+
+func (s *fileSource) encode(to FilePosition) []byte { return to.encode() }
+
+func (s *fileSource) where() (string, int64) { return quotePath(s.l.cur.name), s.l.pos.Offset }
+
+func (s *fileSource) committed(to FilePosition) error {
 	s.l.pos = to
 	if afterFileCommit != nil {
 		afterFileCommit(s.name, to)
 	}
-	faultpoint.Hit(faultpoint.InboxBetweenBatches)
 	return nil
 }
 

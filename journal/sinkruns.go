@@ -28,7 +28,7 @@ func (j *Journal) SinkRuns(ctx context.Context) ([]outbox.SinkRun, error) {
 	if err := j.checkUnmodified(); err != nil {
 		return nil, err
 	}
-	if err := j.index(ctx); err != nil {
+	if err := j.loadIndexes(ctx); err != nil {
 		return nil, err
 	}
 	return j.runs.sinkRuns(), nil
@@ -77,7 +77,7 @@ func (j *Journal) SinkRunsSince(ctx context.Context, mark []byte) ([]outbox.Sink
 	if err := j.checkUnmodified(); err != nil {
 		return nil, nil, err
 	}
-	if err := j.index(ctx); err != nil {
+	if err := j.loadIndexes(ctx); err != nil {
 		return nil, nil, err
 	}
 	return j.runsSince(mark, firstBase(j.sealed, j.tailBase), j.tailBase+j.size)

@@ -291,12 +291,12 @@ func parseTraceMember(v []byte) (TraceContext, error) {
 // s.b holds, in order, and fails when s.b is not one.
 func (s *scanner) members(fn func(name, val []byte) error) error {
 	s.i = 0
-	s.ws()
+	s.skipSpace()
 	if !s.peek('{') {
 		return traceError("not a JSON object")
 	}
 	s.i++
-	s.ws()
+	s.skipSpace()
 	if s.peek('}') {
 		s.i++
 	} else {
@@ -305,7 +305,7 @@ func (s *scanner) members(fn func(name, val []byte) error) error {
 				return traceError("not JSON")
 			}
 			k0 := s.i
-			if !s.str() {
+			if !s.skipString() {
 				return traceError("not JSON")
 			}
 			name := s.b[k0+1 : s.i-1]
@@ -314,12 +314,12 @@ func (s *scanner) members(fn func(name, val []byte) error) error {
 				json.Unmarshal(s.b[k0:s.i], &k) // a valid string: cannot fail
 				name = []byte(k)
 			}
-			s.ws()
+			s.skipSpace()
 			if !s.peek(':') {
 				return traceError("not JSON")
 			}
 			s.i++
-			s.ws()
+			s.skipSpace()
 			v0 := s.i
 			if !s.value() {
 				return traceError("not JSON")
@@ -327,10 +327,10 @@ func (s *scanner) members(fn func(name, val []byte) error) error {
 			if err := fn(name, s.b[v0:s.i]); err != nil {
 				return err
 			}
-			s.ws()
+			s.skipSpace()
 			if s.peek(',') {
 				s.i++
-				s.ws()
+				s.skipSpace()
 				continue
 			}
 			if s.peek('}') {
@@ -340,7 +340,7 @@ func (s *scanner) members(fn func(name, val []byte) error) error {
 			return traceError("not JSON")
 		}
 	}
-	if !s.end() {
+	if !s.onlySpaceLeft() {
 		return traceError("not JSON (text after the object)")
 	}
 	return nil
