@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/textmachine/outbox/inbox"
 	"github.com/textmachine/outbox/internal/testing/dirstate"
 	"github.com/textmachine/outbox/internal/testing/outboxtest"
 	"github.com/textmachine/outbox/outbox"
@@ -42,4 +43,36 @@ func TestOpenRefusesAHardLinkedDatabase(t *testing.T) {
 		t.Fatalf("Open with one name again: %v", err)
 	}
 	s.Close()
+}
+
+// A swapped path must not cost the platform its database: the book's tables beside an inbox's would
+// make inbox.Open refuse the consumer's own database from then on.
+func TestOpenRefusesAConsumersDatabaseAndChangesNothing(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "platform.db")
+	in, err := inbox.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := in.Close(); err != nil {
+		t.Fatal(err)
+	}
+	before := dirstate.Snapshot(t, dir)
+	s, err := outbox.Open(ctx, path)
+	if err == nil {
+		s.Close()
+		t.Fatal("Open took a consumer's database for a book")
+	}
+	if !errors.Is(err, outbox.ErrInboxDatabase) || !strings.Contains(err.Error(), path) {
+		t.Fatalf("Open of a consumer's database: %v, want ErrInboxDatabase naming the path", err)
+	}
+	if diff := cmp.Diff(before, dirstate.Snapshot(t, dir)); diff != "" {
+		t.Errorf("the refused Open changed the directory (-before +after):\n%s", diff)
+	}
+	in, err = inbox.Open(ctx, path)
+	if err != nil {
+		t.Fatalf("the inbox refuses its own database after the refused Open: %v", err)
+	}
+	in.Close()
 }

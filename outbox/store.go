@@ -115,6 +115,10 @@ func open(ctx context.Context, path string, opts []Option) (*Store, error) {
 		s.release()
 		return nil, fmt.Errorf("open %s: %w", path, mapErr(octx, err))
 	}
+	if err := refuseInbox(octx, s.w, path); err != nil {
+		s.release()
+		return nil, mapErr(octx, err)
+	}
 	if err := migrations.Up(octx, s.w); err != nil {
 		s.release()
 		return nil, fmt.Errorf("open %s: %w", path, mapErr(octx, err))
@@ -369,4 +373,19 @@ func (s *Store) read(ctx context.Context, fn func(ctx context.Context) error) (e
 		return mapErr(ctx, fn(ctx))
 	}
 	return mapErr(ctx, litedb.ReadAgain(ctx, fn))
+}
+
+// refuseInbox refuses a consumer's database before the migrations write a table into it: a book's
+// tables beside an inbox's would make the inbox refuse its own database from then on (it takes a
+// database holding an outbox's tables for a book), losing the consumer its exactly-once record.
+func refuseInbox(ctx context.Context, db *sql.DB, path string) error {
+	var n int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_schema
+		WHERE type = 'table' AND name IN ('inbox_db_version', 'inbox_runs')`).Scan(&n); err != nil {
+		return fmt.Errorf("open %s: %w", path, err)
+	}
+	if n > 0 {
+		return fmt.Errorf("%w: %s is a consumer's database (it holds an inbox), not a book; nothing was changed", ErrInboxDatabase, path)
+	}
+	return nil
 }
