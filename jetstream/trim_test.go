@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -187,6 +188,9 @@ func TestTwoFollowersAndASinkLoseNothingWhileTrimRunsBesideThem(t *testing.T) {
 	ctx := context.Background()
 	stopTrim := make(chan struct{})
 	trimDone := make(chan error, 1)
+	// trimming is held while the second reader starts: a reader protects nothing until its key is
+	// written after its first commit, and a trim in between would take what it was about to read.
+	var trimming sync.Mutex
 	go func() {
 		for {
 			select {
@@ -195,7 +199,10 @@ func TestTwoFollowersAndASinkLoseNothingWhileTrimRunsBesideThem(t *testing.T) {
 				return
 			default:
 			}
-			if _, err := jetstream.Trim(ctx, js, "EVENTS", jetstream.WithKeep(0)); err != nil {
+			trimming.Lock()
+			_, err := jetstream.Trim(ctx, js, "EVENTS", jetstream.WithKeep(0))
+			trimming.Unlock()
+			if err != nil {
 				trimDone <- err
 				return
 			}
@@ -211,11 +218,13 @@ func TestTwoFollowersAndASinkLoseNothingWhileTrimRunsBesideThem(t *testing.T) {
 		}
 		want[run] = seqs(1, 40)
 		if i == 1 {
-			// The second reader starts late: it registered nothing before, so only what the first
-			// applied and Trim saw no other reader for may be gone; it reads what is left after
-			// registering, and from then on nothing it has not applied goes.
+			// The second reader starts late: it registered nothing before, so what the first
+			// applied and Trim saw no other reader for may be gone; from its registration on,
+			// nothing it has not applied goes.
+			trimming.Lock()
 			f2 = follow(t, js, two, insertHandler)
 			waitRegistered(t, js, "two")
+			trimming.Unlock()
 		}
 	}
 	waitApplied(t, one, want)
