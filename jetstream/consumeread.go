@@ -245,25 +245,22 @@ func (s *streamSource) registerAt(ctx context.Context, seq uint64) error {
 // what protects it: a trim that looks at the readers after the key was written keeps everything
 // above the mark; one that looked before had announced what it removes (trimmingKey) before its
 // last look, and that announcement is read here, after the key was written, with the stream's
-// first sequence and the cap's mark. Reading from the highest of them, the reader never begins
-// below what a trim that did not see it removes: reading the first sequence before registering, or
-// without the announcement, would let such a trim take what the reader had just begun to read, and
-// the hole would stop it with a retention gap. The key is raised to just below where it starts.
+// first sequence. Reading from the higher of them, the reader never begins below what a trim that
+// did not see it removes: reading the first sequence before registering, or without the
+// announcement, would let such a trim take what the reader had just begun to read, and the hole
+// would stop it with a retention gap. The key is raised to just below where it starts.
 func (s *streamSource) settle(ctx context.Context, start uint64) (uint64, error) {
 	rctx, cancel := s.request(ctx)
 	defer cancel()
+	announced, err := uintValue(rctx, s.kv, trimmingKey(s.created, s.cfg.prefix))
+	if err != nil {
+		return 0, s.broker(err, "read what its trims remove in %s", ReadersBucket(s.name))
+	}
 	info, err := s.stream.Info(rctx)
 	if err != nil {
 		return 0, s.broker(err, "read its first sequence")
 	}
-	announced, err := uintValue(rctx, s.kv, trimmingKey(s.created))
-	if err == nil {
-		s.capped, err = uintValue(rctx, s.kv, cappedKey(s.created))
-	}
-	if err != nil {
-		return 0, s.broker(err, "read what its trims remove in %s", ReadersBucket(s.name))
-	}
-	first := min(max(start, info.State.FirstSeq, announced, s.capped), info.State.LastSeq+1)
+	first := min(max(start, info.State.FirstSeq, announced), info.State.LastSeq+1)
 	if first <= max(start, 1) {
 		return start, nil
 	}

@@ -24,11 +24,11 @@ import (
 //   - capped.<the stream's creation time in Unix nanoseconds>: the stream sequence below which the hard cap removed lines whether the readers had
 //     applied them or not, written before it removes them: a reader whose position is below it has
 //     a retention gap.
-//   - trimming.<the stream's creation time in Unix nanoseconds>: the highest stream sequence below
-//     which a trim decided to remove the lines every reader had applied, written before it looks
-//     at the readers a second time and removes anything. A reader that starts without a position
-//     reads it after writing its key and reads nothing below it: see Trim for why both orders
-//     are needed.
+//   - trimming.<the stream's creation time in Unix nanoseconds>.<subject prefix>: the highest
+//     stream sequence below which a trim of the prefix's lines decided to remove what every reader
+//     had applied, written before it looks at the readers a second time and removes anything. A
+//     reader of the prefix that starts without a position reads it after writing its key and reads
+//     nothing below it: see Trim for why both orders are needed.
 //
 // Keys escape every byte outside letters, digits, '-' and '_' as '=' and two hex digits.
 
@@ -49,9 +49,10 @@ func cappedKey(created time.Time) string {
 	return cappedPrefix + strconv.FormatInt(created.UnixNano(), 10)
 }
 
-// trimmingKey is the key of the trims' announced limit in the stream created at created.
-func trimmingKey(created time.Time) string {
-	return trimmingPrefix + strconv.FormatInt(created.UnixNano(), 10)
+// trimmingKey is the key of the announced limit of the trims of prefix's lines in the stream
+// created at created: a trim of one prefix removes nothing of another's.
+func trimmingKey(created time.Time, prefix string) string {
+	return trimmingPrefix + strconv.FormatInt(created.UnixNano(), 10) + "." + keyEscape(prefix)
 }
 
 func keyEscape(s string) string {

@@ -156,7 +156,7 @@ func Trim(ctx context.Context, js jetstream.JetStream, stream string, opts ...Tr
 		if err := step("looked"); err != nil {
 			return rep, err
 		}
-		if err := raiseValue(ctx, kv, trimmingKey(info.Created), rep.Below); err != nil {
+		if err := raiseValue(ctx, kv, trimmingKey(info.Created, c.prefix), rep.Below); err != nil {
 			return rep, fmt.Errorf("jetstream: trim stream %q: announce the removal below stream sequence %d: %w", stream, rep.Below, err)
 		}
 		if err := step("announced"); err != nil {

@@ -325,6 +325,33 @@ func TestAReaderStartedBesideARunningTrimmerIsProtectedFromItsFirstRead(t *testi
 	}
 }
 
+// What a trim of one prefix's lines announces it removes is that prefix's: a new reader of another
+// prefix in the same stream, whose lines the trim leaves, reads them from the first.
+func TestATrimOfOnePrefixDoesNotMoveWhereANewReaderOfAnotherStarts(t *testing.T) {
+	ctx := context.Background()
+	js := startServer(t).connect(t)
+	if _, err := js.CreateStream(ctx, njs.StreamConfig{Name: "EVENTS", Subjects: []string{"outbox.>", "tenant.>"},
+		Storage: njs.FileStorage}); err != nil {
+		t.Fatal(err)
+	}
+	for seq := int64(1); seq <= 3; seq++ { // stream sequences 1..3
+		if _, err := js.Publish(ctx, "tenant."+jetstream.Token("t"), jline("t", seq, "x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publishRun(t, js, "a", 1, 3) // 4..6
+	one := openInbox(t, filepath.Join(t.TempDir(), "one.db"), inbox.WithReaderName("one"))
+	applyStream(t, js, one)
+	if rep := trim(t, js, jetstream.WithKeep(0)); rep.Below != 7 || rep.Purged != 3 {
+		t.Fatalf("report %+v: want the outbox lines below 7 removed", rep)
+	}
+	two := openInbox(t, filepath.Join(t.TempDir(), "two.db"), inbox.WithReaderName("two"))
+	rep, err := jetstream.ApplyStream(ctx, js, "EVENTS", two, insertHandler, jetstream.WithSubjectPrefix("tenant"))
+	if err != nil || rep.Applied != 3 {
+		t.Fatalf("the tenant reader: %+v, %v: want its 3 lines", rep, err)
+	}
+}
+
 // waitRegistered waits until the reader name is registered with EVENTS, and fails the test after a
 // minute. A read that fails is tried again: a loaded cluster may not answer within a js whose
 // default timeout is short.
