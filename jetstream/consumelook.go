@@ -42,7 +42,7 @@ func (s *streamSource) look(ctx context.Context) (start, last uint64, err error)
 	if err != nil {
 		return 0, 0, s.broker(err, "open its readers' bucket %s", ReadersBucket(s.name))
 	}
-	s.prev, s.front, s.floor = 0, false, 0
+	s.prev, s.front, s.floor, s.fresh = 0, false, 0, false
 	rewound := pos == nil && from != nil
 	if rewound {
 		pos = from
@@ -50,8 +50,9 @@ func (s *streamSource) look(ctx context.Context) (start, last uint64, err error)
 	if pos == nil {
 		// No position: the stream is read from the first message it holds. What it no longer holds
 		// is then seen on each run's own seqs: a run whose first line held is not its next is
-		// quarantined.
-		return 0, st.LastSeq, nil
+		// quarantined. Where that is, begin settles once the reader is registered (settle).
+		s.fresh = true
+		return st.FirstSeq, st.LastSeq, nil
 	}
 	p, err := ParseStreamPosition(pos)
 	if err != nil {
@@ -85,7 +86,7 @@ func (s *streamSource) look(ctx context.Context) (start, last uint64, err error)
 			return 0, 0, s.gapError(ctx, top, st.FirstSeq, false)
 		}
 		s.acceptedGap(top, st.FirstSeq)
-		s.prev, s.front = st.FirstSeq-1, true
+		s.prev, s.front, s.fresh = st.FirstSeq-1, true, true
 		return st.FirstSeq, st.LastSeq, nil
 	case rewound:
 		// Read again from the first message held, the position rewound from kept as the floor.

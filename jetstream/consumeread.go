@@ -39,6 +39,10 @@ type streamSource struct {
 
 	kv     jetstream.KeyValue // the stream's readers' bucket, where the position is registered
 	capped uint64             // the bucket's capped mark as begin read it
+	// fresh says the session reads from the stream's first message, having nothing to read on
+	// after (no position, or a retention gap accepted): where that is is settled after the reader
+	// registered.
+	fresh bool
 
 	target    uint64 // ApplyStream: the stream's last sequence when the call began
 	targetSet bool
@@ -215,10 +219,56 @@ func (s *streamSource) begin(ctx context.Context) (start, last uint64, err error
 	}
 	// Registered before anything is read, at what the session reads after: a trimmer that runs
 	// meanwhile keeps it, and the key never names a message this inbox has not committed.
-	if err := s.register(ctx, max(start, 1)-1); errors.Is(err, ErrReaderNameShared) {
+	if err := s.registerAt(ctx, max(start, 1)-1); err != nil {
 		return 0, 0, err
-	} else if err != nil {
-		return 0, 0, s.broker(err, "register reader %q in %s", s.in.ReaderName(), ReadersBucket(s.name))
+	}
+	if s.fresh {
+		if start, err = s.settle(ctx, start); err != nil {
+			return 0, 0, err
+		}
 	}
 	return start, last, nil
+}
+
+// registerAt registers seq as the reader's position; a failure stops the session before it reads.
+func (s *streamSource) registerAt(ctx context.Context, seq uint64) error {
+	if err := s.register(ctx, seq); errors.Is(err, ErrReaderNameShared) {
+		return err
+	} else if err != nil {
+		return s.broker(err, "register reader %q in %s before reading", s.in.ReaderName(), ReadersBucket(s.name))
+	}
+	return nil
+}
+
+// settle says where a session that reads from the stream's first message starts, once the reader
+// is registered at a mark below it (start, the first sequence begin saw, less one). The order is
+// what protects it: a trim that looks at the readers after the key was written keeps everything
+// above the mark; one that looked before had announced what it removes (trimmingKey) before its
+// last look, and that announcement is read here, after the key was written, with the stream's
+// first sequence. Reading from the higher of them, the reader never begins below what a trim that
+// did not see it removes: reading the first sequence before registering, or without the
+// announcement, would let such a trim take what the reader had just begun to read, and the hole
+// would stop it with a retention gap. The key is raised to just below where it starts.
+func (s *streamSource) settle(ctx context.Context, start uint64) (uint64, error) {
+	rctx, cancel := s.request(ctx)
+	defer cancel()
+	announced, err := uintValue(rctx, s.kv, trimmingKey(s.created, s.cfg.prefix))
+	if err != nil {
+		return 0, s.broker(err, "read what its trims remove in %s", ReadersBucket(s.name))
+	}
+	info, err := s.stream.Info(rctx)
+	if err != nil {
+		return 0, s.broker(err, "read its first sequence")
+	}
+	first := min(max(start, info.State.FirstSeq, announced), info.State.LastSeq+1)
+	if first <= max(start, 1) {
+		return start, nil
+	}
+	if err := s.registerAt(ctx, first-1); err != nil {
+		return 0, err
+	}
+	if s.front {
+		s.prev = first - 1 // a retention gap accepted: read on from there
+	}
+	return first, nil
 }

@@ -62,10 +62,16 @@
 //
 // ApplyStream and FollowStream register the reader (inbox.WithReaderName, or the inbox's derived
 // name) in the stream's readers' bucket (ReadersBucket): before a session reads, the position it
-// reads after, and after each commit, the stream sequence committed. A key may lag its inbox, never
-// run ahead of it. Once an Inbox wrote the key, its calls write only over its last write: a key
+// reads after, and after each commit, the stream sequence committed; a call that cannot write the key
+// reads nothing (ApplyStream returns the error, FollowStream waits and tries again). A reader is
+// protected from the moment its key is written, its first read included: a reader without a
+// position writes its key first and only then reads where the stream begins and what a trim
+// running meanwhile announced it removes, and starts above both, while Trim announces what it
+// removes before its last look at the keys, so that one of the two always sees the other. A key
+// may lag its inbox, never run ahead of it. Once an Inbox wrote the key, its calls write only over its last write: a key
 // another consumer wrote meanwhile, with another position, is two inboxes reading under one name,
-// which stops the call with ErrReaderNameShared (Status gives each registered reader's lag and what the cap took). Trim removes only what is below the lowest registered position and older than its
+// which stops the call with ErrReaderNameShared (Status gives each registered reader's lag and what
+// the cap took). Trim removes only what is below the lowest registered position and older than its
 // keep duration; its hard cap (WithMaxBytes) removes past the readers and writes a mark first, and
 // a reader whose position is below the mark stops with ErrRetentionGap, as for any other removal.
 //

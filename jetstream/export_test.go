@@ -9,7 +9,9 @@ func SetAfterStreamCommit(f func(source string, seq uint64)) { afterStreamCommit
 // of its ordered consumer.
 func SetBeforeConsume(f func()) { beforeConsume = f }
 
-// SetTrimStep sets the hook Trim calls after each step that leaves a record behind ("recorded":
+// SetTrimStep sets the hook Trim calls after its first look at the readers, when it is to remove
+// something ("looked": nothing written yet), and after each step that leaves a record behind ("announced":
+// the stream sequence it removes below written, before its second look at the readers; "recorded":
 // a run's removal recorded, not done; "purged": done; "capmark": the cap's mark written, nothing
 // removed by it yet); an error from it stops Trim there, as a kill would.
 func SetTrimStep(f func(step string) error) { trimStep = f }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -285,5 +286,72 @@ func TestFollowStreamWaitingForAMissingStreamEndsWithItsContext(t *testing.T) {
 	}
 	if srcs, err := in.Sources(context.Background()); err != nil || len(srcs) != 0 {
 		t.Errorf("sources %+v, %v: want none stored", srcs, err)
+	}
+}
+
+func TestApplyStreamBesideFollowStreamOnOneSourceAppliesEachLineOnceAndTheFollowerGoesOn(t *testing.T) {
+	ctx := context.Background()
+	_, js, in := consumeSetup(t, inbox.WithBatchLines(3), inbox.WithPollInterval(20*time.Millisecond))
+	f := follow(t, js, in, insertHandler)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; i < 15; i++ {
+			if _, err := jetstream.ApplyStream(ctx, js, "EVENTS", in, insertHandler); err != nil && !errors.Is(err, inbox.ErrSourceMoved) {
+				t.Errorf("ApplyStream: %v", err)
+				return
+			}
+		}
+	}()
+	publishRun(t, js, "a", 1, 40)
+	wg.Wait()
+	waitApplied(t, in, map[string][]int64{"a": seqs(1, 40)})
+	if err, ended := f.wait(0); ended {
+		t.Fatalf("the follower ended: %v", err)
+	}
+}
+
+func TestClosingTheInboxEndsFollowStreamWithErrClosed(t *testing.T) {
+	_, js, in := consumeSetup(t, inbox.WithPollInterval(20*time.Millisecond))
+	publishRun(t, js, "a", 1, 3)
+	f := follow(t, js, in, insertHandler)
+	waitApplied(t, in, map[string][]int64{"a": seqs(1, 3)})
+	if err := in.Close(); err != nil {
+		t.Fatal(err)
+	}
+	err, ended := f.wait(3 * time.Second)
+	if !ended {
+		t.Fatal("FollowStream went on after the inbox was closed")
+	}
+	if !errors.Is(err, inbox.ErrClosed) {
+		t.Fatalf("FollowStream: %v, want ErrClosed", err)
+	}
+}
+
+func TestAStreamDeletedAndCreatedAgainWhileFollowingEndsTheFollower(t *testing.T) {
+	ctx := context.Background()
+	_, js, in := consumeSetup(t, inbox.WithPollInterval(20*time.Millisecond))
+	publishRun(t, js, "a", 1, 3)
+	f := follow(t, js, in, insertHandler)
+	waitApplied(t, in, map[string][]int64{"a": seqs(1, 3)})
+	if err := js.DeleteStream(ctx, "EVENTS"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Millisecond)
+	stream(t, js, time.Minute, atomicBatches)
+	publishRun(t, js, "b", 1, 5)
+	err, ended := f.wait(4 * time.Second)
+	if !ended {
+		got := applied(t, in)
+		t.Fatalf("the follower goes on over a stream created again; applied %v", got)
+	}
+	t.Logf("FollowStream: %v", err)
+	var gap *jetstream.RetentionGapError
+	if !errors.As(err, &gap) && !errors.Is(err, njs.ErrStreamNotFound) {
+		t.Fatalf("FollowStream: %v", err)
+	}
+	if diff := cmp.Diff(map[string][]int64{"a": seqs(1, 3)}, applied(t, in)); diff != "" {
+		t.Fatal(diff)
 	}
 }

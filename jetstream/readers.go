@@ -24,6 +24,11 @@ import (
 //   - capped.<the stream's creation time in Unix nanoseconds>: the stream sequence below which the hard cap removed lines whether the readers had
 //     applied them or not, written before it removes them: a reader whose position is below it has
 //     a retention gap.
+//   - trimming.<the stream's creation time in Unix nanoseconds>.<subject prefix>: the highest
+//     stream sequence below which a trim of the prefix's lines decided to remove what every reader
+//     had applied, written before it looks at the readers a second time and removes anything. A
+//     reader of the prefix that starts without a position reads it after writing its key and reads
+//     nothing below it: see Trim for why both orders are needed.
 //
 // Keys escape every byte outside letters, digits, '-' and '_' as '=' and two hex digits.
 
@@ -35,12 +40,19 @@ const (
 	readerKeyPrefix = "r."
 	trimKeyPrefix   = "t."
 	cappedPrefix    = "capped."
+	trimmingPrefix  = "trimming."
 )
 
 // cappedKey is the key of the cap's mark in the stream created at created: a stream deleted and
 // created again under the same name starts without one.
 func cappedKey(created time.Time) string {
 	return cappedPrefix + strconv.FormatInt(created.UnixNano(), 10)
+}
+
+// trimmingKey is the key of the announced limit of the trims of prefix's lines in the stream
+// created at created: a trim of one prefix removes nothing of another's.
+func trimmingKey(created time.Time, prefix string) string {
+	return trimmingPrefix + strconv.FormatInt(created.UnixNano(), 10) + "." + keyEscape(prefix)
 }
 
 func keyEscape(s string) string {

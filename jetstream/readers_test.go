@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -163,5 +164,27 @@ func TestAFollowerWhoseReaderWasForgottenRegistersAgain(t *testing.T) {
 	waitRegistered(t, js, "gone")
 	if err, ended := f.wait(0); ended {
 		t.Fatalf("FollowStream ended: %v", err)
+	}
+}
+
+// A reader whose key cannot be written applies nothing: the call fails, saying which reader it could
+// not register, before it reads a message or stores a position.
+func TestAReaderThatCannotRegisterFailsBeforeApplyingAnything(t *testing.T) {
+	ctx := context.Background()
+	_, js, in := consumeSetup(t, inbox.WithReaderName("unwritable"))
+	publishRun(t, js, "a", 1, 3)
+	// Values of at most 4 bytes: the server refuses every write of a position.
+	if _, err := js.CreateKeyValue(ctx, njs.KeyValueConfig{Bucket: jetstream.ReadersBucket("EVENTS"), MaxValueSize: 4}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := jetstream.ApplyStream(ctx, js, "EVENTS", in, insertHandler)
+	if err == nil || !strings.Contains(err.Error(), `register reader "unwritable"`) || rep != (inbox.Report{}) {
+		t.Fatalf("ApplyStream: %+v, %v: want a refusal naming the registration", rep, err)
+	}
+	if got := applied(t, in); len(got) != 0 {
+		t.Errorf("applied %v", got)
+	}
+	if srcs, err := in.Sources(ctx); err != nil || len(srcs) != 0 {
+		t.Errorf("positions %+v, %v: want none", srcs, err)
 	}
 }

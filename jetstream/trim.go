@@ -68,7 +68,7 @@ func WithTrimLogger(l *slog.Logger) TrimOption {
 
 // TrimReport says what one Trim did.
 type TrimReport struct {
-	Readers []ReaderPosition // the readers registered when it began
+	Readers []ReaderPosition // the readers registered when it decided what to remove
 	// Floor is one past the lowest registered reader's sequence: every reader applied everything
 	// of the filter below it. 0 when no reader is registered: then nothing is removed but by the cap.
 	Floor uint64
@@ -99,6 +99,11 @@ type TrimReport struct {
 // is finished: a finished run's subject is removed whole, and a run that goes on after all goes on.
 // A line so re-delivered is not compared byte for byte (the stream no longer holds it): every reader
 // applied the one it held.
+//
+// A reader that starts while Trim runs loses nothing it begins to read: Trim writes the stream
+// sequence it is to remove below to the bucket before it looks at the readers a second time and
+// keeps what any of them registered meanwhile, and a reader writes its key before it reads where
+// the stream begins and that announcement, and starts above both.
 //
 // The hard cap writes its mark (the stream sequence it removes below) to the bucket before it
 // removes anything, so that a reader whose position is below it stops with a *RetentionGapError
@@ -135,20 +140,34 @@ func Trim(ctx context.Context, js jetstream.JetStream, stream string, opts ...Tr
 	if rep.Readers, err = listReaders(ctx, kv); err != nil {
 		return rep, err
 	}
-	if len(rep.Readers) > 0 {
-		rep.Floor = ^uint64(0)
-		for _, r := range rep.Readers {
-			seq := r.Seq
-			if !r.Created.Equal(info.Created) {
-				seq = 0 // taken in a stream of the same name before this one: it holds everything
-			}
-			rep.Floor = min(rep.Floor, seq+1)
-		}
-	}
+	rep.Floor = readersFloor(rep.Readers, info.Created)
 	if rep.Young, err = t.young(ctx, info.State); err != nil {
 		return rep, err
 	}
 	rep.Below = min(rep.Floor, rep.Young)
+	if rep.Below > info.State.FirstSeq {
+		// A reader may start while this trim runs. It writes its key before it reads the stream's
+		// first sequence and this announcement; this trim writes the announcement before it reads
+		// the keys again. Of two writes each followed by a read of the other's, at least one read
+		// sees the other's write: either the second look finds the new reader's key and keeps what
+		// it reads, or the reader finds the announcement and starts above what goes. One look at
+		// the keys alone would remove, below a floor taken before the reader registered, what the
+		// reader had just begun to read.
+		if err := step("looked"); err != nil {
+			return rep, err
+		}
+		if err := raiseValue(ctx, kv, trimmingKey(info.Created, c.prefix), rep.Below); err != nil {
+			return rep, fmt.Errorf("jetstream: trim stream %q: announce the removal below stream sequence %d: %w", stream, rep.Below, err)
+		}
+		if err := step("announced"); err != nil {
+			return rep, err
+		}
+		if rep.Readers, err = listReaders(ctx, kv); err != nil {
+			return rep, err
+		}
+		rep.Floor = min(rep.Floor, readersFloor(rep.Readers, info.Created))
+		rep.Below = min(rep.Floor, rep.Young)
+	}
 	if rep.Below > info.State.FirstSeq {
 		if err := t.purgeBelow(ctx, rep.Below, &rep); err != nil {
 			return rep, err
@@ -165,8 +184,26 @@ func Trim(ctx context.Context, js jetstream.JetStream, stream string, opts ...Tr
 	return rep, nil
 }
 
-// trimStep, when set, is called after each step of a trim that leaves a record behind; its error
-// stops the trim there (tests).
+// readersFloor is one past the lowest of the readers' sequences, those taken in a stream of the same
+// name before the one created at created counting as 0 (it holds everything); 0 without readers.
+func readersFloor(readers []ReaderPosition, created time.Time) uint64 {
+	if len(readers) == 0 {
+		return 0
+	}
+	floor := ^uint64(0)
+	for _, r := range readers {
+		seq := r.Seq
+		if !r.Created.Equal(created) {
+			seq = 0
+		}
+		floor = min(floor, seq+1)
+	}
+	return floor
+}
+
+// trimStep, when set, is called after the first look at the readers and after each step of a trim
+// that leaves a record behind (the announcement, a removal recorded, a removal done, the cap's
+// mark); its error stops the trim there (tests).
 var trimStep func(step string) error
 
 func step(name string) error {

@@ -188,9 +188,6 @@ func TestTwoFollowersAndASinkLoseNothingWhileTrimRunsBesideThem(t *testing.T) {
 	ctx := context.Background()
 	stopTrim := make(chan struct{})
 	trimDone := make(chan error, 1)
-	// trimming is held while the second reader starts: a reader protects nothing until its key is
-	// written after its first commit, and a trim in between would take what it was about to read.
-	var trimming sync.Mutex
 	go func() {
 		for {
 			select {
@@ -199,10 +196,7 @@ func TestTwoFollowersAndASinkLoseNothingWhileTrimRunsBesideThem(t *testing.T) {
 				return
 			default:
 			}
-			trimming.Lock()
-			_, err := jetstream.Trim(ctx, js, "EVENTS", jetstream.WithKeep(0))
-			trimming.Unlock()
-			if err != nil {
+			if _, err := jetstream.Trim(ctx, js, "EVENTS", jetstream.WithKeep(0)); err != nil {
 				trimDone <- err
 				return
 			}
@@ -218,13 +212,11 @@ func TestTwoFollowersAndASinkLoseNothingWhileTrimRunsBesideThem(t *testing.T) {
 		}
 		want[run] = seqs(1, 40)
 		if i == 1 {
-			// The second reader starts late: it registered nothing before, so what the first
-			// applied and Trim saw no other reader for may be gone; from its registration on,
-			// nothing it has not applied goes.
-			trimming.Lock()
+			// The second reader starts late: it registered nothing before, so only what the first
+			// applied and Trim saw no other reader for may be gone; it reads what is left after
+			// registering, and from then on nothing it has not applied goes.
 			f2 = follow(t, js, two, insertHandler)
 			waitRegistered(t, js, "two")
-			trimming.Unlock()
 		}
 	}
 	waitApplied(t, one, want)
@@ -259,6 +251,107 @@ func TestTwoFollowersAndASinkLoseNothingWhileTrimRunsBesideThem(t *testing.T) {
 	}
 }
 
+// A reader without a position that starts while a trim runs, after the trim first looked at the
+// readers and before it removes anything, loses nothing it begins to read: the trim announces what
+// it removes before it looks again, and the reader reads that announcement and the stream's first
+// sequence only after it wrote its key. Started before the announcement, the reader's key is kept
+// by the trim's second look and it reads everything; started after, it starts above what goes.
+// The reader commits its first line and waits there while the trim completes.
+func TestAReaderStartedBesideARunningTrimmerIsProtectedFromItsFirstRead(t *testing.T) {
+	for _, c := range []struct {
+		window string
+		want   map[string][]int64 // what the second reader applies
+	}{
+		{"looked", map[string][]int64{"a": seqs(1, 5), "b": seqs(1, 5), "c": seqs(1, 5)}},
+		{"announced", map[string][]int64{"c": seqs(1, 5)}},
+		{"recorded", map[string][]int64{"c": seqs(1, 5)}},
+	} {
+		t.Run(c.window, func(t *testing.T) {
+			_, js, one := consumeSetup(t, inbox.WithReaderName("one"))
+			two := openInbox(t, filepath.Join(t.TempDir(), "two.db"), inbox.WithReaderName("two"), inbox.WithBatchLines(1))
+			publishRun(t, js, "a", 1, 5) // stream sequences 1..5
+			publishRun(t, js, "b", 1, 5) // 6..10
+			applyStream(t, js, one)
+			publishRun(t, js, "c", 1, 5) // 11..15, which the first reader has not applied
+
+			var started, committed sync.Once
+			readerDone := make(chan error, 1)
+			firstCommit, resume := make(chan struct{}), make(chan struct{})
+			jetstream.SetAfterStreamCommit(func(string, uint64) {
+				committed.Do(func() { close(firstCommit); <-resume })
+			})
+			jetstream.SetTrimStep(func(step string) error {
+				if step == c.window {
+					started.Do(func() {
+						go func() {
+							_, err := jetstream.ApplyStream(context.Background(), js, "EVENTS", two, insertHandler)
+							readerDone <- err
+						}()
+						select {
+						case <-firstCommit:
+						case err := <-readerDone:
+							readerDone <- err
+						}
+					})
+				}
+				return nil
+			})
+			t.Cleanup(func() { jetstream.SetTrimStep(nil); jetstream.SetAfterStreamCommit(nil) })
+			rep, err := jetstream.Trim(context.Background(), js, "EVENTS", jetstream.WithKeep(0))
+			jetstream.SetTrimStep(nil)
+			close(resume)
+			if err != nil {
+				t.Fatalf("Trim: %v", err)
+			}
+			ran := false
+			started.Do(func() { ran = true })
+			if ran {
+				t.Fatalf("the trim never reached its step %q: report %+v", c.window, rep)
+			}
+			if err := <-readerDone; err != nil {
+				t.Fatalf("the reader started beside the trim: %v (trim report %+v)", err, rep)
+			}
+			if diff := cmp.Diff(c.want, applied(t, two)); diff != "" {
+				t.Errorf("the second reader (-want +got):\n%s", diff)
+			}
+			// Nothing either reader has not applied went: both read on to the stream's end.
+			publishRun(t, js, "c", 6, 6)
+			applyStream(t, js, one)
+			applyStream(t, js, two)
+			if got := applied(t, two)["c"]; !slices.Equal(got, seqs(1, 6)) {
+				t.Errorf("the second reader holds c %v, want 1..6", got)
+			}
+		})
+	}
+}
+
+// What a trim of one prefix's lines announces it removes is that prefix's: a new reader of another
+// prefix in the same stream, whose lines the trim leaves, reads them from the first.
+func TestATrimOfOnePrefixDoesNotMoveWhereANewReaderOfAnotherStarts(t *testing.T) {
+	ctx := context.Background()
+	js := startServer(t).connect(t)
+	if _, err := js.CreateStream(ctx, njs.StreamConfig{Name: "EVENTS", Subjects: []string{"outbox.>", "tenant.>"},
+		Storage: njs.FileStorage}); err != nil {
+		t.Fatal(err)
+	}
+	for seq := int64(1); seq <= 3; seq++ { // stream sequences 1..3
+		if _, err := js.Publish(ctx, "tenant."+jetstream.Token("t"), jline("t", seq, "x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publishRun(t, js, "a", 1, 3) // 4..6
+	one := openInbox(t, filepath.Join(t.TempDir(), "one.db"), inbox.WithReaderName("one"))
+	applyStream(t, js, one)
+	if rep := trim(t, js, jetstream.WithKeep(0)); rep.Below != 7 || rep.Purged != 3 {
+		t.Fatalf("report %+v: want the outbox lines below 7 removed", rep)
+	}
+	two := openInbox(t, filepath.Join(t.TempDir(), "two.db"), inbox.WithReaderName("two"))
+	rep, err := jetstream.ApplyStream(ctx, js, "EVENTS", two, insertHandler, jetstream.WithSubjectPrefix("tenant"))
+	if err != nil || rep.Applied != 3 {
+		t.Fatalf("the tenant reader: %+v, %v: want its 3 lines", rep, err)
+	}
+}
+
 // waitRegistered waits until the reader name is registered with EVENTS, and fails the test after a
 // minute. A read that fails is tried again: a loaded cluster may not answer within a js whose
 // default timeout is short.
@@ -278,7 +371,7 @@ func waitRegistered(t *testing.T, js njs.JetStream, name string) {
 }
 
 func TestATrimStoppedAtAnyStepLeavesTheSinkAndTheReadersWhole(t *testing.T) {
-	for _, at := range []string{"recorded", "purged", "capmark"} {
+	for _, at := range []string{"announced", "recorded", "purged", "capmark"} {
 		t.Run(at, func(t *testing.T) {
 			_, js, fast := consumeSetup(t, inbox.WithReaderName("fast"))
 			slow := openInbox(t, filepath.Join(t.TempDir(), "slow.db"), inbox.WithReaderName("slow"))
