@@ -80,12 +80,12 @@ func (in *Inbox) ApplyJournal(ctx context.Context, dir string, h Handler) (Repor
 // everything it applied committed; or, when its last registration with the journal fails, that
 // error, which does not wrap ctx's (the reader file lags the database, and retention keeps what it
 // no longer needs until the next call registers). It waits for a directory that does not exist yet
-// (or holds no segment). It wakes on file notifications in the directory (a line appended, a segment started)
-// and at the poll interval whatever happens, so a lost notification costs latency, not lines; each
-// wake-up also reads the stored position, so that a Release's rewind is taken up at once. A
-// segment it is reading stays open, with its shared flock, until it is read to its end and the
-// next one is open: a segment removed meanwhile is read to its end all the same. Any other error
-// ends it as it ends ApplyJournal.
+// (or holds no segment). It wakes on file notifications in the directory (a line appended, a
+// segment started) and at the poll interval whatever happens, so a lost notification costs latency,
+// not lines; each wake-up also reads the stored position, so that a Release's rewind is taken up at
+// once. A segment it is reading stays open, with its shared flock, until it is read to its end and
+// the next one is open: a segment removed meanwhile is read to its end all the same. Any other
+// error ends it as it ends ApplyJournal.
 func (in *Inbox) FollowJournal(ctx context.Context, dir string, h Handler) error {
 	s, err := in.newJournalSource("FollowJournal", dir, h)
 	if err != nil {
