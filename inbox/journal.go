@@ -68,6 +68,7 @@ func (in *Inbox) ApplyJournal(ctx context.Context, dir string, h Handler) (Repor
 		return s.rep, err
 	}
 	err = s.drain(ctx)
+	// The call's own error wins; after a clean end, a failed registration is the error.
 	if rerr := s.registerPending(ctx); err == nil {
 		err = rerr
 	}
@@ -76,13 +77,15 @@ func (in *Inbox) ApplyJournal(ctx context.Context, dir string, h Handler) (Repor
 
 // FollowJournal applies the journal in dir as ApplyJournal does, then goes on applying what is
 // appended to it, segment after segment by name, until ctx ends, and returns ctx.Err() with
-// everything it applied committed. It waits for a directory that does not exist yet (or holds no
-// segment). It wakes on file notifications in the directory (a line appended, a segment started)
-// and at the poll interval whatever happens, so a lost notification costs latency, not lines; each
-// wake-up also reads the stored position, so that a Release's rewind is taken up at once. A
-// segment it is reading stays open, with its shared flock, until it is read to its end and the
-// next one is open: a segment removed meanwhile is read to its end all the same. Any other error
-// ends it as it ends ApplyJournal.
+// everything it applied committed; or, when its last registration with the journal fails, that
+// error, which does not wrap ctx's (the reader file lags the database, and retention keeps what it
+// no longer needs until the next call registers). It waits for a directory that does not exist yet
+// (or holds no segment). It wakes on file notifications in the directory (a line appended, a
+// segment started) and at the poll interval whatever happens, so a lost notification costs latency,
+// not lines; each wake-up also reads the stored position, so that a Release's rewind is taken up at
+// once. A segment it is reading stays open, with its shared flock, until it is read to its end and
+// the next one is open: a segment removed meanwhile is read to its end all the same. Any other
+// error ends it as it ends ApplyJournal.
 func (in *Inbox) FollowJournal(ctx context.Context, dir string, h Handler) error {
 	s, err := in.newJournalSource("FollowJournal", dir, h)
 	if err != nil {
@@ -92,11 +95,18 @@ func (in *Inbox) FollowJournal(ctx context.Context, dir string, h Handler) error
 	k := newDirWaker(s.dir, in.pollInterval(), in.logger())
 	defer k.close()
 	err = followSource(ctx, s, func(ctx context.Context) error { return s.idle(ctx, k) })
-	if rerr := s.registerPending(ctx); err == nil {
-		err = rerr
-	}
+	rerr := s.registerPending(ctx)
 	if ctx.Err() != nil {
+		// Its context ending is a follower's clean end, so the registration's failure is the call's
+		// error, and it does not wrap the context's: a caller that takes context.Canceled for its
+		// own shutdown would drop it, and retention would go on keeping what was applied.
+		if rerr != nil {
+			return fmt.Errorf("%w (FollowJournal was stopping: %v)", rerr, ctx.Err())
+		}
 		return ctx.Err()
+	}
+	if err == nil {
+		err = rerr
 	}
 	return err
 }

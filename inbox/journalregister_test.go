@@ -6,6 +6,10 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -132,4 +136,84 @@ func TestAJournalReaderRegistersWhenACallEndsOrItGoesIdleNotAfterEveryBatchAndNe
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatal(err)
 	}
+}
+
+// The reader file's last write, when a call ends, is what lets retention remove what the call
+// applied: one that fails is reported, by ApplyJournal when the call itself succeeded, and by
+// FollowJournal when its context ended it (its clean end), not dropped behind the context's error.
+// The reader file is replaced by a directory while the last line is applied, after the call's first
+// write of it, so that only the write when the call ends fails. Not parallel: it sets the interval.
+func TestAJournalCallWhoseFinalReaderRegistrationFailsReportsItsError(t *testing.T) {
+	registerEvery = time.Hour
+	defer func() { registerEvery = 250 * time.Millisecond }()
+	ctx := context.Background()
+	// inTheWayAt returns a handler that replaces the reader file of c with a directory when it applies
+	// line last of run "a", and a channel closed once it has.
+	inTheWayAt := func(c *consumer, dir string, last int64) (Handler, <-chan struct{}) {
+		done := make(chan struct{})
+		var once sync.Once
+		return func(ctx context.Context, tx *sql.Tx, ev Event) (err error) {
+			if ev.Seq == last {
+				once.Do(func() {
+					if err = inTheWay(c, dir); err == nil {
+						close(done)
+					}
+				})
+				if err != nil {
+					return err
+				}
+			}
+			return record(ctx, tx, ev)
+		}, done
+	}
+	failedToRegister := func(t *testing.T, call string, err error) {
+		t.Helper()
+		if err == nil || !strings.Contains(err.Error(), "register reader") {
+			t.Fatalf("%s whose final registration failed: %v, want the registration's error", call, err)
+		}
+		if errors.Is(err, context.Canceled) {
+			t.Errorf("%s: %v wraps context.Canceled: a caller would take it for its own shutdown", call, err)
+		}
+	}
+
+	t.Run("ApplyJournal", func(t *testing.T) {
+		sj := newSegJournal(t, 1<<20)
+		sj.add("a", 20, 20)
+		c := newConsumer(t, WithBatchLines(5))
+		h, replaced := inTheWayAt(c, sj.dir, 20)
+		rep, err := c.in.ApplyJournal(ctx, sj.dir, h)
+		<-replaced
+		failedToRegister(t, "ApplyJournal", err)
+		if rep.Applied != 20 || c.applied()["a"] != 20 {
+			t.Fatalf("ApplyJournal: %+v, %v applied; want all 20 lines committed", rep, c.applied())
+		}
+	})
+
+	t.Run("FollowJournal", func(t *testing.T) {
+		sj := newSegJournal(t, 1<<20)
+		sj.add("a", 20, 20)
+		c := newConsumer(t, WithBatchLines(5))
+		h, replaced := inTheWayAt(c, sj.dir, 20)
+		fctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- c.in.FollowJournal(fctx, sj.dir, h) }()
+		<-replaced
+		// The batch holding line 20 commits after its handler returns: wait for it before the end.
+		for c.applied()["a"] != 20 {
+			time.Sleep(time.Millisecond)
+		}
+		cancel()
+		failedToRegister(t, "FollowJournal", <-done)
+	})
+}
+
+// inTheWay replaces the reader file of c in the journal dir with a directory that is not empty, which
+// no rename replaces.
+func inTheWay(c *consumer, dir string) error {
+	file := filepath.Join(dir, c.in.readerName()+".reader")
+	if err := os.Remove(file); err != nil {
+		return err
+	}
+	return os.MkdirAll(filepath.Join(file, "in-the-way"), 0o755)
 }

@@ -164,7 +164,13 @@ func (s *Store) lookupRuns(ctx context.Context, runs []SinkRun, found func(r Sin
 		if err := c.Exec("BEGIN"); err != nil {
 			return err
 		}
-		defer c.Exec("COMMIT") // a read: nothing to keep or lose
+		// A read: nothing to keep or lose. It ends even when ctx has: an interrupted COMMIT would give
+		// the connection back to the pool inside the transaction, whose every later read would see
+		// this snapshot.
+		defer func() {
+			c.SetInterrupt(context.Background())
+			c.Exec("COMMIT")
+		}()
 		for _, r := range runs {
 			if err := lookupRun(stmt, r.RunID, func(last int64, known bool) { found(r, last, known) }); err != nil {
 				return err

@@ -7,6 +7,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+
+	"github.com/textmachine/outbox/internal/litedb"
 )
 
 // checkNotInsideTx fails a write begun on the goroutine that runs the caller's code holding the
@@ -22,9 +24,10 @@ func (s *Store) checkNotInsideTx() error {
 // the book as it was at fn's first read, whatever commits in the meantime. It never takes the writer,
 // so it neither waits for writes nor delays them, and it works on a read-only store and inside
 // WriteTx's function (where it does not see that transaction's uncommitted writes). The transaction
-// is read-only (PRAGMA query_only): a write in it fails. fn's error is returned as it is; if fn
-// panics, the transaction ends and the panic continues. The operation timeout (WithOpTimeout) bounds
-// fn when ctx has no deadline.
+// is read-only (PRAGMA query_only): a write in it fails. fn's error is returned as it is (with
+// ctx's error joined to a statement ctx interrupted, SQLITE_INTERRUPT); if fn panics, the
+// transaction ends and the panic continues. The operation timeout (WithOpTimeout) bounds fn when ctx
+// has no deadline.
 func (s *Store) ReadTx(ctx context.Context, fn func(tx *sql.Tx) error) (err error) {
 	if fn == nil {
 		return errors.New("outbox: ReadTx with a nil function")
@@ -50,7 +53,7 @@ func (s *Store) ReadTx(ctx context.Context, fn func(tx *sql.Tx) error) (err erro
 				panic(userPanic{v})
 			}
 		}()
-		err = fn(tx)
+		err = litedb.Interrupted(ctx, fn(tx))
 	}()
 	return err
 }

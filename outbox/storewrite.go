@@ -9,13 +9,15 @@ import (
 	"fmt"
 
 	"github.com/textmachine/outbox/internal/faultpoint"
+	"github.com/textmachine/outbox/internal/litedb"
 )
 
 // WriteTx runs fn in one write transaction (BEGIN IMMEDIATE on the writer connection) and commits it
 // when fn returns nil. fn's error is returned as it is (joined with syscall.ENOSPC when it is an I/O
-// error of SQLite's on a full file system, as every write's is); if fn panics, the transaction is
-// rolled back and the panic continues. Use EnqueueTx inside fn to make events commit with the
-// caller's own writes.
+// error of SQLite's on a full file system, as every write's is, and with ctx's error when it is a
+// statement ctx interrupted, SQLITE_INTERRUPT, which alone says nothing a caller branches on); if fn
+// panics, the transaction is rolled back and the panic continues. Use EnqueueTx inside fn to make
+// events commit with the caller's own writes.
 // It returns once the commit is durable (at DurabilityFull); the writer goes to the next caller as
 // soon as COMMIT returns, so concurrent callers share WAL syncs instead of taking one each in turn.
 //
@@ -35,7 +37,7 @@ func (s *Store) WriteTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 				panic(userPanic{v})
 			}
 		}()
-		return fn(w.tx)
+		return litedb.Interrupted(w.ctx, fn(w.tx))
 	})
 }
 

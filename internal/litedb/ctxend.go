@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/ncruces/go-sqlite3"
 )
 
 // A caller branches on context.Canceled and context.DeadlineExceeded to tell its own shutdown or
@@ -76,4 +78,15 @@ func WithEnd(ctx context.Context, err error) error {
 		return err
 	}
 	return fmt.Errorf("%w: %w", why, err)
+}
+
+// Interrupted is WithEnd for an error of the caller's own code (a function given a transaction),
+// which is the caller's to word: only SQLite's SQLITE_INTERRUPT, a statement its context ended, says
+// nothing a caller branches on, and has why ctx ended joined to it. Any other error is returned as it
+// is, even when ctx has ended meanwhile.
+func Interrupted(ctx context.Context, err error) error {
+	if !errors.Is(err, sqlite3.INTERRUPT) {
+		return err
+	}
+	return WithEnd(ctx, err)
 }

@@ -13,7 +13,8 @@
 //   - A call from inside a transaction of the writer's is refused at once (Holder).
 //   - Readers never write; a read that met a writer's commit it could not wait out, having read
 //     nothing, is read again (ReadAgain).
-//   - An error that a context's end caused says so, and says whose end (WithEnd).
+//   - An error that a context's end caused says so, and says whose end (WithEnd); of the caller's own
+//     code's errors, only a statement the context interrupted does (Interrupted).
 //
 // Names says which end is speaking, so that each keeps its own sentinels and prefix.
 package litedb
