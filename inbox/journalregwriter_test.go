@@ -7,6 +7,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -235,5 +238,43 @@ func TestARegistrationInProgressWhenAReleaseRewindsTheSourceIsDroppedNotWrittenA
 	}
 	if got := readerAt(t, sj.dir, c.in.readerName()); got != end {
 		t.Fatalf("after the follower returned the reader file says byte %d, the journal ends at %d", got, end)
+	}
+}
+
+// Not parallel: it sets the package's registration interval.
+func TestARegistrationThatFailsBesideTheReadingStopsTheFollowerWithWhatItAppliedCommitted(t *testing.T) {
+	sj := newSegJournal(t, 1<<20)
+	sj.add("a", 1, 1)
+	c := newConsumer(t)
+	registerEvery = 0 // every commit registers
+	defer func() { registerEvery = 250 * time.Millisecond }()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- c.in.FollowJournal(ctx, sj.dir, record) }()
+	c.waitPosition("a", 1)
+
+	// A directory where the reader file is: every write of it fails from now on.
+	file := filepath.Join(sj.dir, c.in.readerName()+".reader")
+	if err := os.RemoveAll(file); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(file, "in-the-way"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sj.add("a", 1, 1)
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("the follower went on for a minute with its registration failing")
+	}
+	if err == nil || errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "register reader") {
+		t.Fatalf("FollowJournal: %v, want the registration's failure", err)
+	}
+	// What it applied is committed, with its position.
+	n := runMark(t, c.in, "a")
+	if got := c.applied()["a"]; got != n || n < 1 {
+		t.Fatalf("%d lines applied with the mark at %d", got, n)
 	}
 }
