@@ -199,7 +199,7 @@ type journalSource struct {
 	pos    FilePosition // where reading stands in cur
 	stopAt int64        // ApplyJournal: the journal's end when the call began
 
-	registered   int64     // the position last handed to be registered, or registered by a load (-1: none this call)
+	registered   int64     // the position last handed to reg, or registered by a load (-1: none this call)
 	registeredAt time.Time // when
 	pending      int64     // the position committed last; registered once it is registered's
 	reg          registrar // writes the registrations after a commit, beside the reading

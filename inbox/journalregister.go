@@ -106,7 +106,7 @@ func (s *journalSource) failed() error {
 }
 
 // registerCommitted is the writer's write of pos, once the database holds it: the stored position is
-// pos or one past it. A stored position behind pos, or none, is a Release's rewind: pos is dropped,
+// at pos or past it. A stored position behind pos, or none, is a Release's rewind: pos is dropped,
 // and the load that takes the rewind up registers where the source reads from. The check and the
 // write are one step under the inbox's regMu, which a Release's lowering takes too, so that a
 // rewind cannot fall between them.
