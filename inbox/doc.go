@@ -131,7 +131,10 @@
 //     its last write (it went idle); and when a FollowJournal returns. It is always written after
 //     the commit it names, and a pending position is dropped, not written, when the stored position
 //     is no longer the one the call committed (a Release rewound it): the file may lag the database
-//     (retention then keeps more), never run ahead of it.
+//     (retention then keeps more), never run ahead of it. The writes after a commit and on going
+//     idle are made beside the reading, not by it: a line appended meanwhile is applied without
+//     waiting for their fsyncs; each writes the newest position committed by then, once the
+//     database is found to hold it, and the call returns only once the last one is written.
 //   - They hold a shared flock on each segment they have open, for as long as it is open: retention
 //     removes no segment a reader holds.
 //   - A position below the first retained segment, or no position in a journal whose first segment

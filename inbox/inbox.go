@@ -55,6 +55,9 @@ type Inbox struct {
 	// nextTrim is when a run can next have become idle past the retention (unix nanoseconds); kept
 	// under the writer.
 	nextTrim int64
+	// regMu makes a journal source's check of its stored position and its registration one step,
+	// and a Release's lowering of the registrations another: a rewind falls before or after both.
+	regMu sync.Mutex
 
 	mu     sync.Mutex
 	closed bool

@@ -33,8 +33,10 @@ import (
 // two databases. It writes the registration once at the start (the position it reads from), after a
 // commit at most every 250 ms or 16 MiB, and when the call ends (FollowJournal: also once it has had
 // nothing to read for the rest of those 250 ms), always after the commit it names, so that it can
-// lag the database (retention then keeps more), never run ahead of it (see the package doc); one
-// that fails stops the call with the batches committed.
+// lag the database (retention then keeps more), never run ahead of it (see the package doc). The
+// writes after a commit are made beside the reading, so that no line waits for their fsyncs, and
+// the call returns only once the last is written; one that fails stops the call with the batches
+// committed, at its next commit, wake-up or end.
 //
 // A stored position below the journal's first retained segment, and a reader with no position of a
 // journal whose first segment does not begin at byte 0, is a *JournalGapError wrapping
@@ -207,9 +209,10 @@ type journalSource struct {
 	pos    FilePosition // where reading stands in cur
 	stopAt int64        // ApplyJournal: the journal's end when the call began
 
-	registered   int64     // the position last registered with the journal (-1: none this call)
+	registered   int64     // the position last handed to reg, or registered by a load (-1: none this call)
 	registeredAt time.Time // when
 	pending      int64     // the position committed last; registered once it is registered's
+	reg          registrar // writes the registrations after a commit, beside the reading
 }
 
 func (in *Inbox) newJournalSource(call, dir string, h Handler) (*journalSource, error) {
@@ -223,10 +226,13 @@ func (in *Inbox) newJournalSource(call, dir string, h Handler) (*journalSource, 
 		}
 	}
 	return &journalSource{sourceCall: in.newSourceCall(JournalSourcePrefix+abs, h, call == "FollowJournal"), dir: abs,
-		reader: in.readerName(), stopAt: -1, registered: -1, pending: -1}, nil
+		reader: in.readerName(), stopAt: -1, registered: -1, pending: -1, reg: registrar{want: -1}}, nil
 }
 
+// close closes the segment being read, once no registration is being written: nothing is written
+// after the call returns, even on a handler's panic.
 func (s *journalSource) close() {
+	s.settle()
 	s.cur.close()
 	s.cur = nil
 }
