@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/textmachine/outbox/inbox/db"
+	"github.com/textmachine/outbox/inbox/internal/db"
 )
 
 // ApplyJournal applies the segmented journal in dir (journal.Open's directory) to the end it had

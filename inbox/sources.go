@@ -9,7 +9,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/textmachine/outbox/inbox/db"
+	"github.com/textmachine/outbox/inbox/internal/db"
 )
 
 // Source is a source's stored position.
