@@ -203,7 +203,7 @@ type journalSource struct {
 }
 
 func (in *Inbox) newJournalSource(call, dir string, h Handler) (*journalSource, error) {
-	abs, err := sourcePath(call, "directory", dir, JournalSourcePrefix, h)
+	abs, err := sourcePath(call, "directory", dir, journalSourcePrefix, h)
 	if err != nil {
 		return nil, err
 	}
@@ -212,7 +212,7 @@ func (in *Inbox) newJournalSource(call, dir string, h Handler) (*journalSource, 
 			return nil, err
 		}
 	}
-	return &journalSource{sourceCall: in.newSourceCall(JournalSourcePrefix+abs, h, call == "FollowJournal"), dir: abs,
+	return &journalSource{sourceCall: in.newSourceCall(journalSourcePrefix+abs, h, call == "FollowJournal"), dir: abs,
 		reader: in.readerName(), stopAt: -1, registered: -1, pending: -1}, nil
 }
 
