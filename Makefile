@@ -172,7 +172,7 @@ vet-native:
 vet-arm64:
 	@GOARCH=arm64 $(STEP) "vet: the journal for arm64" go vet ./journal/
 
-## generate: regenerate db/ and inbox/db/ from queries/, migrations/ and their inbox/ counterparts with
+## generate: regenerate db/ and inbox/internal/db/ from queries/, migrations/ and their inbox/ counterparts with
 ## the pinned sqlc, and record what they were generated from in db/.inputs.sha256 (commit it).
 generate:
 	@$(STEP) "generate: sqlc generate (builds the pinned sqlc on first use, about two minutes)" sh -c '$(SQLC) generate'

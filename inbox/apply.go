@@ -11,7 +11,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/textmachine/outbox/inbox/db"
+	"github.com/textmachine/outbox/inbox/internal/db"
 	"github.com/textmachine/outbox/journal"
 )
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/textmachine/outbox/inbox"
 	"github.com/textmachine/outbox/internal/faultpoint"
+	"github.com/textmachine/outbox/internal/inboxseam"
 )
 
 // hookCall is one call of a batch hook.
@@ -46,7 +47,7 @@ func TestTheBatchHookSeesEachBatchAFileSourceCommitsWithItsReport(t *testing.T) 
 		t.Fatal(err)
 	}
 	abs, _ := filepath.Abs(jpath)
-	src := inbox.FileSourcePrefix + abs
+	src := inboxseam.FileSourcePrefix + abs
 	want := []hookCall{
 		{src, inbox.Report{Applied: 3}},
 		{src, inbox.Report{Applied: 1, Duplicates: 2}},

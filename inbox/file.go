@@ -15,10 +15,6 @@ import (
 	"github.com/textmachine/outbox/journal"
 )
 
-// FileSourcePrefix begins the name of a file source's stored position (Source.Name): the rest is
-// the followed file's absolute path.
-const FileSourcePrefix = "file:"
-
 // ApplyFile applies the journal file at path to the end it had when the call began, then returns.
 // It reads on from the position stored for the path (its source name is "file:" followed by the
 // absolute path), in batches bounded in lines and bytes, and commits each batch's effects with the
@@ -114,7 +110,7 @@ type fileSource struct {
 }
 
 func (in *Inbox) newFileSource(call, path string, h Handler) (*fileSource, error) {
-	abs, err := sourcePath(call, "path", path, FileSourcePrefix, h)
+	abs, err := sourcePath(call, "path", path, fileSourcePrefix, h)
 	if err != nil {
 		return nil, err
 	}
@@ -124,7 +120,7 @@ func (in *Inbox) newFileSource(call, path string, h Handler) (*fileSource, error
 		return nil, fmt.Errorf("inbox: %s: %w: %s is named as a segment of the journal directory %s, which is read as a whole (ApplyJournal, FollowJournal)",
 			call, journal.ErrNotJournal, abs, filepath.Dir(abs))
 	}
-	return &fileSource{sourceCall: in.newSourceCall(FileSourcePrefix+abs, h, call == "FollowFile"), path: abs,
+	return &fileSource{sourceCall: in.newSourceCall(fileSourcePrefix+abs, h, call == "FollowFile"), path: abs,
 		ends: map[fileKey]int64{}, done: map[fileID2]bool{}}, nil
 }
 

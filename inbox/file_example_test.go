@@ -48,7 +48,7 @@ func ExampleInbox_ApplyFile() {
 	fmt.Printf("%+v\n", rep)
 	srcs, _ := in.Sources(ctx)
 	pos, _ := inbox.ParseFilePosition(srcs[0].Position)
-	fmt.Println(srcs[0].Name == inbox.FileSourcePrefix+path, pos.Offset)
+	fmt.Println(srcs[0].Name == "file:"+path, pos.Offset)
 	// Output:
 	// {Applied:3 Duplicates:0 Stale:0 Quarantined:0}
 	// {Applied:2 Duplicates:0 Stale:0 Quarantined:0}

@@ -93,7 +93,7 @@ func (c *consumer) applied() map[string]int64 {
 func (c *consumer) position(path string) *FilePosition {
 	c.t.Helper()
 	abs, _ := filepath.Abs(path)
-	b, err := c.in.SourcePosition(context.Background(), FileSourcePrefix+abs)
+	b, err := c.in.SourcePosition(context.Background(), fileSourcePrefix+abs)
 	if err != nil {
 		c.t.Fatal(err)
 	}

@@ -89,7 +89,7 @@ func TestAPositionOfTheFirstEncodingReadsItsFileAgainFromItsStart(t *testing.T) 
 		if old[0] != filePositionV1 {
 			t.Fatalf("encoded as version %d", old[0])
 		}
-		if _, err := c.in.ApplyFrom(context.Background(), FileSourcePrefix+path, cur, old, nil, record); err != nil {
+		if _, err := c.in.ApplyFrom(context.Background(), fileSourcePrefix+path, cur, old, nil, record); err != nil {
 			t.Fatal(err)
 		}
 		if rotate {

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/textmachine/outbox/inbox"
+	"github.com/textmachine/outbox/internal/inboxseam"
 )
 
 func writeLines(t *testing.T, path string, ls [][]byte) {
@@ -69,7 +70,7 @@ func TestAForeignPositionStoredUnderAFileSourceStopsItUntilForgotten(t *testing.
 	path := filepath.Join(t.TempDir(), "journal.jsonl")
 	writeLines(t, path, lines("a", 1, 3))
 	for _, pos := range [][]byte{[]byte("garbage"), make([]byte, inbox.MaxPositionLen)} {
-		if _, err := in.ApplyFrom(ctx, inbox.FileSourcePrefix+path, nil, pos, nil, insertNothing); err != nil {
+		if _, err := in.ApplyFrom(ctx, inboxseam.FileSourcePrefix+path, nil, pos, nil, insertNothing); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := in.ApplyFile(ctx, path, insertNothing); err == nil {

@@ -13,7 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/textmachine/outbox/inbox/db"
+	"github.com/textmachine/outbox/inbox/internal/db"
 	"github.com/textmachine/outbox/inbox/migrations"
 	"github.com/textmachine/outbox/internal/diskfull"
 	"github.com/textmachine/outbox/internal/faultpoint"

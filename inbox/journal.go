@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/textmachine/outbox/inbox/db"
+	"github.com/textmachine/outbox/inbox/internal/db"
 )
 
 // ApplyJournal applies the segmented journal in dir (journal.Open's directory) to the end it had
@@ -216,7 +216,7 @@ type journalSource struct {
 }
 
 func (in *Inbox) newJournalSource(call, dir string, h Handler) (*journalSource, error) {
-	abs, err := sourcePath(call, "directory", dir, JournalSourcePrefix, h)
+	abs, err := sourcePath(call, "directory", dir, journalSourcePrefix, h)
 	if err != nil {
 		return nil, err
 	}
@@ -225,7 +225,7 @@ func (in *Inbox) newJournalSource(call, dir string, h Handler) (*journalSource, 
 			return nil, err
 		}
 	}
-	return &journalSource{sourceCall: in.newSourceCall(JournalSourcePrefix+abs, h, call == "FollowJournal"), dir: abs,
+	return &journalSource{sourceCall: in.newSourceCall(journalSourcePrefix+abs, h, call == "FollowJournal"), dir: abs,
 		reader: in.readerName(), stopAt: -1, registered: -1, pending: -1, reg: registrar{want: -1}}, nil
 }
 

@@ -44,7 +44,7 @@ func TestApplyJournalRefusesAnInboxWhoseDatabaseLiesInsideTheJournalDirectory(t 
 		if calls != 0 {
 			t.Errorf("%s: %d lines handled, want none", name, calls)
 		}
-		if pos, err := in.SourcePosition(context.Background(), JournalSourcePrefix+sj.dir); err != nil || pos != nil {
+		if pos, err := in.SourcePosition(context.Background(), journalSourcePrefix+sj.dir); err != nil || pos != nil {
 			t.Errorf("%s: a position was stored: %v, %v", name, pos, err)
 		}
 		in.Close()

@@ -82,7 +82,7 @@ func readerAt(t testing.TB, dir, name string) int64 {
 func (c *consumer) journalPosition(dir string) JournalPosition {
 	c.t.Helper()
 	abs, _ := filepath.Abs(dir)
-	pos, err := c.in.SourcePosition(context.Background(), JournalSourcePrefix+abs)
+	pos, err := c.in.SourcePosition(context.Background(), journalSourcePrefix+abs)
 	if err != nil || pos == nil {
 		c.t.Fatalf("no journal position: %v", err)
 	}

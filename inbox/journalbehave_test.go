@@ -172,7 +172,7 @@ func TestAReaderWhosePositionIsBelowTheFirstRetainedSegmentStopsWithTheGapAndThe
 	}
 	gaps, err := c.in.AcceptedGaps(ctx)
 	if err != nil || len(gaps) != 1 || gaps[0].FirstSeq != before || gaps[0].LastSeq != first-1 || gaps[0].AcceptedBy != "ops" ||
-		gaps[0].Reason != "trimmed under the cap" || !strings.HasPrefix(gaps[0].RunID, JournalSourcePrefix) {
+		gaps[0].Reason != "trimmed under the cap" || !strings.HasPrefix(gaps[0].RunID, journalSourcePrefix) {
 		t.Fatalf("accepted gaps %+v, %v", gaps, err)
 	}
 	if _, err := c.in.ApplyJournal(ctx, sj.dir, record); err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/textmachine/outbox/inbox"
 	"github.com/textmachine/outbox/internal/faultpoint"
+	"github.com/textmachine/outbox/internal/inboxseam"
 	"github.com/textmachine/outbox/internal/testing/crashtest"
 	"github.com/textmachine/outbox/journal"
 	"github.com/textmachine/outbox/outbox"
@@ -155,7 +156,7 @@ func storedJournalPosition(t *testing.T, path, dir string) int64 {
 		return 0
 	}
 	var pos []byte
-	err := rawDB(t, path).QueryRow(`SELECT position FROM inbox_sources WHERE name = ?`, inbox.JournalSourcePrefix+dir).Scan(&pos)
+	err := rawDB(t, path).QueryRow(`SELECT position FROM inbox_sources WHERE name = ?`, inboxseam.JournalSourcePrefix+dir).Scan(&pos)
 	if err == sql.ErrNoRows || pos == nil {
 		return 0
 	}

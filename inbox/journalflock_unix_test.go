@@ -102,7 +102,7 @@ func TestAReaderWhoseSegmentRetentionIsRemovingGoesOnOnceItIsGone(t *testing.T) 
 
 func (c *consumer) journalPositionOrZero(dir string) JournalPosition {
 	abs, _ := filepath.Abs(dir)
-	pos, err := c.in.SourcePosition(context.Background(), JournalSourcePrefix+abs)
+	pos, err := c.in.SourcePosition(context.Background(), journalSourcePrefix+abs)
 	if err != nil || pos == nil {
 		return JournalPosition{}
 	}

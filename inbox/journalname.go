@@ -47,6 +47,12 @@ func readerByte(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
 }
 
+// ReaderName is the name this inbox registers with the sources that keep their readers' positions
+// (a journal directory, a JetStream stream): WithReaderName's, or the one derived from its database.
+// A program needs it to remove the reader of a database it moved or dropped
+// (`outbox journal readers rm`, jetstream.ForgetReader).
+func (in *Inbox) ReaderName() string { return in.readerName() }
+
 // readerName is the name this inbox registers with a journal: WithReaderName's, or "inbox-", the
 // database file's name (its bytes outside the registry's alphabet made '_', at most 40 of them),
 // '-' and the first 12 hex digits of the SHA-256 of the database's absolute path with its
@@ -54,10 +60,6 @@ func readerByte(c byte) bool {
 // of the same file name in two directories, get two. A database moved to another directory gets
 // another name: the old one's file is then a reader that no longer reads, for `outbox journal
 // readers rm`.
-// ReaderName is the name this inbox registers with the sources that keep their readers' positions
-// (a journal directory, a JetStream stream): WithReaderName's, or the one derived from its database.
-func (in *Inbox) ReaderName() string { return in.readerName() }
-
 func (in *Inbox) readerName() string {
 	if in.cfg.readerName != "" {
 		return in.cfg.readerName

@@ -8,10 +8,6 @@ import (
 	"math"
 )
 
-// JournalSourcePrefix begins the name of a segmented journal source's stored position
-// (Source.Name): the rest is the journal directory's absolute path.
-const JournalSourcePrefix = "journal:"
-
 // JournalPosition is where a journal source stands in a segmented journal (journal.Open's
 // directory), as ApplyJournal and FollowJournal store it with the effects of the lines before it.
 //

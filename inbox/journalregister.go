@@ -248,7 +248,7 @@ func (in *Inbox) lowerJournalReaders(ctx context.Context, runID string) {
 	var hwm int64 = -1
 	name := in.readerName()
 	for _, src := range sources {
-		dir, ok := strings.CutPrefix(src.Name, JournalSourcePrefix)
+		dir, ok := strings.CutPrefix(src.Name, journalSourcePrefix)
 		pos := src.Position
 		if pos == nil {
 			pos = src.RewoundFrom

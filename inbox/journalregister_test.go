@@ -22,7 +22,7 @@ func TestAJournalReaderRegistersWhenACallEndsOrItGoesIdleNotAfterEveryBatchAndNe
 	sj := newSegJournal(t, 1<<20)
 	sj.add("a", 200, 200)
 	c := newConsumer(t, WithBatchLines(1))
-	name := JournalSourcePrefix + sj.dir
+	name := journalSourcePrefix + sj.dir
 
 	registerEvery = time.Hour
 	var writes []int64

@@ -154,7 +154,7 @@ func TestARegistrationInProgressWhenAReleaseRewindsTheSourceIsDroppedNotWrittenA
 	// (no position stored since the Release), at or behind the segment that can hold b's next line.
 	var rewoundAt atomic.Int64
 	rewoundAt.Store(-1)
-	name := JournalSourcePrefix + sj.dir
+	name := journalSourcePrefix + sj.dir
 	afterJournalRegister = func(dir string, pos int64) {
 		if dir != sj.dir {
 			return

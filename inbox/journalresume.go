@@ -220,7 +220,7 @@ func (s *journalSource) adoptedFileSource(ctx context.Context) (FilePosition, bo
 	var best FilePosition
 	found := false
 	for _, src := range sources {
-		if len(src.Name) <= len(FileSourcePrefix) || src.Name[:len(FileSourcePrefix)] != FileSourcePrefix || src.Position == nil {
+		if len(src.Name) <= len(fileSourcePrefix) || src.Name[:len(fileSourcePrefix)] != fileSourcePrefix || src.Position == nil {
 			continue
 		}
 		fp, err := ParseFilePosition(src.Position)

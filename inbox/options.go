@@ -244,7 +244,9 @@ func WithOperator(name string) Option {
 }
 
 // WithVFS opens the database through the SQLite VFS registered under name with
-// github.com/ncruces/go-sqlite3/vfs. The default is the driver's own.
+// github.com/ncruces/go-sqlite3/vfs (an encrypting VFS, or one that injects faults in tests), as
+// the outbox's WithVFS does for a book. The default is the driver's own, which uses the operating
+// system's files and locks.
 func WithVFS(name string) Option {
 	return func(c *config) error {
 		if name == "" {

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/textmachine/outbox/inbox/db"
+	"github.com/textmachine/outbox/inbox/internal/db"
 )
 
 // queryPlans is what each shipping query must plan as. The SQL comes from the constants sqlc exports,
@@ -101,10 +101,10 @@ func TestEveryShippingQueryUsesTheIntendedIndex(t *testing.T) {
 	}
 }
 
-// Every query constant in inbox/db must have an entry above, so a new query cannot ship unchecked.
+// Every query constant in inbox/internal/db must have an entry above, so a new query cannot ship unchecked.
 func TestEveryGeneratedQueryHasAPlanAssertion(t *testing.T) {
 	t.Parallel()
-	files, err := filepath.Glob("db/*.sql.go")
+	files, err := filepath.Glob("internal/db/*.sql.go")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no generated files: %v", err)
 	}
@@ -134,6 +134,6 @@ func TestEveryGeneratedQueryHasAPlanAssertion(t *testing.T) {
 		}
 	}
 	if found != len(queryPlans) {
-		t.Errorf("inbox/db exports %d queries, queryPlans lists %d", found, len(queryPlans))
+		t.Errorf("inbox/internal/db exports %d queries, queryPlans lists %d", found, len(queryPlans))
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/textmachine/outbox/inbox/db"
+	"github.com/textmachine/outbox/inbox/internal/db"
 )
 
 // Quarantine is a run that the inbox applies nothing more of until it is released.

@@ -11,7 +11,7 @@ import (
 	"iter"
 	"time"
 
-	"github.com/textmachine/outbox/inbox/db"
+	"github.com/textmachine/outbox/inbox/internal/db"
 	"github.com/textmachine/outbox/inbox/migrations"
 	"github.com/textmachine/outbox/internal/litedb"
 )

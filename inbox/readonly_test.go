@@ -17,7 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/textmachine/outbox/inbox"
-	"github.com/textmachine/outbox/inbox/db"
+	"github.com/textmachine/outbox/inbox/internal/db"
 	"github.com/textmachine/outbox/inbox/migrations"
 	"github.com/textmachine/outbox/internal/testing/dirstate"
 	"github.com/textmachine/outbox/outbox"

@@ -9,7 +9,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/textmachine/outbox/inbox/db"
+	"github.com/textmachine/outbox/inbox/internal/db"
 )
 
 // Source is a source's stored position.
@@ -30,7 +30,8 @@ func (in *Inbox) SourcePosition(ctx context.Context, source string) ([]byte, err
 	return pos, err
 }
 
-// SourceState is how a source reads where to start, as the file source does: the position stored
+// SourceState is how a source reads where to start (the file source, the stream source, or a
+// program's own source built on ApplyFrom, which must honour a rewind as they do): the position stored
 // for source (as SourcePosition returns it, nil when none is or when it was rewound) and, for a
 // source that Release or AcceptGap rewound and that has stored no position since, the position it
 // had when it was rewound (nil otherwise). A rewound source reads again from its start, then goes on

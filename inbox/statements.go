@@ -3,7 +3,7 @@
 package inbox
 
 import (
-	"github.com/textmachine/outbox/inbox/db"
+	"github.com/textmachine/outbox/inbox/internal/db"
 )
 
 // The statements a call of Apply runs per line or per run, prepared once on the writer connection

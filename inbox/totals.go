@@ -6,7 +6,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/textmachine/outbox/inbox/db"
+	"github.com/textmachine/outbox/inbox/internal/db"
 )
 
 // Totals counts what the inbox has done with every line it was given since the database took the

@@ -14,7 +14,7 @@ import (
 
 	"github.com/ncruces/go-sqlite3"
 
-	"github.com/textmachine/outbox/inbox/db"
+	"github.com/textmachine/outbox/inbox/internal/db"
 	"github.com/textmachine/outbox/internal/litedb"
 )
 

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/textmachine/outbox/inbox"
+	"github.com/textmachine/outbox/internal/inboxseam"
 )
 
 // RetentionGapError says what a retention gap is: the stream, the position the inbox holds, and the
@@ -90,15 +91,12 @@ func (p prefixOption) consumeOption(c *consumeConfig) error {
 	return nil
 }
 
-// StreamSourcePrefix begins the name under which ApplyStream and FollowStream store their position
-// in the inbox (inbox.Source.Name): the stream's name, a space, and the subject filter follow.
-const StreamSourcePrefix = "jetstream:"
-
-// StreamSourceName is the inbox source name of a stream read through the subject filter
-// <prefix>.>: one position per stream and filter, so that two consumers of one stream with other
-// prefixes keep their own.
+// StreamSourceName is the inbox source name (inbox.Source.Name) under which ApplyStream and
+// FollowStream store their position for a stream read through the subject filter <prefix>.>:
+// "jetstream:", the stream's name, a space and the filter. One position per stream and filter, so
+// that two consumers of one stream with other prefixes keep their own.
 func StreamSourceName(stream, prefix string) string {
-	return StreamSourcePrefix + stream + " " + prefix + ".>"
+	return inboxseam.StreamSourcePrefix + stream + " " + prefix + ".>"
 }
 
 // ApplyStream applies the journal lines of the stream to the inbox, from the position the inbox
@@ -196,7 +194,7 @@ func newStreamSource(call string, js jetstream.JetStream, stream string, in *inb
 	case !validStreamName(stream):
 		return nil, fmt.Errorf("jetstream: %s: invalid stream name %q", call, stream)
 	}
-	b := in.SourceBounds()
+	b := inboxseam.SourceBounds(in)
 	return &streamSource{js: js, name: stream, cfg: c, filter: c.prefix + ".>", source: StreamSourceName(stream, c.prefix),
 		in: in, h: h, b: b}, nil
 }

@@ -51,7 +51,7 @@ func (p StreamPosition) String() string {
 }
 
 // ParseStreamPosition decodes a position that ApplyStream or FollowStream stored (inbox.Source.Position
-// of a source whose name begins with StreamSourcePrefix), with or without a floor. It refuses anything
+// of a source whose name begins as StreamSourceName begins it), with or without a floor. It refuses anything
 // that is not exactly such an encoding (a floor at or below the sequence included).
 func ParseStreamPosition(pos []byte) (StreamPosition, error) {
 	seqText, created, ok := strings.Cut(string(pos), " ")

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/textmachine/outbox/inbox"
+	"github.com/textmachine/outbox/internal/inboxseam"
 )
 
 // streamSource is one call of ApplyStream or FollowStream.
@@ -22,7 +23,7 @@ type streamSource struct {
 	source string // the inbox's name for the position
 	in     *inbox.Inbox
 	h      inbox.Handler
-	b      inbox.SourceBounds
+	b      inboxseam.Bounds
 
 	stream  jetstream.Stream
 	created time.Time // the stream's, stored in each position

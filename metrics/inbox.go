@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/textmachine/outbox/inbox"
+	"github.com/textmachine/outbox/internal/inboxseam"
 	"github.com/textmachine/outbox/outbox"
 )
 
@@ -167,7 +168,7 @@ func readInbox(ctx context.Context, in *inbox.Inbox) (inboxFigures, error) {
 // fileBehind is how many bytes a file source has still to read to its file's end, when that can be
 // told: after a rewind, the file its position named read again from its start, or the whole file.
 func fileBehind(s inbox.Source) (int64, bool) {
-	path, ok := strings.CutPrefix(s.Name, inbox.FileSourcePrefix)
+	path, ok := strings.CutPrefix(s.Name, inboxseam.FileSourcePrefix)
 	if !ok {
 		return 0, false
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/textmachine/outbox/inbox"
+	"github.com/textmachine/outbox/internal/inboxseam"
 )
 
 func jline(run string, seq int64) []byte {
@@ -100,7 +101,7 @@ func TestAFileSourcesBytesBehindAndAStreamSourcesPosition(t *testing.T) {
 	got := scrape(t, NewInboxCollector(in, WithStreamPositions(func(s inbox.Source) (uint64, bool) {
 		return 42, s.Name == "jetstream:S outbox.>"
 	})))
-	if v := got["outbox_inbox_source_behind_bytes{source="+inbox.FileSourcePrefix+jpath+"}"]; v != float64(len(more)) {
+	if v := got["outbox_inbox_source_behind_bytes{source="+inboxseam.FileSourcePrefix+jpath+"}"]; v != float64(len(more)) {
 		t.Errorf("behind bytes %v, want %d (%v)", v, len(more), got)
 	}
 	if v := got["outbox_inbox_stream_position{source=jetstream:S outbox.>}"]; v != 42 {

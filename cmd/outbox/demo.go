@@ -23,6 +23,7 @@ import (
 
 	"github.com/textmachine/outbox/inbox"
 	"github.com/textmachine/outbox/internal/demo"
+	"github.com/textmachine/outbox/internal/inboxseam"
 	ojs "github.com/textmachine/outbox/jetstream"
 	"github.com/textmachine/outbox/journal"
 	"github.com/textmachine/outbox/outbox"
@@ -465,8 +466,8 @@ func unfollowable(dir string) string {
 	switch {
 	case !utf8.ValidString(abs):
 		return "its path is not valid UTF-8"
-	case len(abs) > inbox.MaxSourceNameLen || len(inbox.JournalSourcePrefix)+len(journalDir) > inbox.MaxSourceNameLen:
-		return fmt.Sprintf("its path is longer than %d bytes", inbox.MaxSourceNameLen-len(inbox.JournalSourcePrefix)-len("/journal"))
+	case len(abs) > inbox.MaxSourceNameLen || len(inboxseam.JournalSourcePrefix)+len(journalDir) > inbox.MaxSourceNameLen:
+		return fmt.Sprintf("its path is longer than %d bytes", inbox.MaxSourceNameLen-len(inboxseam.JournalSourcePrefix)-len("/journal"))
 	}
 	for i := 0; i < len(abs); i++ {
 		if c := abs[i]; c < 0x20 || c == 0x7f {

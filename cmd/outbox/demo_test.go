@@ -16,6 +16,7 @@ import (
 
 	"github.com/textmachine/outbox/inbox"
 	"github.com/textmachine/outbox/internal/demo"
+	"github.com/textmachine/outbox/internal/inboxseam"
 	"github.com/textmachine/outbox/journal"
 )
 
@@ -234,7 +235,7 @@ func TestDemoRefusesADirectoryWhoseJournalDirectoryIsTooLongForThePlatformsSourc
 	}
 	// Short enough for the stream's file (its name has no prefix), one byte too long for
 	// "journal:" + DIR/journal.
-	n := inbox.MaxSourceNameLen - len(inbox.JournalSourcePrefix) - len("/journal") + 1 - len(parent) - 1
+	n := inbox.MaxSourceNameLen - len(inboxseam.JournalSourcePrefix) - len("/journal") + 1 - len(parent) - 1
 	var b strings.Builder
 	for n-b.Len() > 201 {
 		b.WriteString(strings.Repeat("d", 200) + "/")
@@ -245,8 +246,8 @@ func TestDemoRefusesADirectoryWhoseJournalDirectoryIsTooLongForThePlatformsSourc
 		b.WriteString(strings.Repeat("d", rest))
 	}
 	dir := filepath.Join(parent, b.String())
-	if len(inbox.JournalSourcePrefix)+len(filepath.Join(dir, "journal")) != inbox.MaxSourceNameLen+1 {
-		t.Fatalf("setup: journal source name of %d bytes", len(inbox.JournalSourcePrefix)+len(filepath.Join(dir, "journal")))
+	if len(inboxseam.JournalSourcePrefix)+len(filepath.Join(dir, "journal")) != inbox.MaxSourceNameLen+1 {
+		t.Fatalf("setup: journal source name of %d bytes", len(inboxseam.JournalSourcePrefix)+len(filepath.Join(dir, "journal")))
 	}
 	code, out, errOut := runOutbox(t, "demo", "--dir", dir, "--units", "2", "--crashes", "0")
 	if code != exitUsage || out != "" || !strings.Contains(errOut, "longer than") {

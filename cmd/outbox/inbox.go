@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/textmachine/outbox/inbox"
-	"github.com/textmachine/outbox/jetstream"
+	"github.com/textmachine/outbox/internal/inboxseam"
 	"github.com/textmachine/outbox/outbox"
 )
 
@@ -265,19 +265,19 @@ func quarantineRow(q inbox.Quarantine, withRun bool) *inboxQuarantine {
 
 func sourceRow(s inbox.Source) inboxSourceRow {
 	row := inboxSourceRow{Name: s.Name, NameEscaped: escapedIfInvalid(s.Name), Rewound: s.Position == nil, Updated: s.Updated.UTC()}
-	if strings.HasPrefix(s.Name, jetstream.StreamSourcePrefix) {
+	if strings.HasPrefix(s.Name, inboxseam.StreamSourcePrefix) {
 		return streamSourceRow(s, row)
 	}
-	if strings.HasPrefix(s.Name, inbox.JournalSourcePrefix) {
+	if strings.HasPrefix(s.Name, inboxseam.JournalSourcePrefix) {
 		return journalSourceRow(s, row)
 	}
-	if !strings.HasPrefix(s.Name, inbox.FileSourcePrefix) {
+	if !strings.HasPrefix(s.Name, inboxseam.FileSourcePrefix) {
 		if s.Position != nil {
 			row.PositionHex = hex.EncodeToString(s.Position)
 		}
 		return row
 	}
-	path := strings.TrimPrefix(s.Name, inbox.FileSourcePrefix)
+	path := strings.TrimPrefix(s.Name, inboxseam.FileSourcePrefix)
 	if s.Position == nil && s.RewoundFrom != nil {
 		// Rewound: the file its position named is read again from its start, then on to the path's.
 		if p, err := inbox.ParseFilePosition(s.RewoundFrom); err == nil {

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/textmachine/outbox/inbox"
+	"github.com/textmachine/outbox/internal/inboxseam"
 )
 
 func init() {
@@ -65,7 +66,7 @@ func runInboxAcceptRetentionGap(ctx context.Context, args []string, stdout, stde
 	}
 	g := gaps[len(gaps)-1]
 	fmt.Fprintf(stdout, "journal %s: bytes %d to %d given up, recorded as accepted by %s; the consumer goes on from byte %d, and a run that lost lines is quarantined for a gap\n",
-		quote(strings.TrimPrefix(g.RunID, inbox.JournalSourcePrefix)), g.FirstSeq, g.LastSeq, quote(g.AcceptedBy), g.LastSeq+1)
+		quote(strings.TrimPrefix(g.RunID, inboxseam.JournalSourcePrefix)), g.FirstSeq, g.LastSeq, quote(g.AcceptedBy), g.LastSeq+1)
 	return exitOK
 }
 
@@ -80,7 +81,7 @@ type inboxJournalPosition struct {
 // journalSourceRow fills a journal source's row: its position and how many bytes of the journal
 // are still to be read.
 func journalSourceRow(s inbox.Source, row inboxSourceRow) inboxSourceRow {
-	dir := strings.TrimPrefix(s.Name, inbox.JournalSourcePrefix)
+	dir := strings.TrimPrefix(s.Name, inboxseam.JournalSourcePrefix)
 	if s.Position == nil {
 		return row // rewound: it reads again from a segment its next read finds
 	}

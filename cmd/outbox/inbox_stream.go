@@ -13,6 +13,7 @@ import (
 	njs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/textmachine/outbox/inbox"
+	"github.com/textmachine/outbox/internal/inboxseam"
 	"github.com/textmachine/outbox/jetstream"
 )
 
@@ -55,7 +56,7 @@ var errNoServer = errors.New("no server given (--nats URL or --context NAME)")
 // streamSourceRow is the row of a stream source, without the stream's state: the lag is unknown until
 // streamLag fills it in.
 func streamSourceRow(s inbox.Source, row inboxSourceRow) inboxSourceRow {
-	stream, filter, _ := strings.Cut(strings.TrimPrefix(s.Name, jetstream.StreamSourcePrefix), " ")
+	stream, filter, _ := strings.Cut(strings.TrimPrefix(s.Name, inboxseam.StreamSourcePrefix), " ")
 	sp := &inboxStreamPosition{Stream: stream, Filter: filter}
 	if s.Position != nil {
 		p, err := jetstream.ParseStreamPosition(s.Position)

@@ -16,6 +16,7 @@ import (
 	njs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/textmachine/outbox/inbox"
+	"github.com/textmachine/outbox/internal/inboxseam"
 	"github.com/textmachine/outbox/jetstream"
 )
 
@@ -217,7 +218,7 @@ func TestInboxStatsOfAStreamSourceIsTerminalSafeAndRefusesWhatDoesNotApply(t *te
 	}
 	// A source under the stream prefix that no stream source wrote: a hostile name, a position that
 	// is no stream position.
-	if _, err := in.ApplyFrom(ctx, jetstream.StreamSourcePrefix+"EV\u202eIL outbox.>", nil, []byte("12 \x1b[31m"), nil, consumerHandler); err != nil {
+	if _, err := in.ApplyFrom(ctx, inboxseam.StreamSourcePrefix+"EV\u202eIL outbox.>", nil, []byte("12 \x1b[31m"), nil, consumerHandler); err != nil {
 		t.Fatal(err)
 	}
 	in.Close()

@@ -21,6 +21,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/textmachine/outbox/inbox"
+	"github.com/textmachine/outbox/internal/inboxseam"
 	"github.com/textmachine/outbox/internal/testing/dirstate"
 )
 
@@ -157,7 +158,7 @@ func TestInboxStatsShowsEachRunsPositionAndQuarantineAndHowFarEachFileSourceIsBe
 	}
 	behind := int64(len(jline("a", 4, "")))
 	abs, _ := filepath.Abs(jPath)
-	want.Sources = []inboxSourceRow{{Name: inbox.FileSourcePrefix + abs, BehindBytes: &behind, Updated: srcs[0].Updated.UTC(),
+	want.Sources = []inboxSourceRow{{Name: inboxseam.FileSourcePrefix + abs, BehindBytes: &behind, Updated: srcs[0].Updated.UTC(),
 		File: &inboxFilePosition{Path: abs, Offset: p.Offset, Device: p.Device, Inode: p.Inode}}}
 	if diff := cmp.Diff(want, got, ignoreTimes); diff != "" {
 		t.Errorf("inbox stats --json (-want +got):\n%s", diff)

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/textmachine/outbox/inbox"
+	"github.com/textmachine/outbox/internal/inboxseam"
 	"github.com/textmachine/outbox/jetstream"
 	"github.com/textmachine/outbox/metrics"
 )
@@ -30,7 +31,7 @@ func inboxCollector(ctx context.Context, path string, open func(context.Context)
 // streamSeq reads a JetStream stream source's position for outbox_inbox_stream_position. The
 // stream's own last sequence is the server's to export: the exporter connects to no server.
 func streamSeq(s inbox.Source) (uint64, bool) {
-	if !strings.HasPrefix(s.Name, jetstream.StreamSourcePrefix) || s.Position == nil {
+	if !strings.HasPrefix(s.Name, inboxseam.StreamSourcePrefix) || s.Position == nil {
 		return 0, false
 	}
 	p, err := jetstream.ParseStreamPosition(s.Position)

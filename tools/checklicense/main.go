@@ -8,7 +8,7 @@
 //   - every hand-written Go and assembly file (.go, .s, .h) opens with the line
 //     "// SPDX-License-Identifier: Apache-2.0" followed by a blank line, so that the line never
 //     joins the package's doc comment. Files that declare themselves generated ("// Code generated
-//     … DO NOT EDIT.", as sqlc writes into db/ and inbox/db/) are left to their generator.
+//     … DO NOT EDIT.", as sqlc writes into db/ and inbox/internal/db/) are left to their generator.
 //
 // It reads the files a commit would hold (those git tracks, and the untracked ones it does not
 // ignore). With -fix it adds the missing lines and copies the missing LICENSE files instead of

@@ -3,7 +3,7 @@
 // Command gendigest records, and checks, what sqlc's generated code was generated from: the SHA-256
 // of every file that goes into `sqlc generate` (sqlc.yaml, the queries and the migrations of the
 // outbox and the inbox, and tools/go.mod and go.sum, which pin sqlc) and of every file in its output
-// directories (db/, inbox/db/). `make generate` writes the list to db/.inputs.sha256 after sqlc has
+// directories (db/, inbox/internal/db/). `make generate` writes the list to db/.inputs.sha256 after sqlc has
 // run; `make check-generated` compares it first and builds and runs sqlc only when something
 // differs, since building sqlc (cgo, its Postgres parser) is the longest step of a cold `make test`.
 // A generated file edited by hand, a stray file in an output directory, a query, a migration or
@@ -38,11 +38,11 @@ const Record = "db/.inputs.sha256"
 // these directories).
 var (
 	sqlDirs  = []string{"queries", "migrations", "inbox/queries", "inbox/migrations"}
-	outDirs  = []string{"db", "inbox/db"}
+	outDirs  = []string{"db", "inbox/internal/db"}
 	oneFiles = []string{"sqlc.yaml", "tools/go.mod", "tools/go.sum"}
 )
 
-const header = "# The files `make generate` generated db/ and inbox/db/ from, and wrote there, with their SHA-256.\n" +
+const header = "# The files `make generate` generated db/ and inbox/internal/db/ from, and wrote there, with their SHA-256.\n" +
 	"# Written by `make generate`; `make check-generated` runs sqlc only when they differ. Do not edit.\n"
 
 func main() {

@@ -23,7 +23,7 @@ func repo(t *testing.T) string {
 		"inbox/queries/q.sql":          "-- name: R :one\nSELECT 2;\n",
 		"inbox/migrations/00001_b.sql": "-- +goose Up\nCREATE TABLE b (y);\n",
 		"db/q.sql.go":                  "package db\n",
-		"inbox/db/q.sql.go":            "package db\n",
+		"inbox/internal/db/q.sql.go":   "package db\n",
 		"outbox/store.go":              "package outbox\n",
 		"ignored/build/output.bin":     "x",
 		".gitignore":                   "ignored/\n",
@@ -65,7 +65,7 @@ func TestTheRecordChangesWhenWhatSqlcReadsOrWritesChangesAndOnlyThen(t *testing.
 		{"the pinned sqlc", func(d string) error { return appendTo(d, "tools/go.sum") }, true},
 		{"a generated file edited by hand", func(d string) error { return appendTo(d, "db/q.sql.go") }, true},
 		{"a stray file where sqlc generates", func(d string) error {
-			return os.WriteFile(filepath.Join(d, "inbox/db/extra.go"), []byte("package db\n"), 0o644)
+			return os.WriteFile(filepath.Join(d, "inbox/internal/db/extra.go"), []byte("package db\n"), 0o644)
 		}, true},
 		{"a query renamed", func(d string) error {
 			return os.Rename(filepath.Join(d, "queries/q.sql"), filepath.Join(d, "queries/r.sql"))
