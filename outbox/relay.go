@@ -33,9 +33,9 @@ type Sink interface {
 // one batch in flight, byte for byte. It never skips one.
 //
 // A relay serves one run, its own (runID), and Recover serves the runs of earlier processes. Its
-// methods are safe for concurrent use; batches are projected one at a time. Relays of one Store that
-// project the same run take turns, so none appends a line another has appended; a relay waiting for
-// its turn gives up when its context ends.
+// methods are safe for concurrent use; batches are projected one at a time, and Run runs once at a
+// time (ErrRelayRunning). Relays of one Store that project the same run take turns, so none appends
+// a line another has appended; a relay waiting for its turn gives up when its context ends.
 type Relay struct {
 	s     *Store
 	sink  Sink
