@@ -208,6 +208,22 @@ func (j *File) Path() string { return j.path }
 // ctx's error when ctx is done (it is checked at every MiB), or when Close is called, and the next
 // call takes it up where it stopped.
 func (j *File) Append(ctx context.Context, runID string, lines []outbox.EventLine) error {
+	return appendBatch(ctx, &j.mu, &j.runLog, &j.appendFile, j.index, runID, lines, func(buf []byte) error {
+		off := j.size
+		if err := j.appendSynced(buf); err != nil {
+			return err
+		}
+		j.runs.noteAppended(runID, lines, off)
+		j.runs.scanned = j.size
+		return nil
+	})
+}
+
+// appendBatch is an append as File and Journal make it: the batch's bytes, then under mu the checks
+// (checkBatch, with index the File's or the Journal's own), then write, which writes the bytes and
+// notes where the batch went. A batch of no lines writes nothing.
+func appendBatch(ctx context.Context, mu *sync.Mutex, rl *runLog, af *appendFile, index func(context.Context) error,
+	runID string, lines []outbox.EventLine, write func(buf []byte) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -215,19 +231,12 @@ func (j *File) Append(ctx context.Context, runID string, lines []outbox.EventLin
 	if err != nil || buf == nil {
 		return err
 	}
-
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if err := checkBatch(ctx, &j.runLog, &j.appendFile, j.index, runID, lines, buf); err != nil {
+	mu.Lock()
+	defer mu.Unlock()
+	if err := checkBatch(ctx, rl, af, index, runID, lines, buf); err != nil {
 		return err
 	}
-	off := j.size
-	if err := j.appendSynced(buf); err != nil {
-		return err
-	}
-	j.runs.noteAppended(runID, lines, off)
-	j.runs.scanned = j.size
-	return nil
+	return write(buf)
 }
 
 // index builds the run index, reading the file from where an interrupted build stopped.

@@ -22,44 +22,33 @@ import (
 // write to the last segment, or a change of its name, is ErrModified, found before each append;
 // a sealed segment's is found when the journal is opened or the segment is read.
 func (j *Journal) Append(ctx context.Context, runID string, lines []outbox.EventLine) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	buf, err := batchBytes(runID, lines)
-	if err != nil || buf == nil {
-		return err
-	}
-
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if err := checkBatch(ctx, &j.runLog, &j.appendFile, j.loadIndexes, runID, lines, buf); err != nil {
-		return err
-	}
-	rolled := false
-	if j.size > 0 && j.size+int64(len(buf)) > j.segSize {
-		if err := j.roll(); err != nil {
+	return appendBatch(ctx, &j.mu, &j.runLog, &j.appendFile, j.loadIndexes, runID, lines, func(buf []byte) error {
+		rolled := false
+		if j.size > 0 && j.size+int64(len(buf)) > j.segSize {
+			if err := j.roll(); err != nil {
+				return err
+			}
+			rolled = true
+		}
+		off := j.tailBase + j.size
+		if err := j.appendSynced(buf); err != nil {
 			return err
 		}
-		rolled = true
-	}
-	off := j.tailBase + j.size
-	if err := j.appendSynced(buf); err != nil {
-		return err
-	}
-	j.runs.noteAppended(runID, lines, off)
-	j.tailRuns.noteAppended(runID, lines, off)
-	j.tailRuns.scanned = j.tailBase + j.size
-	j.lastLine = off + int64(len(buf)-len(lines[len(lines)-1].Line)-1)
-	if rolled {
-		j.trimAfterSeal(ctx)
-		if j.unsummarized >= j.sumEvery {
-			j.writeSummary()
+		j.runs.noteAppended(runID, lines, off)
+		j.tailRuns.noteAppended(runID, lines, off)
+		j.tailRuns.scanned = j.tailBase + j.size
+		j.lastLine = off + int64(len(buf)-len(lines[len(lines)-1].Line)-1)
+		if rolled {
+			j.trimAfterSeal(ctx)
+			if j.unsummarized >= j.sumEvery {
+				j.writeSummary()
+			}
 		}
-	}
-	if j.checkpointDue() {
-		j.checkpoint()
-	}
-	return nil
+		if j.checkpointDue() {
+			j.checkpoint()
+		}
+		return nil
+	})
 }
 
 // LastSeq returns the highest seq of runID's lines in the journal, or 0 when it holds none.

@@ -91,6 +91,10 @@ var (
 	// batch's first. A sink wraps it in its error; the relay then stops projecting and returns the
 	// error instead of backing off and trying again.
 	ErrSinkRefused = errors.New("outbox: the sink refuses the batch")
+	// ErrRelayRunning is returned when Run is called on a relay whose Run has not returned yet: one
+	// relay projects its run from one loop. The call returns at once and changes nothing; once the
+	// first Run returns, Run may be called again.
+	ErrRelayRunning = errors.New("outbox: the relay is already running")
 	// ErrRowsMissing is returned when a run's stored lines are not contiguous after its projected
 	// position, so that projecting them would put a gap in the journal. It happens only when rows
 	// were deleted outside the protocol (ForgetEvents without Recover, or by hand).

@@ -279,8 +279,8 @@ const forgetStep = 4096
 // steps, so that a record never deletes more than a step, or than the batches it records (lines) when
 // a sink takes batches larger than a step.
 func (s *Store) forgetUpTo(w *txWriter, runID string, last int64, lines int) error {
-	ctx, tx := w.ctx, w.tx
-	r, err := s.q.RunGet(ctx, tx, runID)
+	ctx := w.ctx
+	r, err := s.q.RunGet(ctx, w.on(stmtRunGet), runID)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return nil
@@ -296,14 +296,14 @@ func (s *Store) forgetUpTo(w *txWriter, runID string, last int64, lines int) err
 // them forgotten, with lastSeq recorded first as the run's highest seq (migrations/00003: what a book
 // migrated down numbers on from).
 func (s *Store) forgetRange(w *txWriter, runID string, from, upTo, lastSeq int64) error {
-	ctx, tx := w.ctx, w.tx
-	if err := s.q.ProgressKeepLastSeq(ctx, tx, db.ProgressKeepLastSeqParams{EngineRunID: runID, LastSeq: lastSeq}); err != nil {
+	ctx := w.ctx
+	if err := s.q.ProgressKeepLastSeq(ctx, w.on(stmtKeepLastSeq), db.ProgressKeepLastSeqParams{EngineRunID: runID, LastSeq: lastSeq}); err != nil {
 		return fmt.Errorf("record the last seq of run %q: %w", runID, mapErr(ctx, err))
 	}
-	if _, err := s.q.EventsForgetRange(ctx, tx, db.EventsForgetRangeParams{EngineRunID: runID, AfterSeq: from, UpTo: upTo}); err != nil {
+	if _, err := s.q.EventsForgetRange(ctx, w.on(stmtForgetRange), db.EventsForgetRangeParams{EngineRunID: runID, AfterSeq: from, UpTo: upTo}); err != nil {
 		return fmt.Errorf("forget projected lines of run %q: %w", runID, mapErr(ctx, err))
 	}
-	if err := s.q.RunSetForgotten(ctx, tx, db.RunSetForgottenParams{EngineRunID: runID, Seq: upTo}); err != nil {
+	if err := s.q.RunSetForgotten(ctx, w.on(stmtSetForgotten), db.RunSetForgottenParams{EngineRunID: runID, Seq: upTo}); err != nil {
 		return fmt.Errorf("record the forgotten lines of run %q: %w", runID, mapErr(ctx, err))
 	}
 	return nil

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/textmachine/outbox/internal/faultpoint"
@@ -32,14 +33,16 @@ type Sink interface {
 // one batch in flight, byte for byte. It never skips one.
 //
 // A relay serves one run, its own (runID), and Recover serves the runs of earlier processes. Its
-// methods are safe for concurrent use; batches are projected one at a time. Relays of one Store that
-// project the same run take turns, so none appends a line another has appended; a relay waiting for
-// its turn gives up when its context ends.
+// methods are safe for concurrent use; batches are projected one at a time, and Run runs once at a
+// time (ErrRelayRunning). Relays of one Store that project the same run take turns, so none appends
+// a line another has appended; a relay waiting for its turn gives up when its context ends.
 type Relay struct {
 	s     *Store
 	sink  Sink
 	runID string
 	cfg   relayConfig
+
+	running atomic.Bool // a Run is under way (ErrRelayRunning)
 
 	mu      sync.Mutex // one batch at a time; guards failing
 	failing error      // the error of the last failed batch, until a batch succeeds
@@ -420,7 +423,15 @@ func runStuck(ctx context.Context, err error) bool {
 // when projecting cannot succeed: a closed store, missing rows, or a sink's refusal (ErrSinkRefused),
 // which it logs at Error level and records in the book (RunStats.StoppedSeq) before returning. Its
 // caller should not drop that error: the run is not projected from there on.
+//
+// A relay runs one Run at a time: a second call while one is under way returns ErrRelayRunning at
+// once. Two loops of one relay would take turns on every batch and share one failure state, each
+// logging the other's recovery.
 func (r *Relay) Run(ctx context.Context) error {
+	if !r.running.CompareAndSwap(false, true) {
+		return ErrRelayRunning
+	}
+	defer r.running.Store(false)
 	poll := time.NewTicker(r.cfg.poll)
 	defer poll.Stop()
 	wait := r.cfg.minBackoff

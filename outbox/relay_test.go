@@ -585,3 +585,59 @@ func TestARelayOnAReadOnlyStoreIsRefused(t *testing.T) {
 		t.Error("a relay on a read-only store appended")
 	}
 }
+
+func TestASecondRunOfARelayAlreadyRunningReturnsErrRelayRunning(t *testing.T) {
+	t.Parallel()
+	s, _ := outboxtest.Setup(t)
+	sink := outboxtest.NewMemSink()
+	relay := outboxtest.FastRelay(t, s, sink, "r")
+	waitFor := func(n int) {
+		t.Helper()
+		deadline := time.After(30 * time.Second)
+		for len(sink.All()) < n {
+			select {
+			case <-sink.Got():
+			case <-deadline:
+				t.Fatalf("line %d not projected", n)
+			}
+		}
+	}
+	run := func(ctx context.Context) <-chan error {
+		done := make(chan error, 1)
+		go func() { done <- relay.Run(ctx) }()
+		return done
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	first := run(ctx)
+	// A line the first Run projects: from here on it is under way.
+	outboxtest.MustEnqueue(t, s, "r")
+	waitFor(1)
+
+	// The bound only ends the call when the second Run runs as well: it then returns its context's
+	// error instead of ErrRelayRunning.
+	second, stop := context.WithTimeout(context.Background(), 5*time.Second)
+	defer stop()
+	if err := relay.Run(second); !errors.Is(err, outbox.ErrRelayRunning) {
+		t.Fatalf("a second Run while the first runs returned %v, want ErrRelayRunning", err)
+	}
+	// The first goes on projecting.
+	outboxtest.MustEnqueue(t, s, "r")
+	waitFor(2)
+	cancel()
+	if err := <-first; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the first Run returned %v, want context.Canceled", err)
+	}
+
+	// Once the first has returned, Run works again.
+	ctx, cancel = context.WithCancel(context.Background())
+	again := run(ctx)
+	outboxtest.MustEnqueue(t, s, "r")
+	waitFor(3)
+	cancel()
+	if err := <-again; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run after the first returned gave %v, want context.Canceled", err)
+	}
+	if diff := cmp.Diff(outboxtest.SeqRange(1, 3), outboxtest.SeqsOf(sink.All())); diff != "" {
+		t.Errorf("sink seqs: nothing twice, nothing skipped (-want +got):\n%s", diff)
+	}
+}

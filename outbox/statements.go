@@ -30,6 +30,10 @@ const (
 	stmtTakeProjected
 	stmtLedgerPut
 	stmtStopClear
+	stmtRunGet
+	stmtKeepLastSeq
+	stmtForgetRange
+	stmtSetForgotten
 	numStmts
 )
 
@@ -42,6 +46,10 @@ var stmtSQL = [numStmts]string{
 	stmtTakeProjected: db.LedgerTakeProjected,
 	stmtLedgerPut:     db.LedgerPut,
 	stmtStopClear:     db.StopClear,
+	stmtRunGet:        db.RunGet,
+	stmtKeepLastSeq:   db.ProgressKeepLastSeq,
+	stmtForgetRange:   db.EventsForgetRange,
+	stmtSetForgotten:  db.RunSetForgotten,
 }
 
 // txWriter is one write transaction as the store's methods use it: each method is one generated call,
