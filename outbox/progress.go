@@ -55,6 +55,11 @@ func (s *Store) lastSeq(ctx context.Context, runID string) (int64, error) {
 // batch, and loses nothing.
 func (s *Store) recordProjected(ctx context.Context, runID string, last int64, toMark []ledgerMark, forget bool, lines int) error {
 	return s.write(ctx, relaxed, func(w *txWriter) error {
+		// The record writes the run's row anyway: its tail goes into it here, so that the tail of a
+		// run a relay follows stays a batch or so, and forgetting below deletes no row of it.
+		if err := w.fold(runID); err != nil {
+			return err
+		}
 		if err := w.setProgress(db.ProgressSetParams{EngineRunID: runID, Projected: last}); err != nil {
 			return err
 		}
@@ -330,6 +335,11 @@ func (s *Store) forgetRun(ctx context.Context, runID string, unprojected bool) (
 		var done bool
 		began := time.Now()
 		err := s.write(ctx, mode, func(w *txWriter) error {
+			// Its rows are deleted below: a row of its tail deleted before it is folded would take
+			// its seq out of the run's last_seq when it is the highest.
+			if err := w.fold(runID); err != nil {
+				return err
+			}
 			r, err := s.q.RunGet(w.ctx, w.tx, runID)
 			switch {
 			case errors.Is(err, sql.ErrNoRows):

@@ -30,6 +30,7 @@ const (
 	stmtTakeProjected
 	stmtLedgerPut
 	stmtStopClear
+	stmtFold
 	numStmts
 )
 
@@ -42,6 +43,7 @@ var stmtSQL = [numStmts]string{
 	stmtTakeProjected: db.LedgerTakeProjected,
 	stmtLedgerPut:     db.LedgerPut,
 	stmtStopClear:     db.StopClear,
+	stmtFold:          db.RunFold,
 }
 
 // txWriter is one write transaction as the store's methods use it: each method is one generated call,
