@@ -37,11 +37,11 @@ INSERT INTO outbox_runs (engine_run_id, last_seq, lines, counted_to, visit)
 SELECT e.engine_run_id, MAX(e.seq), count(*), MAX(e.seq), 1
 FROM events_outbox AS e
 WHERE e.engine_run_id = CAST(?1 AS TEXT)
-  AND COALESCE((
-      SELECT f.visit = 0 OR CAST(?2 AS INTEGER) - f.counted_to >= 256
+  AND e.seq > COALESCE((
+      SELECT CASE WHEN f.visit = 0 OR CAST(?2 AS INTEGER) - f.counted_to >= 256 THEN f.counted_to
+             ELSE 9223372036854775807 END
       FROM outbox_runs AS f WHERE f.engine_run_id = CAST(?1 AS TEXT)
-  ), 1)
-  AND e.seq > COALESCE((SELECT f.counted_to FROM outbox_runs AS f WHERE f.engine_run_id = CAST(?1 AS TEXT)), 0)
+  ), 0)
   AND e.counted = 1
 GROUP BY e.engine_run_id
 ON CONFLICT (engine_run_id) DO UPDATE
@@ -58,7 +58,9 @@ type RunAddLinesParams struct {
 // into its row, once, before the transaction commits, when it must: the run has no row yet, or is not
 // marked visit (a run with a tail is always marked), or the tail would reach 256 seqs (last_seq is
 // the highest the transaction gave the run). Otherwise it writes nothing, and the commit writes no
-// page of the run's row: the rows it inserted stay the tail that readers add. What is folded is read
+// page of the run's row: the rows it inserted stay the tail that readers add. The test is in the
+// bound of the range, which is then past every seq, so that the statement reads one row of the
+// run's figures and none of its tail (a test of its own is evaluated at each row of the range). What is folded is read
 // from the rows, so that one the transaction took out again (a DELETE, a rollback to a savepoint) is
 // not added, and the delete trigger left it out too (migrations/00007). No row is made for a run none
 // of whose lines is left. A row made here is marked for recovery (migrations/00008) as it is made;

@@ -82,7 +82,8 @@ func (s *Store) recordProjected(ctx context.Context, runID string, last int64, t
 }
 
 // RunStats describes one run's rows in the store. Every figure is read from the run's row of per-run
-// figures (migrations/00005), kept current by the transactions that change them.
+// figures (migrations/00005) with its tail, the lines enqueued since the row was last brought up to
+// date (migrations/00010): exact at every commit.
 type RunStats struct {
 	RunID string
 	// LastSeq is the highest seq the run was ever given, counting rows since forgotten: its next
