@@ -118,13 +118,15 @@ func (q *Queries) EventKeyHolder(ctx context.Context, db DBTX, onceKey string) (
 const EventLastSeq = `-- name: EventLastSeq :one
 SELECT CAST(max(
     COALESCE((SELECT MAX(seq) FROM events_outbox WHERE engine_run_id = CAST(?1 AS TEXT)), 0),
-    COALESCE((SELECT last_seq FROM outbox_progress WHERE engine_run_id = CAST(?1 AS TEXT)), 0)
+    COALESCE((SELECT last_seq FROM outbox_progress WHERE engine_run_id = CAST(?1 AS TEXT)), 0),
+    COALESCE((SELECT last_seq FROM outbox_runs WHERE engine_run_id = CAST(?1 AS TEXT)), 0)
 ) AS INTEGER) AS last_seq
 `
 
-// The highest seq the run was ever given: its highest stored row, or the number recorded when its rows
-// were forgotten (migrations/00003), whichever is higher. The next seq is one more, computed in Go so
-// that a run at 2^63-1 is refused instead of wrapping.
+// The highest seq the run was ever given: its highest stored row, the number recorded when its rows
+// were forgotten (migrations/00003), or its figures' last_seq as of their last fold (migrations/00010),
+// whichever is highest. The next seq is one more, computed in Go so that a run at 2^63-1 is refused
+// instead of wrapping.
 func (q *Queries) EventLastSeq(ctx context.Context, db DBTX, engineRunID string) (int64, error) {
 	row := db.QueryRowContext(ctx, EventLastSeq, engineRunID)
 	var last_seq int64

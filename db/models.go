@@ -43,6 +43,16 @@ type OutboxRun struct {
 	Visit       int64
 }
 
+type OutboxRunFigure struct {
+	EngineRunID string
+	LastSeq     int64
+	Projected   int64
+	Forgotten   int64
+	Lines       int64
+	LedgerLines int64
+	Visit       int64
+}
+
 type OutboxStop struct {
 	EngineRunID string
 	Seq         int64

@@ -37,7 +37,11 @@ INSERT INTO outbox_runs (engine_run_id, last_seq, lines, counted_to, visit)
 SELECT e.engine_run_id, MAX(e.seq), count(*), MAX(e.seq), 1
 FROM events_outbox AS e
 WHERE e.engine_run_id = CAST(?1 AS TEXT)
-  AND e.seq >= CAST(?2 AS INTEGER) AND e.seq <= CAST(?3 AS INTEGER)
+  AND e.seq > COALESCE((
+      SELECT CASE WHEN f.visit = 0 OR CAST(?2 AS INTEGER) - f.counted_to >= 256 THEN f.counted_to
+             ELSE 9223372036854775807 END
+      FROM outbox_runs AS f WHERE f.engine_run_id = CAST(?1 AS TEXT)
+  ), 0)
   AND e.counted = 1
 GROUP BY e.engine_run_id
 ON CONFLICT (engine_run_id) DO UPDATE
@@ -47,25 +51,49 @@ SET last_seq = max(last_seq, excluded.last_seq), lines = lines + excluded.lines,
 
 type RunAddLinesParams struct {
 	EngineRunID string
-	FirstSeq    int64
 	LastSeq     int64
 }
 
-// Adds to a run's figures, once, before the transaction commits, the lines the store inserted into it
-// in the transaction (seqs first_seq to last_seq) that are still stored: read from the rows, so that
-// one the transaction took out again (a DELETE, a rollback to a savepoint) is not added, and the
-// delete trigger left it out too (migrations/00007). counted_to moves to the highest, marking them
-// added. No row is made for a run none of whose lines is left. A row made here is marked for recovery
-// (migrations/00008) as it is made; the update leaves the mark alone, so that it writes no page of
-// the index of the marked runs.
+// Folds a run's tail (migrations/00010: its rows the store inserted after counted_to, still stored)
+// into its row, once, before the transaction commits, when it must: the run has no row yet, or is not
+// marked visit (a run with a tail is always marked), or the tail would reach 256 seqs (last_seq is
+// the highest the transaction gave the run). Otherwise it writes nothing, and the commit writes no
+// page of the run's row: the rows it inserted stay the tail that readers add. The test is in the
+// bound of the range, which is then past every seq, so that the statement reads one row of the
+// run's figures and none of its tail (a test of its own is evaluated at each row of the range). What is folded is read
+// from the rows, so that one the transaction took out again (a DELETE, a rollback to a savepoint) is
+// not added, and the delete trigger left it out too (migrations/00007). No row is made for a run none
+// of whose lines is left. A row made here is marked for recovery (migrations/00008) as it is made;
+// the update leaves the mark alone, so that it writes no page of the index of the marked runs.
 func (q *Queries) RunAddLines(ctx context.Context, db DBTX, arg RunAddLinesParams) error {
-	_, err := db.ExecContext(ctx, RunAddLines, arg.EngineRunID, arg.FirstSeq, arg.LastSeq)
+	_, err := db.ExecContext(ctx, RunAddLines, arg.EngineRunID, arg.LastSeq)
+	return err
+}
+
+const RunFold = `-- name: RunFold :exec
+INSERT INTO outbox_runs (engine_run_id, last_seq, lines, counted_to, visit)
+SELECT e.engine_run_id, MAX(e.seq), count(*), MAX(e.seq), 1
+FROM events_outbox AS e
+WHERE e.engine_run_id = CAST(?1 AS TEXT)
+  AND e.seq > COALESCE((SELECT f.counted_to FROM outbox_runs AS f WHERE f.engine_run_id = CAST(?1 AS TEXT)), 0)
+  AND e.counted = 1
+GROUP BY e.engine_run_id
+ON CONFLICT (engine_run_id) DO UPDATE
+SET last_seq = max(last_seq, excluded.last_seq), lines = lines + excluded.lines,
+    counted_to = max(counted_to, excluded.counted_to)
+`
+
+// Folds a run's tail into its row whatever its length: the relay's record, which writes the row
+// anyway, and forgetting, before it deletes rows (a row of the tail deleted before it is folded would
+// take its seq out of last_seq when it is the highest).
+func (q *Queries) RunFold(ctx context.Context, db DBTX, engineRunID string) error {
+	_, err := db.ExecContext(ctx, RunFold, engineRunID)
 	return err
 }
 
 const RunGet = `-- name: RunGet :one
 SELECT last_seq, projected, forgotten, lines, ledger_lines
-FROM outbox_runs
+FROM outbox_run_figures
 WHERE engine_run_id = ?1
 `
 
@@ -77,7 +105,7 @@ type RunGetRow struct {
 	LedgerLines int64
 }
 
-// One run's figures; no row for a run the book never held.
+// One run's figures, its tail added (migrations/00010); no row for a run the book never held.
 func (q *Queries) RunGet(ctx context.Context, db DBTX, engineRunID string) (RunGetRow, error) {
 	row := db.QueryRowContext(ctx, RunGet, engineRunID)
 	var i RunGetRow
@@ -110,10 +138,14 @@ func (q *Queries) RunSetForgotten(ctx context.Context, db DBTX, arg RunSetForgot
 const RunsCloseFinished = `-- name: RunsCloseFinished :execrows
 UPDATE outbox_runs SET visit = 0
 WHERE visit = 1 AND NOT (lines > 0 AND (last_seq > projected OR projected > forgotten))
+  AND NOT EXISTS (
+      SELECT 1 FROM events_outbox AS t
+      WHERE t.engine_run_id = outbox_runs.engine_run_id AND t.seq > outbox_runs.counted_to AND t.counted = 1
+  )
 `
 
-// Unmarks the marked runs that are finished: no row stored, or every line projected and every
-// projected row forgotten. It walks the index of the marked runs, which holds the runs that needed
+// Unmarks the marked runs that are finished: no tail (migrations/00010), and no row stored, or every
+// line projected and every projected row forgotten. It walks the index of the marked runs, which holds the runs that needed
 // recovery since the last time this ran: a few per start. The test is made in the statement that
 // clears the mark, so a run that needs recovery is never unmarked (and the triggers of migrations/00008
 // mark it again in the statement that makes it need recovery).
@@ -150,9 +182,9 @@ SELECT r.engine_run_id, r.last_seq, r.projected, r.forgotten, r.lines, r.ledger_
        CAST(COALESCE(st.seq, 0) AS INTEGER) AS stopped_seq,
        CAST(COALESCE(st.reason, '') AS TEXT) AS stopped_reason,
        CAST(COALESCE(st.stopped_at, 0) AS INTEGER) AS stopped_at
-FROM outbox_runs AS r
+FROM outbox_run_figures AS r
 LEFT JOIN outbox_stops AS st ON st.engine_run_id = r.engine_run_id
-WHERE r.engine_run_id > CAST(?1 AS TEXT) AND visit = 1
+WHERE r.engine_run_id > CAST(?1 AS TEXT) AND r.visit = 1
   AND r.lines > 0 AND (r.last_seq > r.projected OR r.projected > r.forgotten)
 ORDER BY r.engine_run_id
 LIMIT ?2
@@ -229,7 +261,7 @@ SELECT r.engine_run_id, r.last_seq, r.projected, r.forgotten, r.lines, r.ledger_
        CAST(COALESCE(st.seq, 0) AS INTEGER) AS stopped_seq,
        CAST(COALESCE(st.reason, '') AS TEXT) AS stopped_reason,
        CAST(COALESCE(st.stopped_at, 0) AS INTEGER) AS stopped_at
-FROM outbox_runs AS r
+FROM outbox_run_figures AS r
 LEFT JOIN outbox_stops AS st ON st.engine_run_id = r.engine_run_id
 WHERE r.engine_run_id > CAST(?1 AS TEXT) AND r.lines >= CAST(?2 AS INTEGER)
 ORDER BY r.engine_run_id
@@ -257,7 +289,8 @@ type RunsPageRow struct {
 
 // One page of the runs that hold at least min_lines rows (1: AllRuns; 0: every run the book ever
 // held, EveryRun), after a run id (keyset paging along the primary key), with what AllRuns, stats and
-// metrics show: a row per run, never a pass over the stored lines. oldest_pending is the enqueue time of the first line after the projected position
+// metrics show: a row per run and the tail of a marked one (migrations/00010), never a pass over the
+// stored lines. oldest_pending is the enqueue time of the first line after the projected position
 // (0: none, or unknown), read only for a run with lines pending; stopped_seq is where the sink refused
 // the run (0: not stopped, migrations/00004).
 func (q *Queries) RunsPage(ctx context.Context, db DBTX, arg RunsPageParams) ([]RunsPageRow, error) {
@@ -303,7 +336,7 @@ SELECT CAST(count(*) AS INTEGER) AS runs,
        CAST(COALESCE(SUM(lines), 0) AS INTEGER) AS lines,
        CAST(COALESCE(SUM(ledger_lines), 0) AS INTEGER) AS ledger_lines,
        CAST((SELECT count(*) FROM outbox_stops) AS INTEGER) AS stopped_runs
-FROM outbox_runs
+FROM outbox_run_figures
 WHERE engine_run_id >= ''
 `
 
@@ -319,7 +352,8 @@ type RunsTotalsRow struct {
 }
 
 // The book's figures for metrics and stats: one pass over the per-run rows (a row per run, not per
-// line), which are never deleted, so the sums of last_seq and projected never go down.
+// line, and the tails of the marked runs, migrations/00010), which are never deleted, so the sums of
+// last_seq and projected never go down.
 func (q *Queries) RunsTotals(ctx context.Context, db DBTX) (RunsTotalsRow, error) {
 	row := db.QueryRowContext(ctx, RunsTotals)
 	var i RunsTotalsRow

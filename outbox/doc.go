@@ -61,19 +61,22 @@
 //   - Well-formed ids. A run id is valid UTF-8 without control characters, at most MaxRunIDLen bytes
 //     (ErrInvalidRunID); a once key the same, at most MaxOnceKeyLen bytes (ErrInvalidOnceKey). A line
 //     is at most WithMaxLineSize bytes (16 MiB by default). Nothing of a refused call is stored.
-//   - Exact figures. Each run's row of figures (outbox_runs: the highest seq given, how far it is
-//     projected and forgotten, its stored rows and ledger rows), which listing, Totals, OpenRuns and
-//     Recover read instead of the rows, is exact at every commit, whoever writes. The store adds the
-//     lines it inserted to each run's row once per transaction, just before COMMIT (one upsert per
-//     run touched, however many lines and calls a group or batch holds), reading which of them are
-//     still stored at that moment, so that neither a transaction that rolls back nor a WriteTx
+//   - Exact figures. Each run's figures (the highest seq given, how far it is projected and
+//     forgotten, its stored rows and ledger rows), which listing, Totals, OpenRuns, Run and Recover
+//     read instead of the rows, are exact at every commit, whoever writes. They are its row in
+//     outbox_runs as of counted_to, plus its tail: the lines the store enqueued after counted_to,
+//     which every reader adds at its snapshot (the view outbox_run_figures, migration 10), so that a
+//     commit of one event writes no page of the run's row. The store folds the tail into the row in
+//     a commit that makes the row, enqueues to a run recovery has unmarked, or would leave a tail of
+//     256 seqs; the relay's record folds it at every batch, and forgetting before it deletes. What
+//     is folded is read from the rows, so that neither a transaction that rolls back nor a WriteTx
 //     function that deletes a line it enqueued or rolls back to a savepoint moves a figure wrongly.
 //     Its rows are marked (events_outbox.counted) so that the insert trigger passes them by; a row
 //     inserted by anything else (plain SQL inside WriteTx,
 //     the sqlite3 shell, a release before migration 7) is counted by that trigger, and every delete
 //     and every change of a ledger key, the store's own included, by triggers in the same
-//     transaction. Counting per line in a trigger cost an enqueue a third of its time or more
-//     (docs/BENCHMARKS.md).
+//     transaction. Counting per line in a trigger cost an enqueue a third of its time or more, and
+//     writing the run's row at every commit one page of WAL a commit (docs/BENCHMARKS.md).
 //   - One writer, one name. Open takes an exclusive lock on the database file (flock on its own
 //     descriptor), so a second Open, in this process or another, fails at once with ErrLocked.
 //     OpenReadOnly takes none. Open refuses a file with more than one hard link (ErrHardLinked):

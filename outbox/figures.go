@@ -16,11 +16,13 @@ import (
 	"github.com/textmachine/outbox/db"
 )
 
-// lineCounts are the seqs a transaction of the store's inserted, per run, whose rows are to be added to
-// the runs' figures (outbox_runs) once each, just before the transaction commits. The store's inserts
-// are marked counted and pass the figures' insert trigger by (migrations/00007): updating a run's row
-// once per line cost an enqueue a third of its time or more. What is added is read from the rows at
-// that moment, not counted here, so that a row the transaction took out again (a caller's DELETE or
+// lineCounts are the seqs a transaction of the store's inserted, per run, whose rows may have to be
+// folded into the runs' figures (outbox_runs) once each, just before the transaction commits. The
+// store's inserts are marked counted and pass the figures' insert trigger by (migrations/00007):
+// updating a run's row once per line cost an enqueue a third of its time or more. Most commits fold
+// nothing: the rows above the run's counted_to are its tail, which readers add (migrations/00010),
+// so that a commit writes no page of the run's row. What is folded is read from the rows at that
+// moment, not counted here, so that a row the transaction took out again (a caller's DELETE or
 // ROLLBACK TO a savepoint inside WriteTx, a failed insert taken out) is never added. Deletes and
 // ledger changes are still counted by triggers, in the same transaction.
 //
@@ -28,11 +30,8 @@ import (
 // group's calls all run on the committer's goroutine.
 type lineCounts struct {
 	mu   sync.Mutex
-	runs map[string]seqRange
+	runs map[string]int64 // the highest seq the transaction gave each run
 }
-
-// seqRange is the first and last seq a transaction gave a run; every seq between went to it too.
-type seqRange struct{ first, last int64 }
 
 // ownTx is a write transaction of the store's own, with the lines it has inserted so far.
 type ownTx struct {
@@ -45,18 +44,13 @@ func (c *lineCounts) add(runID string, seq int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.runs == nil {
-		c.runs = make(map[string]seqRange, 1)
+		c.runs = make(map[string]int64, 1)
 	}
-	r, ok := c.runs[runID]
-	if !ok {
-		r.first = seq
-	}
-	r.first, r.last = min(r.first, seq), max(r.last, seq)
-	c.runs[runID] = r
+	c.runs[runID] = max(c.runs[runID], seq)
 }
 
 // take returns what was recorded, in run order, and starts again from nothing.
-func (c *lineCounts) take() (runs []string, counts map[string]seqRange) {
+func (c *lineCounts) take() (runs []string, counts map[string]int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	counts, c.runs = c.runs, nil
@@ -68,14 +62,14 @@ func (c *lineCounts) take() (runs []string, counts map[string]seqRange) {
 	return slices.Sorted(maps.Keys(counts)), counts
 }
 
-// addCounts adds the transaction's lines still stored to each run's figures: one upsert per run it
-// inserted into. Call it last before the commit: a transaction that rolls back takes it back with the
-// rows.
+// addCounts folds, where it must, each run's tail into its figures (RunAddLines: a run without a
+// row or a mark, or a tail that would reach its bound): one statement per run the transaction
+// inserted into, which writes nothing for the others. Call it last before the commit: a transaction
+// that rolls back takes it back with the rows.
 func (w *txWriter) addCounts(ctx context.Context) error {
 	runs, counts := w.counts.take()
 	for _, run := range runs {
-		c := counts[run]
-		p := db.RunAddLinesParams{EngineRunID: run, FirstSeq: c.first, LastSeq: c.last}
+		p := db.RunAddLinesParams{EngineRunID: run, LastSeq: counts[run]}
 		var err error
 		if w.raw != nil {
 			err = w.raw.exec(ctx, p)
@@ -90,6 +84,15 @@ func (w *txWriter) addCounts(ctx context.Context) error {
 		if err := w.raw.noteRuns(ctx, runs); err != nil {
 			return fmt.Errorf("unmark the finished runs: %w", mapErr(ctx, err))
 		}
+	}
+	return nil
+}
+
+// fold folds runID's tail into its figures whatever its length (RunFold): before a statement that may
+// delete its rows, and in the relay's record, which writes the run's row anyway.
+func (w *txWriter) fold(runID string) error {
+	if err := w.q.RunFold(w.ctx, w.on(stmtFold), runID); err != nil {
+		return fmt.Errorf("fold the figures of run %q: %w", runID, mapErr(w.ctx, err))
 	}
 	return nil
 }
@@ -148,12 +151,16 @@ func (r *rawAddLines) exec(ctx context.Context, p db.RunAddLinesParams) error {
 		if err != nil {
 			return err
 		}
+		if n := stmt.BindCount(); n != 2 {
+			stmt.Close()
+			return fmt.Errorf("outbox: the figures' fold has %d parameters, the store binds 2", n)
+		}
 		r.stmt = stmt
 	}
 	old := r.conn.SetInterrupt(ctx)
 	defer r.conn.SetInterrupt(old)
-	// Bound by the numbers the SQL gives its parameters (?1 run, ?2 first seq, ?3 last seq).
-	err := errors.Join(r.stmt.BindText(1, p.EngineRunID), r.stmt.BindInt64(2, p.FirstSeq), r.stmt.BindInt64(3, p.LastSeq))
+	// Bound by the numbers the SQL gives its parameters (?1 run, ?2 the transaction's last seq of it).
+	err := errors.Join(r.stmt.BindText(1, p.EngineRunID), r.stmt.BindInt64(2, p.LastSeq))
 	if err != nil {
 		return err
 	}

@@ -11,5 +11,5 @@ import (
 // TestMain lets a test re-execute this binary as a child process in a role, so that the writer lock
 // is tested across real processes.
 func TestMain(m *testing.M) {
-	crashtest.Main(m, map[string]func() int{"hold-writer": holdWriter, "forget-engine": forgetEngine, "visit-engine": visitEngine})
+	crashtest.Main(m, map[string]func() int{"hold-writer": holdWriter, "forget-engine": forgetEngine, "visit-engine": visitEngine, "tail-engine": tailEngine})
 }

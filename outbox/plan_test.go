@@ -32,7 +32,8 @@ var queryPlans = map[string]struct {
 		[]string{"SEARCH events_lines USING INTEGER PRIMARY KEY (rowid=?)"}, ""},
 	"EventLastSeq": {db.EventLastSeq,
 		[]string{"SEARCH events_outbox USING PRIMARY KEY (engine_run_id=?)",
-			"SEARCH outbox_progress USING PRIMARY KEY (engine_run_id=?)"}, ""},
+			"SEARCH outbox_progress USING PRIMARY KEY (engine_run_id=?)",
+			"SEARCH outbox_runs USING PRIMARY KEY (engine_run_id=?)"}, ""},
 	"EventKeyHolder": {db.EventKeyHolder,
 		[]string{
 			"SEARCH events_outbox USING COVERING INDEX events_outbox_once_key (once_key=?)",
@@ -43,24 +44,31 @@ var queryPlans = map[string]struct {
 	"RunsPage": {db.RunsPage,
 		[]string{"SEARCH r USING PRIMARY KEY (engine_run_id>?)",
 			"SEARCH o USING PRIMARY KEY (engine_run_id=? AND seq>?)",
-			"SEARCH st USING PRIMARY KEY (engine_run_id=?)"}, ""},
+			"SEARCH st USING PRIMARY KEY (engine_run_id=?)",
+			tailCount, tailLast}, ""},
 	"RunsOpenPage": {db.RunsOpenPage,
 		[]string{"SEARCH r USING INDEX outbox_runs_open (engine_run_id>?)",
 			"SEARCH o USING PRIMARY KEY (engine_run_id=?)",
 			"SEARCH o USING PRIMARY KEY (engine_run_id=? AND seq>?)",
-			"SEARCH st USING PRIMARY KEY (engine_run_id=?)"}, ""},
+			"SEARCH st USING PRIMARY KEY (engine_run_id=?)",
+			tailCount, tailLast}, ""},
 	"RunsTotals": {db.RunsTotals,
-		[]string{"SEARCH outbox_runs USING PRIMARY KEY (engine_run_id>?)"}, ""},
+		[]string{"SEARCH r USING PRIMARY KEY (engine_run_id>?)", tailCount, tailLast}, ""},
 	"BookMarkGet": {db.BookMarkGet,
 		[]string{"SEARCH outbox_book_mark USING INTEGER PRIMARY KEY (rowid=?)"}, ""},
 	"BookMarkPut": {db.BookMarkPut, nil, ""},
 	"RunGet": {db.RunGet,
-		[]string{"SEARCH outbox_runs USING PRIMARY KEY (engine_run_id=?)"}, ""},
+		[]string{"SEARCH r USING PRIMARY KEY (engine_run_id=?)", tailCount, tailLast}, ""},
 	"RunSetForgotten": {db.RunSetForgotten,
 		[]string{"SEARCH outbox_runs USING PRIMARY KEY (engine_run_id=?)"}, ""},
-	"RunAddLines": {db.RunAddLines, nil, ""},
+	"RunAddLines": {db.RunAddLines,
+		[]string{"SEARCH e USING PRIMARY KEY (engine_run_id=? AND seq>?)",
+			"SEARCH f USING PRIMARY KEY (engine_run_id=?)"}, ""},
+	"RunFold": {db.RunFold,
+		[]string{"SEARCH e USING PRIMARY KEY (engine_run_id=? AND seq>?)",
+			"SEARCH f USING PRIMARY KEY (engine_run_id=?)"}, ""},
 	"RunsCloseFinished": {db.RunsCloseFinished,
-		[]string{"SCAN outbox_runs USING INDEX outbox_runs_open"}, ""},
+		[]string{"SCAN outbox_runs USING INDEX outbox_runs_open", tailCount}, ""},
 	"RunsLedgerSize": {db.RunsLedgerSize, []string{"SCAN outbox_runs"}, ""},
 	"EventsLedgerSize": {db.EventsLedgerSize,
 		[]string{"SCAN events_outbox USING COVERING INDEX events_outbox_once_key"},
@@ -108,6 +116,13 @@ var queryPlans = map[string]struct {
 	"StopClear": {db.StopClear,
 		[]string{"SEARCH outbox_stops USING PRIMARY KEY (engine_run_id=?)"}, ""},
 }
+
+// A run's tail (migrations/00010), as the figures' readers add it: its rows after counted_to, a range
+// of the primary key, and its highest stored seq, one probe of it.
+const (
+	tailCount = "SEARCH t USING PRIMARY KEY (engine_run_id=? AND seq>?)"
+	tailLast  = "SEARCH t USING PRIMARY KEY (engine_run_id=?)"
+)
 
 var paramRE = regexp.MustCompile(`\?(\d+)`)
 

@@ -55,6 +55,11 @@ func (s *Store) lastSeq(ctx context.Context, runID string) (int64, error) {
 // batch, and loses nothing.
 func (s *Store) recordProjected(ctx context.Context, runID string, last int64, toMark []ledgerMark, forget bool, lines int) error {
 	return s.write(ctx, relaxed, func(w *txWriter) error {
+		// The record writes the run's row anyway: its tail goes into it here, so that the tail of a
+		// run a relay follows stays a batch or so, and forgetting below deletes no row of it.
+		if err := w.fold(runID); err != nil {
+			return err
+		}
 		if err := w.setProgress(db.ProgressSetParams{EngineRunID: runID, Projected: last}); err != nil {
 			return err
 		}
@@ -77,7 +82,8 @@ func (s *Store) recordProjected(ctx context.Context, runID string, last int64, t
 }
 
 // RunStats describes one run's rows in the store. Every figure is read from the run's row of per-run
-// figures (migrations/00005), kept current by the transactions that change them.
+// figures (migrations/00005) with its tail, the lines enqueued since the row was last brought up to
+// date (migrations/00010): exact at every commit.
 type RunStats struct {
 	RunID string
 	// LastSeq is the highest seq the run was ever given, counting rows since forgotten: its next
@@ -330,6 +336,11 @@ func (s *Store) forgetRun(ctx context.Context, runID string, unprojected bool) (
 		var done bool
 		began := time.Now()
 		err := s.write(ctx, mode, func(w *txWriter) error {
+			// Its rows are deleted below: a row of its tail deleted before it is folded would take
+			// its seq out of the run's last_seq when it is the highest.
+			if err := w.fold(runID); err != nil {
+				return err
+			}
 			r, err := s.q.RunGet(w.ctx, w.tx, runID)
 			switch {
 			case errors.Is(err, sql.ErrNoRows):

@@ -134,11 +134,13 @@ func TestAnEnqueueOrARecordOfAnOpenRunWritesNoPageOfTheIndexOfTheRunsRecoveryVis
 }
 
 // unmarkedNeedingRecovery counts the runs that need recovery (rows stored and lines unprojected or
-// projected rows unforgotten) but are not in the index recovery walks.
+// projected rows unforgotten, or a tail not yet folded into the row, migrations/00010) but are not in
+// the index recovery walks.
 func unmarkedNeedingRecovery(t *testing.T, path string) (n int, runs string) {
 	t.Helper()
-	err := outboxtest.RawDB(t, path).QueryRow(`SELECT count(*), COALESCE(group_concat(engine_run_id), '') FROM outbox_runs
-		WHERE visit = 0 AND lines > 0 AND (last_seq > projected OR projected > forgotten)`).Scan(&n, &runs)
+	err := outboxtest.RawDB(t, path).QueryRow(`SELECT count(*), COALESCE(group_concat(engine_run_id), '') FROM outbox_runs AS r
+		WHERE visit = 0 AND (lines > 0 AND (last_seq > projected OR projected > forgotten)
+			OR EXISTS (SELECT 1 FROM events_outbox AS t WHERE t.engine_run_id = r.engine_run_id AND t.seq > r.counted_to AND t.counted = 1))`).Scan(&n, &runs)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,6 +34,7 @@ const (
 	stmtKeepLastSeq
 	stmtForgetRange
 	stmtSetForgotten
+	stmtFold
 	numStmts
 )
 
@@ -50,6 +51,7 @@ var stmtSQL = [numStmts]string{
 	stmtKeepLastSeq:   db.ProgressKeepLastSeq,
 	stmtForgetRange:   db.EventsForgetRange,
 	stmtSetForgotten:  db.RunSetForgotten,
+	stmtFold:          db.RunFold,
 }
 
 // txWriter is one write transaction as the store's methods use it: each method is one generated call,

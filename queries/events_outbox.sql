@@ -20,12 +20,14 @@ DELETE FROM events_outbox WHERE engine_run_id = sqlc.arg(engine_run_id) AND seq 
 DELETE FROM events_lines WHERE id = sqlc.arg(id);
 
 -- name: EventLastSeq :one
--- The highest seq the run was ever given: its highest stored row, or the number recorded when its rows
--- were forgotten (migrations/00003), whichever is higher. The next seq is one more, computed in Go so
--- that a run at 2^63-1 is refused instead of wrapping.
+-- The highest seq the run was ever given: its highest stored row, the number recorded when its rows
+-- were forgotten (migrations/00003), or its figures' last_seq as of their last fold (migrations/00010),
+-- whichever is highest. The next seq is one more, computed in Go so that a run at 2^63-1 is refused
+-- instead of wrapping.
 SELECT CAST(max(
     COALESCE((SELECT MAX(seq) FROM events_outbox WHERE engine_run_id = CAST(sqlc.arg(engine_run_id) AS TEXT)), 0),
-    COALESCE((SELECT last_seq FROM outbox_progress WHERE engine_run_id = CAST(sqlc.arg(engine_run_id) AS TEXT)), 0)
+    COALESCE((SELECT last_seq FROM outbox_progress WHERE engine_run_id = CAST(sqlc.arg(engine_run_id) AS TEXT)), 0),
+    COALESCE((SELECT last_seq FROM outbox_runs WHERE engine_run_id = CAST(sqlc.arg(engine_run_id) AS TEXT)), 0)
 ) AS INTEGER) AS last_seq;
 
 -- name: EventOnceKey :one
