@@ -29,13 +29,13 @@ INDEX_FUZZTIME ?= 10000x
 ## test: everything CI runs: formatting, vet, generated code, the licence lines, the tests under the
 ## race detector, the tests again with the oldest Go the go.mod files allow (the hundred-thousand-
 ## line tests among them, which the race detector makes about 15 times slower and so skips), and
-## each benchmark once (-short, small prefills) so that none of them rots. docs/TESTING.md holds
-## what each step costs. While the race detector runs, test-warm builds, at the lowest priority,
-## what later steps need (sqlc under CI, the oldest Go's build of the modules, the older
-## nats-server, the fuzzer's instrumented builds): the cores the tests leave idle do the builds the
-## later steps would wait for. It only fills the build cache: each step runs in full after it and
-## reports its own failures; check-generated comes after the race detector's step so that it finds
-## its build made.
+## each benchmark once (-short, small prefills, in the packages that hold one) so that none of them
+## rots. docs/TESTING.md holds what each step costs. While the race detector runs, test-warm
+## builds, at the lowest priority, what later steps need (sqlc under CI, the oldest Go's build of
+## the modules, the older nats-server, the benchmarks' test packages, the fuzzer's instrumented
+## builds): the cores the tests leave idle do the builds the later steps would wait for. It only
+## fills the build cache: each step runs in full after it and reports its own failures;
+## check-generated comes after the race detector's step so that it finds its build made.
 ##
 ## The race detector's processes exit at once (GORACE=atexit_sleep_ms=0): by default each one
 ## sleeps a second at exit, for goroutines still running to race, and the tests start hundreds of
@@ -47,12 +47,19 @@ test: fmt-check vet-native vet-arch check-license
 	@$(MAKE) --no-print-directory check-generated
 	@$(MAKE) --no-print-directory test-min-go
 	@$(MAKE) --no-print-directory test-old-nats
-	@$(STEP) "test: each benchmark once (-short)" \
-		go test -short -run '^$$' -bench . -benchtime 1x $(MODULES)
+	@$(STEP) "test: each benchmark once (-short), in the packages that hold one: $(BENCH_PKGS)" \
+		go test -short -run '^$$' -bench . -benchtime 1x $(BENCH_PKGS)
 	@$(MAKE) --no-print-directory fuzz
 	@$(MAKE) --no-print-directory release-check
 	@$(MAKE) --no-print-directory check-sums
 	@echo "make test: everything passed"
+
+# BENCH_PKGS: the packages with a benchmark, found with git (every module but tools/, which is
+# outside the workspace; all of $(MODULES) without git). make test runs each benchmark once there:
+# in the others, -run '^$$' and no benchmark leave their test binary nothing to run (their tests
+# run in the race step and test-min-go), but the step compiled and linked it all the same, without
+# the race detector, for nothing (docs/TESTING.md has the figures).
+BENCH_PKGS := $(or $(shell git grep -l '^func Benchmark' -- '*_test.go' ':!tools' 2>/dev/null | sed 's|^|./|; s|/[^/]*$$||' | sort -u),$(MODULES))
 
 # The outbox package's tests take about 9 minutes under the race detector on 2 busy cores, near go
 # test's default limit of 10 per package: a package that needs more is still reported, not killed.
@@ -70,8 +77,9 @@ test-race:
 
 ## test-warm: the builds of the steps after the race detector's, into the build cache, at the lowest
 ## priority (nice), their output dropped: a failure here shows again, in full, in its own step. The
-## oldest Go's test binaries are built and linked, not run (-exec true); the fuzzer's instrumented
-## build of each fuzzed package is made by one input of one of its targets (-fuzztime 1x).
+## oldest Go's test binaries are built and linked, not run (-exec true); the benchmarks' test
+## packages are compiled, not linked (go list -export -test); the fuzzer's instrumented build of
+## each fuzzed package is made by one input of one of its targets (-fuzztime 1x).
 test-warm:
 	@$(STEP) "test-warm: building what the later steps need, beside the race detector, at the lowest priority" \
 		$(MAKE) --no-print-directory test-warm-builds
@@ -85,6 +93,7 @@ test-warm-builds:
 	-@GOTOOLCHAIN=go$(MIN_GO) nice -n 19 go build ./cmd/outbox/... ./bench/... ./examples/... >/dev/null 2>&1
 	-@bin=$$(mktemp -d) && trap 'rm -rf "$$bin"' EXIT && \
 		GOWORK=off GOBIN="$$bin" nice -n 19 go install github.com/nats-io/nats-server/v2@$(OLD_NATS) >/dev/null 2>&1
+	-@nice -n 19 go list -export -test -deps $(BENCH_PKGS) >/dev/null 2>&1
 	-@for t in journal:FuzzParseSegmentIndex inbox:FuzzParseFilePosition; do \
 		nice -n 19 go test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime 1x "./$${t%%:*}/" >/dev/null 2>&1; done
 
