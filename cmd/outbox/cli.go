@@ -15,6 +15,8 @@ import (
 	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/textmachine/outbox/cmd/outbox/internal/termsafe"
 )
 
 // newFlags returns the flag set of `outbox <name>`. Its usage, printed by --help, is the synopsis, the
@@ -97,54 +99,15 @@ func helpOutput(stderr io.Writer) io.Writer {
 	return stderr
 }
 
-// quote shows a run id, a once key or any other name taken from a book or a journal so that a
-// terminal prints it as data: as it is when every rune is printable, otherwise (control bytes,
-// DEL, invalid UTF-8, formatting runes) quoted and escaped as Go's %q does. A name that itself begins
-// with a quote is quoted too, so that no plain name reads as an escaped one.
-func quote(s string) string {
-	if printable(s) && !strings.HasPrefix(s, `"`) {
-		return s
-	}
-	return strconv.Quote(s)
-}
+// quote shows a name taken from a book or a journal so that a terminal prints it as data
+// (termsafe.Quote).
+func quote(s string) string { return termsafe.Quote(s) }
 
-func printable(s string) bool {
-	for i, r := range s {
-		if r == utf8.RuneError {
-			if _, n := utf8.DecodeRuneInString(s[i:]); n == 1 {
-				return false
-			}
-		}
-		if !strconv.IsPrint(r) {
-			return false
-		}
-	}
-	return true
-}
+func printable(s string) bool { return termsafe.Printable(s) }
 
 // sanitize escapes, in free text such as an error message, every rune that quote would escape, and
-// leaves the rest as it is.
-func sanitize(s string) string {
-	s = redact(s)
-	if printable(s) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); {
-		r, n := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && n == 1:
-			fmt.Fprintf(&b, `\x%02x`, s[i])
-		case !strconv.IsPrint(r):
-			q := strconv.QuoteRune(r)
-			b.WriteString(q[1 : len(q)-1])
-		default:
-			b.WriteString(s[i : i+n])
-		}
-		i += n
-	}
-	return b.String()
-}
+// leaves the rest as it is; credentials in a URL are redacted first.
+func sanitize(s string) string { return termsafe.Escape(redact(s)) }
 
 // message renders err for one line of standard error, saying each thing once: the library's
 // package prefix is dropped wherever a wrap repeated it, and a segment that repeats the one before it

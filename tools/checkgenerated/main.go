@@ -75,7 +75,9 @@ func run(repo string) ([]string, error) {
 	}
 	cmd := exec.Command("go", "tool", "sqlc", "-f", filepath.Join(tmp, "sqlc.yaml"), "generate")
 	cmd.Dir = filepath.Join(repo, "tools")
-	cmd.Env = append(os.Environ(), "GOWORK=off")
+	// Without cgo, as the Makefile's SQLC builds it: go tool keeps one sqlc per build
+	// configuration, and the cgo one is a build of libpg_query's C of its own, with the same output.
+	cmd.Env = append(os.Environ(), "GOWORK=off", "CGO_ENABLED=0")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
