@@ -108,11 +108,11 @@ var (
 	// sink's copy that matches the book, or accept the sink's positions explicitly (outbox
 	// reconcile); WithBookCheck(false) turns the check off for a sink that other books write to as
 	// well.
+	ErrBookBehind = errors.New("outbox: the book is behind its sink")
 	// ErrInboxDatabase is returned when Open is given a consumer's database, one that holds an
 	// inbox's tables: the book's tables are not added to it, nothing is written. Give the engine a
 	// database of its own (inbox.Open refuses a book the same way, inbox.ErrOutboxDatabase).
 	ErrInboxDatabase = errors.New("outbox: the database holds an inbox's tables")
-	ErrBookBehind    = errors.New("outbox: the book is behind its sink")
 	// ErrMarkUnknown is returned by a SinceLister for a mark it cannot prove its own (another sink,
 	// a restored copy of it, the mark's line gone by retention); the start then compares every run.
 	ErrMarkUnknown = errors.New("outbox: the sink does not know the book's mark")
