@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // Size is the size of the file system Mount mounts: 2 MiB, room for a small book and its WAL.
@@ -29,11 +30,30 @@ func Mount(t testing.TB) string {
 		t.Skipf("a full disk needs a small file system, and mounting a %d KiB tmpfs failed: %v", Size>>10, err)
 	}
 	t.Cleanup(func() {
-		if err := unmount(dir); err != nil {
+		if err := unmountWhenFree(dir, unmountBound); err != nil {
 			t.Errorf("unmount %s: %v", dir, err)
 		}
 	})
 	return dir
+}
+
+// unmountBound is how long an unmount may keep finding the file system busy before the test is told:
+// a bound for a file left open for good, far beyond any moment a closed file is still held.
+const unmountBound = 2 * time.Minute
+
+// unmountWhenFree unmounts dir, trying again while the kernel says it is busy. A file the test has
+// closed can still be open for a moment in another process: a child that a parallel test is starting
+// holds a copy of every descriptor of the test binary from its fork until its exec, and on a loaded
+// machine that gap is long. What is still busy after bound is a file truly left open.
+func unmountWhenFree(dir string, bound time.Duration) error {
+	deadline := time.Now().Add(bound)
+	for {
+		err := unmount(dir)
+		if !errors.Is(err, syscall.EBUSY) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // Fill writes a file in dir until the file system refuses a write for lack of space, down to single
