@@ -35,7 +35,7 @@ func TestAnUnmountWaitsForAFileStillOpenForAMomentToBeClosed(t *testing.T) {
 		t.Fatalf("unmount with a file open: %v, want EBUSY", err)
 	}
 	time.AfterFunc(50*time.Millisecond, func() { f.Close() })
-	if err := unmountWhenFree(dir, unmountBound); err != nil {
+	if err := unmountWhenFree(dir, busyBound); err != nil {
 		t.Fatalf("unmount once the file is closed: %v", err)
 	}
 }
@@ -52,5 +52,19 @@ func TestAFileLeftOpenStillFailsTheUnmount(t *testing.T) {
 	f.Close()
 	if err := unmount(dir); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestTheFillersSpaceIsBackOnceFreeReturnsThoughTheFillerWasStillOpenForAMoment(t *testing.T) {
+	dir := Mount(t)
+	free := Fill(t, dir)
+	held, err := os.Open(filepath.Join(dir, "filler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.AfterFunc(50*time.Millisecond, func() { held.Close() })
+	free()
+	if err := os.WriteFile(filepath.Join(dir, "after"), make([]byte, Size/2), 0o644); err != nil {
+		t.Fatalf("a write once free has returned: %v", err)
 	}
 }
