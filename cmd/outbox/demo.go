@@ -317,11 +317,20 @@ func journalRows(ctx context.Context, tw io.Writer, dir string, segSize int64) {
 // the files there to prove that the checks find it.
 var beforeDemoCheck func(dir string)
 
+// afterEngineStart, when set, is called once a start of the engine is running, before its reports
+// are read: a test stalls the demo there, as a loaded machine can.
+var afterEngineStart func()
+
 // startEngine runs one start of the engine and, when killAt > 0, kills it with SIGKILL once it
 // reports that many units done. It returns the last unit count the engine reported and "killed" or
 // "finished".
+//
+// The engine waits for each report to be read before its next unit (--ack): a kill planned at a
+// unit is then made at that unit however late the demo reads. Left to run ahead, an engine whose
+// reports the demo read late (a loaded machine) could finish the book before the report of the
+// unit it was to be killed at was read, and the kill the seed planned would not be made.
 func startEngine(ctx context.Context, exe, dbPath string, sinkArgs, env []string, units int, runID string, killAt int, stderr io.Writer) (int, string, error) {
-	args := append([]string{engineCommand, "--db", dbPath, "--units", strconv.Itoa(units), "--run", runID}, sinkArgs...)
+	args := append([]string{engineCommand, "--db", dbPath, "--units", strconv.Itoa(units), "--run", runID, "--ack"}, sinkArgs...)
 	cmd := exec.CommandContext(ctx, exe, args...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stderr = stderr
@@ -329,18 +338,30 @@ func startEngine(ctx context.Context, exe, dbPath string, sinkArgs, env []string
 	if err != nil {
 		return 0, "", err
 	}
+	ack, err := cmd.StdinPipe()
+	if err != nil {
+		return 0, "", err
+	}
 	if err := cmd.Start(); err != nil {
 		return 0, "", err
+	}
+	if afterEngineStart != nil {
+		afterEngineStart()
 	}
 	reached := 0
 	sc := bufio.NewScanner(out)
 	for sc.Scan() {
-		if n, err := strconv.Atoi(strings.TrimPrefix(sc.Text(), "done ")); err == nil {
+		n, err := strconv.Atoi(strings.TrimPrefix(sc.Text(), "done "))
+		if err == nil {
 			reached = n
 		}
 		if killAt > 0 && reached >= killAt {
 			cmd.Process.Signal(syscall.SIGKILL)
 			break
+		}
+		if err == nil {
+			// An engine that has ended cannot read it: its end is what the scan finds next.
+			ack.Write([]byte{'\n'})
 		}
 	}
 	io.Copy(io.Discard, out)
@@ -374,7 +395,7 @@ const demoNATSURLEnv = "OUTBOX_DEMO_NATS_URL"
 // runEngine is one start of the simulated engine, in the child process. It reports "done N" on
 // standard output after each unit.
 func runEngine(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags(engineCommand, "outbox "+engineCommand+" --db FILE --journal DIR [--segment-size BYTES] --units N --run ID [--nats URL --stream NAME]",
+	fs := newFlags(engineCommand, "outbox "+engineCommand+" --db FILE --journal DIR [--segment-size BYTES] --units N --run ID [--ack] [--nats URL --stream NAME]",
 		"One start of the demo's engine, run by outbox demo in a child process.")
 	dbPath := fs.String("db", "", "the database `file`")
 	jPath := fs.String("journal", "", "the journal's `dir`ectory")
@@ -382,16 +403,27 @@ func runEngine(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	units := fs.Int("units", 0, "the book's size: `n` units")
 	runID := fs.String("run", "", "this start's run `id`")
 	streamName := fs.String("stream", "", "with --nats: the stream's `name`")
+	ack := fs.Bool("ack", false, "after each unit's report, wait for a line on standard input before the next unit")
 	nf := addNATSFlags(fs, "project to the JetStream server at `url` instead of the journal")
 	if _, code, done := parseFlags(fs, args, stderr); done {
 		return code
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	acks := bufio.NewReader(os.Stdin)
 	if u := os.Getenv(demoNATSURLEnv); u != "" && nf.url == "" {
 		nf.url = u
 	}
 	cfg := demo.EngineConfig{
 		DB: *dbPath, Journal: *jPath, SegmentSize: *segSize, Units: *units, RunID: *runID,
-		Progress: func(done int) { fmt.Fprintf(stdout, "done %d\n", done) },
+		Progress: func(done int) {
+			fmt.Fprintf(stdout, "done %d\n", done)
+			if *ack {
+				if _, err := acks.ReadString('\n'); err != nil {
+					cancel() // the demo is gone: no one is reading the reports
+				}
+			}
+		},
 	}
 	if nf.chosen() {
 		cfg.OpenSink = func(context.Context) (outbox.Sink, func() error, error) { return nf.openSink(*streamName) }

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/textmachine/outbox/inbox"
 	"github.com/textmachine/outbox/internal/demo"
@@ -300,5 +301,32 @@ func TestDemoKillsTheEngineAndFindsNothingLost(t *testing.T) {
 	// The directory now holds a book: a second demo there is refused.
 	if code, _, _ := cli(t, "demo", "--dir", dir); code != exitUsage {
 		t.Errorf("demo into a used directory: exit %d, want 2", code)
+	}
+}
+
+func TestTheDemoMakesEveryPlannedKillOfTheEngineHoweverLateItReadsTheReports(t *testing.T) {
+	// The demo reads nothing of each start for a while, as on a loaded machine: an engine left to run
+	// meanwhile would be through the book before the unit it was to be killed at was read.
+	afterEngineStart = func() { time.Sleep(time.Second) }
+	t.Cleanup(func() { afterEngineStart = nil })
+	dir := filepath.Join(t.TempDir(), "demo")
+	code, out, errOut := cli(t, "demo", "--dir", dir, "--units", "30", "--crashes", "2", "--seed", "3")
+	if code != exitOK {
+		t.Fatalf("demo: exit %d\n%s\n%s", code, out, errOut)
+	}
+	for _, want := range []string{"starts                        3 (2 killed with SIGKILL)", "units announced exactly once  30 of 30", "OK: nothing lost"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("demo output lacks %q:\n%s", want, out)
+		}
+	}
+	// Each kill at the very unit the seed planned.
+	plan := regexp.MustCompile(`killed when it reports unit (\d+) and (\d+) done`).FindStringSubmatch(out)
+	if plan == nil {
+		t.Fatalf("no plan of the engine's kills in:\n%s", out)
+	}
+	for i, at := range plan[1:] {
+		if want := fmt.Sprintf("start %d (", i+1); !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(want) + `[^)]*\): killed with SIGKILL at unit ` + at + `$`).MatchString(out) {
+			t.Errorf("start %d was not killed at unit %s:\n%s", i+1, at, out)
+		}
 	}
 }
