@@ -6,6 +6,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -209,11 +210,17 @@ func TestAJournalCallWhoseFinalReaderRegistrationFailsReportsItsError(t *testing
 }
 
 // inTheWay replaces the reader file of c in the journal dir with a directory that is not empty, which
-// no rename replaces.
+// no rename replaces. A registration written beside the reading may put the file back between the
+// removal and the directory's creation: it tries again until the directory stands.
 func inTheWay(c *consumer, dir string) error {
 	file := filepath.Join(dir, c.in.readerName()+".reader")
-	if err := os.Remove(file); err != nil {
-		return err
+	for deadline := time.Now().Add(time.Minute); ; {
+		if err := os.Remove(file); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		err := os.MkdirAll(filepath.Join(file, "in-the-way"), 0o755)
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
 	}
-	return os.MkdirAll(filepath.Join(file, "in-the-way"), 0o755)
 }

@@ -7,8 +7,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -255,11 +253,7 @@ func TestARegistrationThatFailsBesideTheReadingStopsTheFollowerWithWhatItApplied
 	c.waitPosition("a", 1)
 
 	// A directory where the reader file is: every write of it fails from now on.
-	file := filepath.Join(sj.dir, c.in.readerName()+".reader")
-	if err := os.RemoveAll(file); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Join(file, "in-the-way"), 0o755); err != nil {
+	if err := inTheWay(c, sj.dir); err != nil {
 		t.Fatal(err)
 	}
 	sj.add("a", 1, 1)
