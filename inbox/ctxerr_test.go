@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/textmachine/outbox/inbox"
+	"github.com/textmachine/outbox/internal/testing/outboxtest"
 	"github.com/textmachine/outbox/journal"
 	"github.com/textmachine/outbox/outbox"
 )
@@ -66,25 +67,6 @@ func TestEveryInboxCallWhoseContextEndsFailsWithTheContextsErrorNeverABareInterr
 			t.Errorf("%s with a context that ended (%v): %v, want an error wrapping the context's", what, ctx.Err(), err)
 		}
 	}
-	// callCtx is a context that ends at a random moment; inside is set when it is to end inside the
-	// caller's code (a handler, a WriteTx function) instead.
-	callCtx := func(rng *rand.Rand) (ctx context.Context, cancel, inside context.CancelFunc) {
-		ctx, cancel = context.WithCancel(context.Background())
-		switch rng.IntN(5) {
-		case 0:
-			cancel()
-		case 1:
-			inside = cancel
-		case 2:
-			time.AfterFunc(time.Duration(rng.IntN(500))*time.Microsecond, cancel)
-		default:
-			var c2 context.CancelFunc
-			ctx, c2 = context.WithTimeout(ctx, time.Duration(rng.IntN(1000))*time.Microsecond)
-			c1 := cancel
-			cancel = func() { c2(); c1() }
-		}
-		return ctx, cancel, inside
-	}
 	handler := func(inside context.CancelFunc) inbox.Handler {
 		n := 0
 		return func(ctx context.Context, tx *sql.Tx, ev inbox.Event) error {
@@ -104,7 +86,7 @@ func TestEveryInboxCallWhoseContextEndsFailsWithTheContextsErrorNeverABareInterr
 			rng := rand.New(rand.NewPCG(uint64(w), 19))
 			run := fmt.Sprintf("w%d", w)
 			for next.Add(1) <= int64(calls) {
-				ctx, cancel, inside := callCtx(rng)
+				ctx, cancel, inside := outboxtest.EndingContext(rng)
 				switch rng.IntN(12) {
 				case 0, 1, 2:
 					pos, err := in.Position(patient, run)

@@ -84,25 +84,6 @@ func TestEveryCallWhoseContextEndsFailsWithTheContextsErrorNeverABareInterrupt(t
 			return fmt.Appendf(nil, `{"engine_run_id":%q,"seq":%d,"call":%d}`, run, seq, call), nil
 		}
 	}
-	// callCtx is a context that ends at a random moment; inside is set when it is to end inside the
-	// caller's code (a builder, a WriteTx function) instead.
-	callCtx := func(rng *rand.Rand) (ctx context.Context, cancel, inside context.CancelFunc) {
-		ctx, cancel = context.WithCancel(context.Background())
-		switch rng.IntN(5) {
-		case 0:
-			cancel()
-		case 1:
-			inside = cancel
-		case 2:
-			time.AfterFunc(time.Duration(rng.IntN(500))*time.Microsecond, cancel)
-		default:
-			var c2 context.CancelFunc
-			ctx, c2 = context.WithTimeout(ctx, time.Duration(rng.IntN(1000))*time.Microsecond)
-			c1 := cancel
-			cancel = func() { c2(); c1() }
-		}
-		return ctx, cancel, inside
-	}
 
 	var next atomic.Int64
 	var workers sync.WaitGroup
@@ -117,7 +98,7 @@ func TestEveryCallWhoseContextEndsFailsWithTheContextsErrorNeverABareInterrupt(t
 					return
 				}
 				run := runs[rng.IntN(len(runs))]
-				ctx, cancel, inside := callCtx(rng)
+				ctx, cancel, inside := outboxtest.EndingContext(rng)
 				switch rng.IntN(20) {
 				case 0:
 					_, err := s.EnqueueEvent(ctx, run, line(run, call, inside))
@@ -217,7 +198,7 @@ func TestEveryCallWhoseContextEndsFailsWithTheContextsErrorNeverABareInterrupt(t
 					return
 				default:
 				}
-				ctx, cancel, _ := callCtx(rng)
+				ctx, cancel, _ := outboxtest.EndingContext(rng)
 				if rng.IntN(4) == 0 {
 					check("Recover", ctx, r.Recover(ctx))
 				} else {
